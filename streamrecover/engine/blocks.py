@@ -1,0 +1,211 @@
+"""Content blocks, the accumulator that builds them from stream events, and its snapshot.
+
+The snapshot is what recovery decides on: for every block it says whether the block is
+complete (safe to put in history), partial (text that may be kept and continued, or
+something that must be dropped) or broken (closed, but unusable).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .events import (
+    BlockStart,
+    BlockStop,
+    MessageStart,
+    ProviderErrorEvent,
+    SignatureDelta,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolArgsDelta,
+    Usage,
+    UsageUpdate,
+)
+
+TEXT = "text"
+TOOL_USE = "tool_use"
+THINKING = "thinking"
+REDACTED_THINKING = "redacted_thinking"
+
+
+class BlockStatus(enum.StrEnum):
+    COMPLETE = "complete"
+    PARTIAL = "partial"
+    BROKEN = "broken"
+
+
+@dataclass(slots=True)
+class Block:
+    """One content block as it is being received."""
+
+    index: int
+    kind: str
+    text: str = ""  # text, or thinking text
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""  # raw tool-call arguments JSON as received
+    signature: str = ""
+    data: dict[str, Any] | None = None  # redacted_thinking / opaque blocks, whole
+    closed: bool = False
+
+    def status(self) -> BlockStatus:
+        if self.kind == TEXT:
+            return BlockStatus.COMPLETE if self.closed else BlockStatus.PARTIAL
+        if self.kind == TOOL_USE:
+            if not self.closed:
+                return BlockStatus.PARTIAL
+            return BlockStatus.COMPLETE if self.parsed_input() is not None else BlockStatus.BROKEN
+        if self.kind == THINKING:
+            if not self.closed:
+                return BlockStatus.PARTIAL
+            return BlockStatus.COMPLETE if self.signature else BlockStatus.BROKEN
+        return BlockStatus.COMPLETE if self.closed else BlockStatus.PARTIAL
+
+    def parsed_input(self) -> dict[str, Any] | None:
+        """The tool call's arguments as an object, or None when they do not parse."""
+        raw = self.arguments.strip()
+        if not raw:
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def to_content(self) -> dict[str, Any]:
+        """The block in the canonical content shape used for history and output."""
+        if self.kind == TEXT:
+            return {"type": "text", "text": self.text}
+        if self.kind == TOOL_USE:
+            return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.parsed_input() or {}}
+        if self.kind == THINKING:
+            return {"type": "thinking", "thinking": self.text, "signature": self.signature}
+        if self.kind == REDACTED_THINKING:
+            return {"type": "redacted_thinking", "data": (self.data or {}).get("data", "")}
+        return dict(self.data or {"type": self.kind})
+
+    def copy(self) -> Block:
+        return replace(self, data=dict(self.data) if self.data is not None else None)
+
+    @classmethod
+    def from_content(cls, index: int, content: dict[str, Any]) -> Block:
+        """A closed block from canonical content (a checkpoint or a stored message)."""
+        kind = content.get("type", "")
+        if kind == TEXT:
+            return cls(index, TEXT, text=content.get("text", ""), closed=True)
+        if kind == TOOL_USE:
+            return cls(
+                index,
+                TOOL_USE,
+                id=content.get("id"),
+                name=content.get("name"),
+                arguments=json.dumps(content.get("input") or {}),
+                closed=True,
+            )
+        if kind == THINKING:
+            return cls(
+                index, THINKING, text=content.get("thinking", ""), signature=content.get("signature", ""), closed=True
+            )
+        if kind == REDACTED_THINKING:
+            return cls(index, REDACTED_THINKING, data={"data": content.get("data", "")}, closed=True)
+        return cls(index, kind, data=dict(content), closed=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A copy of the accumulator's blocks at one instant, in block order."""
+
+    blocks: tuple[Block, ...]
+    stop_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    ended: bool = False
+
+    def statuses(self) -> list[tuple[Block, BlockStatus]]:
+        return [(b, b.status()) for b in self.blocks]
+
+    def has_text(self) -> bool:
+        return any(b.kind == TEXT and b.text for b in self.blocks)
+
+    def complete_tool_calls(self) -> list[Block]:
+        return [b for b in self.blocks if b.kind == TOOL_USE and b.status() is BlockStatus.COMPLETE]
+
+    def incomplete_tool_calls(self) -> list[Block]:
+        return [b for b in self.blocks if b.kind == TOOL_USE and b.status() is not BlockStatus.COMPLETE]
+
+
+class Accumulator:
+    """Builds blocks, usage and the stop reason from one response's normalized events."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, Block] = {}
+        self.usage = Usage()
+        self.stop_reason: str | None = None
+        self.message_id: str | None = None
+        self.ended = False
+        self.error: ProviderErrorEvent | None = None
+
+    def apply(self, event: StreamEvent) -> Block | None:
+        """Apply one event; returns the block it touched, if any."""
+        match event:
+            case TextDelta(index=i, text=t):
+                block = self._block(i, TEXT)
+                block.text += t
+                return block
+            case ToolArgsDelta(index=i, partial_json=p):
+                block = self._block(i, TOOL_USE)
+                block.arguments += p
+                return block
+            case ThinkingDelta(index=i, thinking=t):
+                block = self._block(i, THINKING)
+                block.text += t
+                return block
+            case SignatureDelta(index=i, signature=s):
+                block = self._block(i, THINKING)
+                block.signature = s
+                return block
+            case BlockStart(index=i, kind=k, id=ident, name=name, data=data):
+                block = Block(i, k, id=ident, name=name, data=dict(data) if data else None)
+                self._blocks[i] = block
+                return block
+            case BlockStop(index=i):
+                block = self._blocks.get(i)
+                if block is not None:
+                    block.closed = True
+                return block
+            case MessageStart(message_id=mid, usage=usage):
+                self.message_id = mid
+                self.usage = self.usage.merged(usage)
+            case UsageUpdate(usage=usage):
+                self.usage = self.usage.merged(usage)
+            case StopReason(reason=reason):
+                self.stop_reason = reason
+            case StreamEnd():
+                self.ended = True
+            case ProviderErrorEvent():
+                self.error = event
+        return None
+
+    def _block(self, index: int, kind: str) -> Block:
+        block = self._blocks.get(index)
+        if block is None:  # a delta without its start: providers that skip starts
+            block = Block(index, kind)
+            self._blocks[index] = block
+        return block
+
+    @property
+    def blocks(self) -> list[Block]:
+        return [self._blocks[i] for i in sorted(self._blocks)]
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            blocks=tuple(b.copy() for b in self.blocks),
+            stop_reason=self.stop_reason,
+            usage=self.usage,
+            ended=self.ended,
+        )

@@ -1,0 +1,114 @@
+"""In-flight stream checkpoints: the contract, an in-memory store, and the coalescing writer.
+
+A checkpoint holds only what recovery may reuse (partial text, completed tool calls, kept
+thinking) plus enough bookkeeping to resume after the process died. Stores are async and
+keyed by run id; ``put`` is an idempotent upsert.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    run_id: str
+    turn: int  # index of the assistant turn within the run
+    history_len: int  # committed messages at the time; a resume checks it still matches
+    blocks: list[dict[str, Any]]  # canonical content: text (even partial), complete tool calls, kept thinking
+    in_flight_tool: dict[str, Any] | None = None  # {"id", "name", "partial_input_bytes"}, for the record only
+    attempt: int = 0
+    continuation: int = 0
+    seq: int = 0  # last client frame sequence number published
+    updated_at: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def is_fresh(self, ttl_s: float, now: float | None = None) -> bool:
+        return ((now if now is not None else time.time()) - self.updated_at) <= ttl_s
+
+
+class CheckpointStore(Protocol):
+    async def put(self, checkpoint: Checkpoint) -> None: ...
+
+    async def get(self, run_id: str) -> Checkpoint | None: ...
+
+    async def delete(self, run_id: str) -> None: ...
+
+
+class InMemoryCheckpointStore:
+    """One process only: tests and the embedded demo."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, dict[str, Any]] = {}
+        self.writes = 0
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        self.writes += 1
+        self._items[checkpoint.run_id] = checkpoint.to_dict()
+
+    async def get(self, run_id: str) -> Checkpoint | None:
+        data = self._items.get(run_id)
+        return Checkpoint.from_dict(data) if data is not None else None
+
+    async def delete(self, run_id: str) -> None:
+        self._items.pop(run_id, None)
+
+
+@dataclass(slots=True)
+class CoalescePolicy:
+    """Write when any threshold is passed since the last write (and always on interruption)."""
+
+    every_deltas: int = 64
+    every_bytes: int = 16_384
+    every_seconds: float = 1.0
+
+
+class CheckpointWriter:
+    """Decides when to write; the store does the writing. A failing store never kills a run."""
+
+    def __init__(self, store: CheckpointStore, policy: CoalescePolicy, on_error: Any = None) -> None:
+        self.store = store
+        self.policy = policy
+        self.on_error = on_error
+        self._deltas = 0
+        self._bytes = 0
+        self._last = time.monotonic()
+        self.writes = 0
+
+    def note(self, delta_bytes: int) -> bool:
+        """Count one delta; True when a write is due."""
+        self._deltas += 1
+        self._bytes += delta_bytes
+        p = self.policy
+        return (
+            self._deltas >= p.every_deltas
+            or self._bytes >= p.every_bytes
+            or (time.monotonic() - self._last) >= p.every_seconds
+        )
+
+    async def write(self, checkpoint: Checkpoint) -> None:
+        self._deltas = 0
+        self._bytes = 0
+        self._last = time.monotonic()
+        checkpoint.updated_at = time.time()
+        try:
+            await self.store.put(checkpoint)
+            self.writes += 1
+        except Exception as exc:
+            if self.on_error is not None:
+                self.on_error("checkpoint_put_failed", exc)
+
+    async def delete(self, run_id: str) -> None:
+        try:
+            await self.store.delete(run_id)
+        except Exception as exc:
+            if self.on_error is not None:
+                self.on_error("checkpoint_delete_failed", exc)

@@ -1,0 +1,139 @@
+"""Normalized stream events: what every provider adapter turns its wire events into.
+
+The accumulator and the runner only ever see these, so recovery logic is written once
+for every provider. Indices are the provider's block indices within one HTTP response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage as reported by the provider (cumulative values, never summed)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+
+    def merged(self, other: Usage) -> Usage:
+        """Later cumulative values replace earlier ones; missing ones keep the old value."""
+        return Usage(
+            input_tokens=other.input_tokens if other.input_tokens is not None else self.input_tokens,
+            output_tokens=other.output_tokens if other.output_tokens is not None else self.output_tokens,
+            cache_creation_input_tokens=(
+                other.cache_creation_input_tokens
+                if other.cache_creation_input_tokens is not None
+                else self.cache_creation_input_tokens
+            ),
+            cache_read_input_tokens=(
+                other.cache_read_input_tokens
+                if other.cache_read_input_tokens is not None
+                else self.cache_read_input_tokens
+            ),
+        )
+
+    def as_dict(self) -> dict[str, int | None]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStart:
+    message_id: str | None = None
+    model: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStart:
+    """A content block opens. ``kind`` is text, tool_use, thinking, redacted_thinking or
+    any provider type we keep opaquely (``data`` then holds the whole block)."""
+
+    index: int
+    kind: str
+    id: str | None = None
+    name: str | None = None
+    data: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolArgsDelta:
+    index: int
+    partial_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    index: int
+    thinking: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureDelta:
+    """Replaces (not appends) the thinking block's signature, as the SDK does."""
+
+    index: int
+    signature: str
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStop:
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class UsageUpdate:
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class StopReason:
+    """The provider's stop reason, normalized: end_turn, tool_use, max_tokens,
+    stop_sequence, refusal, content_filter, context_overflow, pause_turn, or the raw value."""
+
+    reason: str
+    raw: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """The terminator arrived (message_stop, [DONE], response.completed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderErrorEvent:
+    """An error delivered inside a 200 stream (Anthropic ``event: error``, OpenAI
+    ``data: {"error": ...}``). ``error_type`` is the provider's type string."""
+
+    error_type: str
+    message: str
+    request_id: str | None = None
+
+
+StreamEvent = (
+    MessageStart
+    | BlockStart
+    | TextDelta
+    | ToolArgsDelta
+    | ThinkingDelta
+    | SignatureDelta
+    | BlockStop
+    | UsageUpdate
+    | StopReason
+    | StreamEnd
+    | ProviderErrorEvent
+)

@@ -1,0 +1,149 @@
+"""What the runner tells the world: structured events, attempts, client frames, commits.
+
+The runner depends on the ``RunSink`` contract only. Django (recorder), Channels
+(publisher) and the command line implement it; ``FanOutSink`` joins them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from .events import Usage
+
+log = logging.getLogger(__name__)
+
+# Structured event names (DESIGN §5).
+LLM_STREAM_INTERRUPTED = "llm_stream_interrupted"
+LLM_STREAM_CONTINUATION_STARTED = "llm_stream_continuation_started"
+LLM_STREAM_CONTINUATION_COMPLETED = "llm_stream_continuation_completed"
+LLM_STREAM_CONTINUATION_FAILED = "llm_stream_continuation_failed"
+LLM_STREAM_CONTINUATION_EXHAUSTED = "llm_stream_continuation_exhausted"
+DISCARDED_PARTIAL_TOOL_USE = "discarded_partial_tool_use"
+DISCARDED_THINKING = "discarded_thinking"
+LLM_REQUEST_RETRY = "llm_request_retry"
+LLM_RUN_RESUMED = "llm_run_resumed"
+
+
+@dataclass(frozen=True, slots=True)
+class StructuredEvent:
+    """One structured event; ``fields`` always carries provider, model, run_id, turn_id, attempt."""
+
+    name: str
+    fields: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"event": self.name, **self.fields}
+
+
+@dataclass(slots=True)
+class AttemptRecord:
+    """One HTTP call to the provider, filled in as it goes."""
+
+    run_id: str
+    turn: int
+    index: int  # 0-based across the run
+    kind: str  # initial, pre_stream_retry, continuation, restart, resume
+    continuation: int
+    strategy: str | None
+    request: dict[str, Any]  # as sent, secrets removed
+    started_at: float
+    status_code: int | None = None
+    request_id: str | None = None
+    first_byte_at: float | None = None
+    ended_at: float | None = None
+    usage: Usage = field(default_factory=Usage)
+    bytes_received: int = 0
+    interrupt_cause: str | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    stop_reason: str | None = None
+    outcome: str = "pending"  # completed, interrupted, request_failed, cancelled
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["usage"] = self.usage.as_dict()
+        return data
+
+
+class RunSink(Protocol):
+    async def on_event(self, event: StructuredEvent) -> None: ...
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        """Called when an attempt starts and again when it ends (same object, updated)."""
+        ...
+
+    async def on_frame(self, frame: dict[str, Any]) -> None:
+        """A client protocol frame (DESIGN §6), already carrying ``seq`` and ``run_id``."""
+        ...
+
+    async def on_message(self, message: dict[str, Any], position: int) -> None:
+        """A message committed to the thread log at ``position``."""
+        ...
+
+
+class NullSink:
+    async def on_event(self, event: StructuredEvent) -> None:
+        return None
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        return None
+
+    async def on_frame(self, frame: dict[str, Any]) -> None:
+        return None
+
+    async def on_message(self, message: dict[str, Any], position: int) -> None:
+        return None
+
+
+class CollectingSink:
+    """Keeps everything in lists: the command line's ``--json`` output and the tests."""
+
+    def __init__(self) -> None:
+        self.events: list[StructuredEvent] = []
+        self.attempts: list[AttemptRecord] = []
+        self.frames: list[dict[str, Any]] = []
+        self.messages: list[tuple[int, dict[str, Any]]] = []
+
+    async def on_event(self, event: StructuredEvent) -> None:
+        self.events.append(event)
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        if attempt not in self.attempts:
+            self.attempts.append(attempt)
+
+    async def on_frame(self, frame: dict[str, Any]) -> None:
+        self.frames.append(frame)
+
+    async def on_message(self, message: dict[str, Any], position: int) -> None:
+        self.messages.append((position, message))
+
+    def names(self) -> list[str]:
+        return [e.name for e in self.events]
+
+
+class FanOutSink:
+    """Calls every sink; one failing sink is logged and does not stop the others or the run."""
+
+    def __init__(self, *sinks: RunSink) -> None:
+        self.sinks = sinks
+
+    async def _each(self, method: str, *args: Any) -> None:
+        for sink in self.sinks:
+            try:
+                await getattr(sink, method)(*args)
+            except Exception:
+                log.exception("sink %s.%s failed", type(sink).__name__, method)
+
+    async def on_event(self, event: StructuredEvent) -> None:
+        await self._each("on_event", event)
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        await self._each("on_attempt", attempt)
+
+    async def on_frame(self, frame: dict[str, Any]) -> None:
+        await self._each("on_frame", frame)
+
+    async def on_message(self, message: dict[str, Any], position: int) -> None:
+        await self._each("on_message", message, position)

@@ -1,0 +1,100 @@
+"""The contract every provider adapter fulfils.
+
+An adapter translates; it holds no recovery logic. It turns the canonical conversation
+into the provider's HTTP request, the provider's SSE events into normalized stream
+events, and the provider's errors into classified ``ProviderError``s. It also states
+which continuation strategy a model supports (a table, overridable in settings).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..engine.errors import ProviderError
+from ..engine.events import ProviderErrorEvent, StreamEvent
+from ..engine.sse import SSEEvent
+
+SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization", "cookie"})
+
+
+class Strategy(enum.StrEnum):
+    """How a provider is asked to carry on from a partial assistant message (DESIGN §2)."""
+
+    PREFILL = "prefill"
+    PREFIX_FLAG = "prefix_flag"
+    CONTINUE_MESSAGE = "continue_message"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """A provider-neutral request. ``messages`` are canonical: ``{"role", "content": [blocks]}``.
+
+    The last message may be an assistant message (a prefill); with ``"prefix": True`` on it
+    the adapter sends the provider's prefix flag.
+    """
+
+    model: str
+    messages: list[dict[str, Any]]
+    max_tokens: int = 1024
+    system: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    thinking_budget: int | None = None
+    structured: bool = False  # JSON mode or a forced tool: continue only with prefill
+    temperature: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPRequest:
+    method: str
+    url: str
+    headers: dict[str, str]
+    json: dict[str, Any]
+
+    def redacted(self) -> dict[str, Any]:
+        """The request as it may be stored: secret headers replaced."""
+        headers = {k: ("[redacted]" if k.lower() in SECRET_HEADERS else v) for k, v in self.headers.items()}
+        return {"method": self.method, "url": self.url, "headers": headers, "json": self.json}
+
+
+class StreamParser(Protocol):
+    """Stateful: one per HTTP response."""
+
+    def feed(self, event: SSEEvent) -> list[StreamEvent]:
+        """Normalized events for one SSE event; raises ``ParseError`` on bad data."""
+        ...
+
+
+class ProviderAdapter(Protocol):
+    name: str  # "anthropic", "openai", "fake-anthropic", ...
+
+    def build_request(self, request: ModelRequest) -> HTTPRequest: ...
+
+    def new_parser(self) -> StreamParser: ...
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
+        """Classify a non-2xx response (before any stream started)."""
+        ...
+
+    def classify_stream_error(self, event: ProviderErrorEvent) -> ProviderError:
+        """Classify an error delivered inside a 200 stream."""
+        ...
+
+    def continuation_strategy(self, model: str, *, thinking: bool) -> Strategy:
+        """The strategy this model supports (settings may override it)."""
+        ...
+
+    @property
+    def echoes_prefix(self) -> bool:
+        """True where a prefix-flag continuation repeats the prefix (Mistral)."""
+        ...
