@@ -98,3 +98,27 @@ class ProviderAdapter(Protocol):
     def echoes_prefix(self) -> bool:
         """True where a prefix-flag continuation repeats the prefix (Mistral)."""
         ...
+
+
+# The user message of the ``continue_message`` strategy. It is stored with the attempt's
+# request and named in the event; the fake provider recognises it exactly.
+CONTINUE_INSTRUCTION = (
+    "Your previous response was interrupted. Continue exactly where it stopped, "
+    "without repeating anything you already wrote."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """How to reach one provider. ``api_key`` is a secret: never log or store it."""
+
+    name: str  # adapter name: "anthropic" or "openai"
+    base_url: str
+    api_key: str = field(default="", repr=False)
+    extra_headers: Mapping[str, str] = field(default_factory=dict)
+    # model glob -> Strategy value; first match wins, before the adapter's own table
+    strategy_overrides: Mapping[str, str] = field(default_factory=dict)
+    prefix_flag: bool = False  # OpenAI-compatible endpoint that takes {"prefix": true} (DeepSeek, Mistral)
+    echoes_prefix: bool = False  # the prefix-flag response repeats the prefix (Mistral)
+    anthropic_version: str = "2023-06-01"
+    connect_timeout_s: float = 10.0
