@@ -1,0 +1,216 @@
+"""The agent loop: assistant turns, and the tools their completed tool calls ask for.
+
+Each completed tool call (including one salvaged by R2) is executed exactly once per
+committed assistant message; its result is committed as the next user message before
+the next turn starts, so a resumed run never executes a call twice.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..providers.base import ModelRequest, ProviderAdapter, ToolSpec
+from .cancel import CancelToken
+from .checkpoint import CheckpointStore, InMemoryCheckpointStore
+from .config import EngineConfig
+from .runner import RunContext, TurnResult, TurnRunner
+from .sink import RunSink
+from .transport import HttpxTransport
+
+ToolFunc = Callable[[dict[str, Any]], Any] | Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    func: ToolFunc
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.input_schema)
+
+
+class ToolRegistry:
+    """Python callables the model may call, each with a JSON schema for its input."""
+
+    def __init__(self, tools: list[Tool] | None = None) -> None:
+        self._tools: dict[str, Tool] = {t.name: t for t in tools or []}
+        self.calls: list[tuple[str, dict[str, Any]]] = []  # every execution, in order
+
+    def register(
+        self, func: ToolFunc, *, name: str | None = None, description: str = "", input_schema: dict[str, Any]
+    ) -> Tool:
+        tool = Tool(name or func.__name__, description or (func.__doc__ or "").strip(), input_schema, func)
+        self._tools[tool.name] = tool
+        return tool
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(t.spec for t in self._tools.values())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    async def execute(self, call: dict[str, Any]) -> dict[str, Any]:
+        """Run one canonical tool_use block; always returns a canonical tool_result block."""
+        name = call.get("name") or ""
+        tool = self._tools.get(name)
+        self.calls.append((name, call.get("input") or {}))
+        if tool is None:
+            return _result(call, f"unknown tool {name!r}; available: {sorted(self._tools)}", True)
+        try:
+            value = tool.func(call.get("input") or {})
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:  # a tool error is the model's to handle
+            return _result(call, f"{type(exc).__name__}: {exc}", True)
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        return _result(call, text, False)
+
+
+def _result(call: dict[str, Any], content: str, is_error: bool) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": call.get("id"), "content": content, "is_error": is_error}
+
+
+@dataclass(slots=True)
+class RunResult:
+    status: str  # completed, failed, exhausted, cancelled
+    messages: list[dict[str, Any]]  # the whole thread after the run
+    new_messages: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, str] | None = None
+    turns: int = 0
+    continuations: int = 0
+    recovered: bool = False
+    seq: int = 0
+
+
+async def run_agent(
+    *,
+    run_id: str,
+    adapter: ProviderAdapter,
+    request: ModelRequest,
+    config: EngineConfig,
+    sink: RunSink,
+    checkpoints: CheckpointStore | None = None,
+    cancel: CancelToken | None = None,
+    tools: ToolRegistry | None = None,
+    transport: HttpxTransport | None = None,
+    start_seq: int = 0,
+    resume: bool = False,
+) -> RunResult:
+    """Run turns until the model stops asking for tools, a turn fails, or ``max_turns``.
+
+    ``request.messages`` is the committed thread (ending with the user's message, or with
+    an assistant message whose tool calls still need results, or a tool-result message).
+    With ``resume``, a fresh checkpoint for ``run_id`` continues the turn it belongs to.
+    """
+    cancel = cancel or CancelToken()
+    cancel.bind()
+    checkpoints = checkpoints or InMemoryCheckpointStore()
+    tools = tools or ToolRegistry()
+    if tools.specs() and not request.tools:
+        request = replace(request, tools=tools.specs())
+    own_transport = transport is None
+    transport = transport or HttpxTransport()
+    messages = [dict(m) for m in request.messages]
+    new_messages: list[dict[str, Any]] = []
+    ctx = RunContext(run_id, adapter, config, sink, checkpoints, cancel, transport, seq=start_seq)
+    result = RunResult("completed", messages)
+
+    async def commit(message: dict[str, Any]) -> None:
+        messages.append(message)
+        new_messages.append(message)
+        await sink.on_message(message, len(messages) - 1)
+        await ctx.frame("message_committed", position=len(messages) - 1, message=message)
+
+    resume_checkpoint = None
+    if resume:
+        found = await checkpoints.get(run_id)
+        if found is not None:
+            if found.is_fresh(config.checkpoint_ttl_s) and found.history_len == len(messages):
+                resume_checkpoint = found
+                ctx.seq = max(ctx.seq, found.seq)
+            else:
+                await checkpoints.delete(run_id)
+
+    notices: list[dict[str, Any]] = []
+    try:
+        await ctx.frame("run_status", status="running")
+        turn = _turn_index(messages)
+        while True:
+            if cancel.stopped:
+                result.status = "cancelled"
+                result.error = {"kind": cancel.kind or "cancel", "message": cancel.reason}
+                break
+            pending = _pending_tool_calls(messages)
+            if pending:
+                await commit(await _execute_tools(pending, tools, notices))
+                notices = []
+                continue
+            if result.turns >= config.max_turns:
+                result.status = "failed"
+                result.error = {"kind": "max_turns", "message": f"stopped after {config.max_turns} assistant turns"}
+                break
+            turn_request = _with_messages(request, messages)
+            runner = TurnRunner(ctx, turn_request, turn, len(messages))
+            outcome: TurnResult = await runner.run(resume_checkpoint)
+            resume_checkpoint = None
+            result.turns += 1
+            result.continuations += outcome.continuations
+            result.recovered = result.recovered or outcome.recovered
+            if outcome.status != "completed":
+                result.status = outcome.status
+                result.error = outcome.error
+                break
+            await commit({"role": "assistant", "content": outcome.blocks})
+            if config.notify_model_of_discarded_tools:
+                notices.extend(outcome.discarded_tools)
+            turn += 1
+            if outcome.stop_reason != "tool_use" or not _pending_tool_calls(messages):
+                break
+        await ctx.frame("run_status", status=result.status, error=result.error)
+    finally:
+        if own_transport:
+            await transport.__aexit__(None, None, None)
+    result.messages = messages
+    result.new_messages = new_messages
+    result.seq = ctx.seq
+    return result
+
+
+def _turn_index(messages: list[dict[str, Any]]) -> int:
+    return sum(1 for m in messages if m.get("role") == "assistant")
+
+
+def _with_messages(request: ModelRequest, messages: list[dict[str, Any]]) -> ModelRequest:
+    return replace(request, messages=list(messages))
+
+
+def _pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool calls of the last assistant message that have no result yet."""
+    if not messages or messages[-1].get("role") != "assistant":
+        return []
+    return [b for b in messages[-1].get("content", []) if b.get("type") == "tool_use"]
+
+
+async def _execute_tools(
+    calls: list[dict[str, Any]], tools: ToolRegistry, notices: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The user message with every call's result, plus (when enabled) an explicit notice of
+    tool calls that were cut off and never executed."""
+    content: list[dict[str, Any]] = [await tools.execute(call) for call in calls]
+    for notice in notices:
+        content.append({"type": "text", "text": discarded_tool_notice(notice)})
+    return {"role": "user", "content": content}
+
+
+def discarded_tool_notice(notice: dict[str, Any]) -> str:
+    return (
+        f"[streamrecover] Your call of tool {notice.get('name')!r} (id {notice.get('id')}) was cut off "
+        "by a connection failure before its arguments were complete. It was not executed."
+    )

@@ -1,0 +1,109 @@
+"""HTTP streaming over httpx, with every failure turned into the engine's vocabulary.
+
+httpx's read timeout is measured per socket read, which is exactly "no byte within the
+idle window": an idle stall. A body that ends without its terminator is not an httpx
+error at all; the runner detects that from the events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .errors import InterruptCause, StreamInterrupted
+
+MAX_ERROR_BODY_BYTES = 65_536
+
+
+@dataclass(slots=True)
+class OpenedStream:
+    status: int
+    headers: Mapping[str, str]
+    chunks: AsyncIterator[bytes]  # raw body bytes; raises StreamInterrupted on transport failure
+    close: Any  # async callable
+
+    async def read_error_body(self) -> bytes:
+        """A bounded read of an error response's body."""
+        body = bytearray()
+        with contextlib.suppress(StreamInterrupted):
+            async for chunk in self.chunks:
+                body.extend(chunk)
+                if len(body) >= MAX_ERROR_BODY_BYTES:
+                    break
+        return bytes(body[:MAX_ERROR_BODY_BYTES])
+
+
+class ConnectFailed(Exception):
+    """No response at all (connect error or timeout): retryable before the stream starts."""
+
+
+def classify_transport_error(exc: BaseException) -> InterruptCause:
+    """Map an httpx error raised while reading the body to an interrupt cause."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, httpx.ReadTimeout):
+        return InterruptCause.IDLE_STALL
+    if "GOAWAY" in text or "ConnectionTerminated" in text:
+        return InterruptCause.GOAWAY
+    if isinstance(exc, httpx.DecodingError):
+        return InterruptCause.BODY_DECODE
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.NetworkError | httpx.WriteError):
+        return InterruptCause.CONNECTION_RESET
+    return InterruptCause.UNKNOWN
+
+
+class HttpxTransport:
+    """Opens one streaming POST per attempt. Shares one ``httpx.AsyncClient``."""
+
+    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
+        self._client = client
+        self._owned = client is None
+
+    async def __aenter__(self) -> HttpxTransport:
+        if self._client is None:
+            self._client = httpx.AsyncClient(http2=False)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._owned and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def open(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        json_body: dict[str, Any],
+        idle_timeout_s: float,
+        connect_timeout_s: float,
+    ) -> OpenedStream:
+        if self._client is None:
+            await self.__aenter__()
+        assert self._client is not None
+        timeout = httpx.Timeout(connect=connect_timeout_s, read=idle_timeout_s, write=connect_timeout_s, pool=None)
+        request = self._client.build_request(method, url, headers=dict(headers), json=json_body, timeout=timeout)
+        try:
+            response = await self._client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+        except httpx.TransportError as exc:  # e.g. the server closed before any header
+            raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in response.aiter_bytes():
+                    yield chunk
+            except httpx.HTTPError as exc:
+                cause = classify_transport_error(exc)
+                raise StreamInterrupted(cause, f"{type(exc).__name__}: {exc}") from exc
+
+        return OpenedStream(
+            status=response.status_code,
+            headers=dict(response.headers),
+            chunks=chunks(),
+            close=response.aclose,
+        )
