@@ -1,0 +1,32 @@
+# The two commands of the README, plus the checks and benchmarks they are built from.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lint bench venv services
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $@
+
+venv: $(VENV)/.installed
+
+## First command: the demo on embedded defaults (SQLite, in-process, the built-in fake provider).
+demo: venv
+	@bash scripts/demo.sh
+
+## Second command: the whole suite on the real PostgreSQL and Redis (started when not running).
+test: venv
+	@bash scripts/ensure_services.sh
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: venv
+	$(PY) -m bench.bench_parse

@@ -1,0 +1,133 @@
+"""Recovery plans R1-R4 decided from snapshots, and the continuation joiner."""
+
+from __future__ import annotations
+
+from streamrecover.engine.blocks import Accumulator
+from streamrecover.engine.events import BlockStart, BlockStop, SignatureDelta, TextDelta, ThinkingDelta, ToolArgsDelta
+from streamrecover.engine.join import ContinuationJoiner
+from streamrecover.engine.plan import PlanKind, plan
+
+
+def _acc(*events):
+    acc = Accumulator()
+    for e in events:
+        acc.apply(e)
+    return acc.snapshot()
+
+
+def test_partial_text_only_continues_text():
+    p = plan(_acc(BlockStart(0, "text"), TextDelta(0, "Once upon a ti")))
+    assert p.kind is PlanKind.CONTINUE_TEXT
+    assert [b.text for b in p.keep] == ["Once upon a ti"]
+    assert not p.discarded
+
+
+def test_complete_tool_call_synthesizes_tool_use_and_drops_the_half_one():
+    snap = _acc(
+        BlockStart(0, "text"),
+        TextDelta(0, "Checking."),
+        BlockStop(0),
+        BlockStart(1, "tool_use", id="t1", name="weather"),
+        ToolArgsDelta(1, '{"city": "Paris"}'),
+        BlockStop(1),
+        BlockStart(2, "tool_use", id="t2", name="weather"),
+        ToolArgsDelta(2, '{"city": "Ro'),
+    )
+    p = plan(snap)
+    assert p.kind is PlanKind.SYNTHESIZE_TOOL_USE
+    assert [b.to_content() for b in p.keep] == [
+        {"type": "text", "text": "Checking."},
+        {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}},
+    ]
+    assert [b.id for b in p.discarded_tools] == ["t2"]
+
+
+def test_text_then_partial_tool_call_truncates_before_the_tool():
+    p = plan(
+        _acc(
+            BlockStart(0, "text"),
+            TextDelta(0, "Let me look."),
+            BlockStop(0),
+            BlockStart(1, "tool_use", id="t1", name="search"),
+            ToolArgsDelta(1, '{"q": '),
+        )
+    )
+    assert p.kind is PlanKind.TRUNCATE_BEFORE_TOOL
+    assert [b.text for b in p.keep] == ["Let me look."]
+    assert [b.name for b in p.discarded_tools] == ["search"]
+
+
+def test_closed_tool_call_with_invalid_json_is_never_kept():
+    p = plan(
+        _acc(
+            BlockStart(0, "text"),
+            TextDelta(0, "x"),
+            BlockStart(1, "tool_use", id="t1", name="f"),
+            ToolArgsDelta(1, '{"a": '),
+            BlockStop(1),
+        )
+    )
+    assert p.kind is PlanKind.TRUNCATE_BEFORE_TOOL
+    assert all(b.kind != "tool_use" for b in p.keep)
+
+
+def test_nothing_salvageable_restarts_and_discards_unsigned_thinking():
+    p = plan(_acc(BlockStart(0, "thinking"), ThinkingDelta(0, "Let me think")))
+    assert p.kind is PlanKind.WHOLE_RESTART
+    assert p.keep == []
+    assert [b.text for b in p.discarded_thinking] == ["Let me think"]
+
+
+def test_signed_thinking_is_kept_before_partial_text():
+    p = plan(
+        _acc(
+            BlockStart(0, "thinking"),
+            ThinkingDelta(0, "Plan."),
+            SignatureDelta(0, "sig"),
+            BlockStop(0),
+            BlockStart(1, "text"),
+            TextDelta(1, "The answer"),
+        )
+    )
+    assert p.kind is PlanKind.CONTINUE_TEXT
+    assert [b.kind for b in p.keep] == ["thinking", "text"]
+
+
+def test_thinking_closed_without_signature_is_discarded():
+    p = plan(
+        _acc(
+            BlockStart(0, "thinking"),
+            ThinkingDelta(0, "Plan."),
+            BlockStop(0),
+            BlockStart(1, "text"),
+            TextDelta(1, "Hi"),
+        )
+    )
+    assert [b.kind for b in p.keep] == ["text"]
+    assert len(p.discarded_thinking) == 1
+
+
+def test_prefill_joiner_drops_the_held_back_whitespace_once():
+    j = ContinuationJoiner(" ")
+    assert j.feed(" ") == ""
+    assert j.feed("world") == "world"
+    j = ContinuationJoiner("\n\n")
+    assert j.feed("\n") == ""
+    assert j.feed("\nNext") == "Next"
+
+
+def test_prefill_joiner_keeps_a_continuation_that_does_not_repeat_the_whitespace():
+    j = ContinuationJoiner(" ")
+    assert j.feed("!") == "!"
+    assert j.feed(" more") == " more"
+
+
+def test_continue_message_joiner_drops_a_repeated_tail_only():
+    prefix = "The quick brown fox jumps over the lazy dog and then"
+    j = ContinuationJoiner(overlap_with=prefix)
+    out = j.feed("over the lazy dog and then") + j.feed(" runs away.")
+    assert out == " runs away."
+    j = ContinuationJoiner(overlap_with=prefix)
+    assert j.feed(" runs") + j.feed(" away.") == " runs away."
+    j = ContinuationJoiner(overlap_with=prefix)
+    assert j.feed("then") + j.flush() == "then"  # a short coincidence is not an overlap
