@@ -1,0 +1,479 @@
+"""Anthropic Messages API adapter (``POST /v1/messages`` with ``"stream": true``).
+
+Wire facts are in PROVIDERS.md §A and §D. The parser sits on the hot path of every token,
+so it parses each event's JSON once, dispatches on its ``type`` through a dict, and creates
+no objects beyond the events it returns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from fnmatch import fnmatchcase
+from typing import Any
+
+from ..engine.errors import ErrorClass, ParseError, ProviderError
+from ..engine.events import (
+    BlockStart,
+    BlockStop,
+    MessageStart,
+    ProviderErrorEvent,
+    SignatureDelta,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolArgsDelta,
+    Usage,
+    UsageUpdate,
+)
+from ..engine.retry import RETRYABLE_STATUSES, parse_retry_after, should_retry_header
+from ..engine.sse import SSEEvent
+from .base import HTTPRequest, ModelRequest, ProviderConfig, Strategy
+
+__all__ = [
+    "NO_PREFILL_MODELS",
+    "STOP_REASONS",
+    "AnthropicAdapter",
+    "AnthropicStreamParser",
+]
+
+_EXCERPT = 160
+# Bound once: json.loads re-checks its arguments on every call, and this runs per token.
+_decode = json.JSONDecoder().decode
+
+# Models that answer a trailing assistant message (a prefill) with a 400, so a
+# continuation must be a user "continue" message instead (PROVIDERS.md §A.8: "Prefill
+# removal" from Claude 4.6 on, Claude Mythos Preview). Globs match the bare model name and
+# vendor-prefixed ids (Bedrock ``anthropic.claude-…``, Vertex ``claude-…@date``), hence the
+# leading ``*``. "noprefill" lets test and fake models opt out by name. The runner still
+# falls back when a model not listed here refuses a prefill (ErrorClass.PREFILL_REFUSED).
+NO_PREFILL_MODELS: tuple[str, ...] = (
+    "*claude-opus-4-6*",
+    "*claude-opus-4-7*",
+    "*claude-opus-4-8*",
+    "*claude-sonnet-4-6*",
+    "*claude-sonnet-5*",
+    "*claude-mythos*",
+    "*noprefill*",
+)
+
+# Provider stop_reason -> normalized reason (StopReason docstring). Unknown values pass
+# through unchanged so new reasons are visible rather than guessed at.
+STOP_REASONS: dict[str, str] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "pause_turn": "pause_turn",
+    "refusal": "refusal",
+    "model_context_window_exceeded": "context_overflow",
+}
+
+# HTTP status -> (kind, class): the status policy of PROVIDERS.md §A.7/§D before body rules.
+_STATUS_POLICY: dict[int, tuple[str, ErrorClass]] = {
+    400: ("invalid_request", ErrorClass.PERMANENT),
+    401: ("unauthorized", ErrorClass.PERMANENT),
+    402: ("billing", ErrorClass.PERMANENT),
+    403: ("permission_denied", ErrorClass.PERMANENT),
+    404: ("model_not_found", ErrorClass.PERMANENT),
+    408: ("timeout", ErrorClass.RETRYABLE),
+    409: ("conflict", ErrorClass.RETRYABLE),
+    413: ("request_too_large", ErrorClass.PERMANENT),
+    429: ("rate_limited", ErrorClass.RETRYABLE),
+    500: ("server_error", ErrorClass.RETRYABLE),
+    502: ("server_error", ErrorClass.RETRYABLE),
+    503: ("server_error", ErrorClass.RETRYABLE),
+    504: ("timeout", ErrorClass.RETRYABLE),
+    529: ("overloaded", ErrorClass.RETRYABLE),
+}
+
+# A mid-stream error type -> the HTTP status it names (PROVIDERS.md §A.7: "map mid-stream
+# error.type to the same retry policy as the HTTP code it names").
+_ERROR_TYPE_STATUS: dict[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "conflict_error": 409,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+_CONTEXT_MARKERS = ("prompt is too long", "context limit", "context window", "context length")
+_PREFILL_MARKERS = ("does not support assistant message prefill", "must end with a user message")
+_SPEND_LIMIT_MARKERS = ("specified api usage limits",)
+_SPEND_LIMIT_CODE = "enforced_spend_limit_reached"
+
+
+def _excerpt(text: str) -> str:
+    return repr(text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…")
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _usage(raw: Any) -> Usage:
+    """Anthropic usage (cumulative values) -> Usage; absent fields stay None."""
+    if not raw:
+        return Usage()
+    return Usage(
+        input_tokens=_int(raw.get("input_tokens")),
+        output_tokens=_int(raw.get("output_tokens")),
+        cache_creation_input_tokens=_int(raw.get("cache_creation_input_tokens")),
+        cache_read_input_tokens=_int(raw.get("cache_read_input_tokens")),
+    )
+
+
+class _ShapeError(Exception):
+    """Internal: a field is missing or of the wrong type; ``feed`` turns it into ParseError."""
+
+
+_STREAM_END = StreamEnd()
+
+
+class AnthropicStreamParser:
+    """One response's SSE events -> normalized stream events.
+
+    Decides by the JSON ``type`` (the SSE event name is only a fallback when the JSON has
+    none); unknown event, block and delta types are tolerated because the API adds them
+    over time (PROVIDERS.md §A.2-A.4). Bad data raises ``ParseError``.
+    """
+
+    __slots__ = ("message_id", "model")
+
+    def __init__(self) -> None:
+        self.message_id: str | None = None
+        self.model: str | None = None
+
+    def feed(self, event: SSEEvent) -> list[StreamEvent]:
+        data = event.data
+        try:
+            obj = _decode(data)
+        except ValueError as exc:
+            raise ParseError(f"anthropic {event.event!r} event: data is not JSON ({exc}): {_excerpt(data)}") from None
+        if type(obj) is not dict:
+            raise ParseError(f"anthropic {event.event!r} event: data is not a JSON object: {_excerpt(data)}")
+        etype = obj.get("type")
+        if type(etype) is not str:
+            if etype is not None or event.event == "message":  # unnamed: nothing to fall back on
+                raise ParseError(f"anthropic {event.event!r} event: no string 'type': {_excerpt(data)}")
+            etype = event.event
+        handler = _HANDLERS.get(etype)
+        if handler is None:
+            return []  # ping, and event types added after this was written
+        try:
+            return handler(self, obj)
+        except (_ShapeError, KeyError, TypeError, AttributeError) as exc:
+            raise ParseError(f"anthropic {etype!r} event has the wrong shape ({exc!r}): {_excerpt(data)}") from None
+
+    # -- handlers: each takes the decoded object, returns the events ------------------
+
+    def _message_start(self, obj: dict[str, Any]) -> list[StreamEvent]:
+        message = obj["message"]
+        self.message_id = message.get("id")
+        self.model = message.get("model")
+        return [MessageStart(message_id=self.message_id, model=self.model, usage=_usage(message.get("usage")))]
+
+    def _block_start(self, obj: dict[str, Any]) -> list[StreamEvent]:
+        index = obj["index"]
+        if type(index) is not int:
+            raise _ShapeError("index is not an integer")
+        block = obj["content_block"]
+        kind = block["type"]
+        if kind == "text":
+            text = block.get("text")
+            if text:  # the start normally carries "", but keep any initial text
+                return [BlockStart(index, "text"), TextDelta(index, text)]
+            return [BlockStart(index, "text")]
+        if kind == "tool_use":
+            # The start's "input": {} is a placeholder; the input arrives as input_json_delta.
+            return [BlockStart(index, "tool_use", id=block["id"], name=block["name"])]
+        if kind == "thinking":
+            out: list[StreamEvent] = [BlockStart(index, "thinking")]
+            if block.get("thinking"):
+                out.append(ThinkingDelta(index, block["thinking"]))
+            if block.get("signature"):
+                out.append(SignatureDelta(index, block["signature"]))
+            return out
+        if type(kind) is not str:
+            raise _ShapeError("content_block.type is not a string")
+        # redacted_thinking (arrives whole) and every other type, kept opaquely as sent.
+        # server_tool_use streams its input like a tool_use but keeps its own kind: the API
+        # runs it, so it must never look like a tool call to run locally.
+        return [BlockStart(index, kind, id=block.get("id"), name=block.get("name"), data=block)]
+
+    def _block_delta(self, obj: dict[str, Any]) -> list[StreamEvent]:
+        index = obj["index"]
+        if type(index) is not int:
+            raise _ShapeError("index is not an integer")
+        delta = obj["delta"]
+        dtype = delta["type"]
+        if dtype == "text_delta":  # the common case first
+            text = delta["text"]
+            if type(text) is not str:
+                raise _ShapeError("text is not a string")
+            return [TextDelta(index, text)]
+        make = _DELTAS.get(dtype)
+        if make is None:
+            return []  # citations_delta, compaction_delta, future types: not needed to continue
+        field, cls = make
+        value = delta[field]
+        if type(value) is not str:
+            raise _ShapeError(f"{field} is not a string")
+        return [cls(index, value)]
+
+    def _block_stop(self, obj: dict[str, Any]) -> list[StreamEvent]:
+        index = obj["index"]
+        if type(index) is not int:
+            raise _ShapeError("index is not an integer")
+        return [BlockStop(index)]
+
+    def _message_delta(self, obj: dict[str, Any]) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        delta = obj.get("delta")
+        if delta:
+            raw = delta.get("stop_reason")
+            if raw is not None:
+                if type(raw) is not str:
+                    raise _ShapeError("stop_reason is not a string")
+                out.append(StopReason(STOP_REASONS.get(raw, raw), raw))
+        usage = obj.get("usage")
+        if usage:
+            out.append(UsageUpdate(_usage(usage)))  # cumulative: the engine replaces, never sums
+        return out
+
+    def _message_stop(self, obj: dict[str, Any]) -> list[StreamEvent]:
+        return [_STREAM_END]
+
+    def _error(self, obj: dict[str, Any]) -> list[StreamEvent]:
+        error = obj.get("error")
+        if not isinstance(error, dict):
+            error = {"message": str(error) if error is not None else ""}
+        return [
+            ProviderErrorEvent(
+                error_type=str(error.get("type") or "api_error"),
+                message=str(error.get("message") or ""),
+                request_id=obj.get("request_id"),
+            )
+        ]
+
+
+_Handler = Callable[[AnthropicStreamParser, dict[str, Any]], list[StreamEvent]]
+
+_HANDLERS: dict[str, _Handler] = {
+    "content_block_delta": AnthropicStreamParser._block_delta,
+    "content_block_start": AnthropicStreamParser._block_start,
+    "content_block_stop": AnthropicStreamParser._block_stop,
+    "message_start": AnthropicStreamParser._message_start,
+    "message_delta": AnthropicStreamParser._message_delta,
+    "message_stop": AnthropicStreamParser._message_stop,
+    "error": AnthropicStreamParser._error,
+}
+
+_DELTAS: dict[str, tuple[str, type[ToolArgsDelta] | type[ThinkingDelta] | type[SignatureDelta]]] = {
+    "input_json_delta": ("partial_json", ToolArgsDelta),
+    "thinking_delta": ("thinking", ThinkingDelta),
+    "signature_delta": ("signature", SignatureDelta),
+}
+
+
+# -- requests -------------------------------------------------------------------------
+
+
+def _content_block(block: dict[str, Any]) -> dict[str, Any]:
+    """A canonical content block -> the API's block (nearly the same shape)."""
+    btype = block.get("type")
+    out: dict[str, Any]
+    if btype == "text":
+        out = {"type": "text", "text": block["text"]}
+    elif btype == "tool_use":
+        out = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block.get("input") or {}}
+    elif btype == "tool_result":
+        out = {"type": "tool_result", "tool_use_id": block["tool_use_id"]}
+        content = block.get("content")
+        if content is not None:
+            out["content"] = content if isinstance(content, str) else [_content_block(b) for b in content]
+        if block.get("is_error"):
+            out["is_error"] = True
+    elif btype == "thinking":
+        # Must round-trip byte-exact with its signature (PROVIDERS.md §A.8).
+        out = {"type": "thinking", "thinking": block["thinking"], "signature": block["signature"]}
+    elif btype == "redacted_thinking":
+        out = {"type": "redacted_thinking", "data": block["data"]}
+    else:
+        return dict(block)  # images, server tool blocks, future types: as they are
+    if "cache_control" in block:
+        out["cache_control"] = block["cache_control"]
+    return out
+
+
+def _message(message: dict[str, Any]) -> dict[str, Any]:
+    """A canonical message -> an API message. ``prefix`` is dropped: for Anthropic a
+    prefill is simply a trailing assistant message."""
+    content = message["content"]
+    if not isinstance(content, str):
+        content = [_content_block(b) for b in content]
+    return {"role": message["role"], "content": content}
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _policy(status: int) -> tuple[str, ErrorClass]:
+    policy = _STATUS_POLICY.get(status)
+    if policy is not None:
+        return policy
+    if status in RETRYABLE_STATUSES or status >= 500:
+        return "server_error", ErrorClass.RETRYABLE
+    if status >= 400:
+        return "invalid_request", ErrorClass.PERMANENT
+    return "unexpected_status", ErrorClass.PERMANENT
+
+
+def _refine(status: int, kind: str, error_class: ErrorClass, message: str, code: str) -> tuple[str, ErrorClass]:
+    """Body rules on top of the status policy (PROVIDERS.md §A.7, §A.8, §0 item 12)."""
+    text = message.lower()
+    if code == _SPEND_LIMIT_CODE or _SPEND_LIMIT_CODE in text or any(m in text for m in _SPEND_LIMIT_MARKERS):
+        return "spend_limit", ErrorClass.PERMANENT
+    if status == 400:
+        if any(m in text for m in _PREFILL_MARKERS):
+            return "prefill_refused", ErrorClass.PREFILL_REFUSED
+        if any(m in text for m in _CONTEXT_MARKERS):
+            return "context_overflow", ErrorClass.PERMANENT
+    return kind, error_class
+
+
+class AnthropicAdapter:
+    """Translates between the canonical conversation and the Anthropic Messages API."""
+
+    name = "anthropic"
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+
+    # -- request ----------------------------------------------------------------------
+
+    def build_request(self, request: ModelRequest) -> HTTPRequest:
+        config = self.config
+        headers = {
+            "x-api-key": config.api_key,
+            "anthropic-version": config.anthropic_version,
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+        }
+        headers.update(config.extra_headers)
+        body: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": [_message(m) for m in request.messages],
+            "stream": True,
+        }
+        if request.system:
+            body["system"] = request.system
+        if request.tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in request.tools
+            ]
+        if request.thinking_budget:
+            body["thinking"] = {"type": "enabled", "budget_tokens": request.thinking_budget}
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        body.update(request.extra)
+        return HTTPRequest("POST", f"{config.base_url.rstrip('/')}/v1/messages", headers, body)
+
+    def new_parser(self) -> AnthropicStreamParser:
+        return AnthropicStreamParser()
+
+    # -- errors -----------------------------------------------------------------------
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
+        """Classify a non-2xx response by status, refined by the body, overridden by
+        ``x-should-retry`` (except a prefill refusal, which is a fallback signal)."""
+        text = body.decode("utf-8", errors="replace")
+        request_id = _header(headers, "request-id")
+        message = ""
+        code = ""
+        try:
+            parsed = json.loads(text) if text.strip() else None
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            request_id = request_id or parsed.get("request_id")
+            error = parsed.get("error")
+            if isinstance(error, dict):
+                message = str(error.get("message") or "")
+                details = error.get("details")
+                if isinstance(details, dict):
+                    code = str(details.get("error_code") or "")
+        if not message:
+            message = f"HTTP {status} with an unexpected body: {_excerpt(text)}" if text.strip() else f"HTTP {status}"
+        kind, error_class = _refine(status, *_policy(status), message, code)
+        override = should_retry_header(headers)
+        if override is not None and error_class is not ErrorClass.PREFILL_REFUSED:
+            error_class = ErrorClass.RETRYABLE if override else ErrorClass.PERMANENT
+        return ProviderError(
+            error_class=error_class,
+            kind=kind,
+            message=message,
+            status=status,
+            retry_after_s=parse_retry_after(headers),
+            request_id=request_id,
+        )
+
+    def classify_stream_error(self, event: ProviderErrorEvent) -> ProviderError:
+        """A mid-stream ``error`` event, classified as the HTTP status its type names.
+        Unknown types count as ``api_error``: new types are more likely transient than
+        not, and the continuation budget bounds the cost of being wrong."""
+        status = _ERROR_TYPE_STATUS.get(event.error_type, 500)
+        kind, error_class = _refine(status, *_policy(status), event.message, "")
+        return ProviderError(
+            error_class=error_class,
+            kind=kind,
+            message=f"{event.error_type}: {event.message}",
+            request_id=event.request_id,
+        )
+
+    # -- continuation -----------------------------------------------------------------
+
+    def continuation_strategy(self, model: str, *, thinking: bool) -> Strategy:
+        """Settings overrides first, then: no prefill with extended thinking or on models
+        that reject it (``NO_PREFILL_MODELS``); otherwise prefill."""
+        override = strategy_override(self.config.strategy_overrides, model)
+        if override is not None:
+            return override
+        if thinking or any(fnmatchcase(model, pattern) for pattern in NO_PREFILL_MODELS):
+            return Strategy.CONTINUE_MESSAGE
+        return Strategy.PREFILL
+
+    @property
+    def echoes_prefix(self) -> bool:
+        """A prefill continuation never repeats the prefill (PROVIDERS.md §A.8)."""
+        return False
+
+
+def strategy_override(overrides: Mapping[str, str], model: str) -> Strategy | None:
+    """The first ``model glob -> strategy`` setting that matches, if any."""
+    for pattern, value in overrides.items():
+        if fnmatchcase(model, pattern):
+            try:
+                return Strategy(value)
+            except ValueError:
+                known = ", ".join(s.value for s in Strategy)
+                raise ValueError(
+                    f"strategy override {pattern!r} -> {value!r} is not a strategy (known: {known})"
+                ) from None
+    return None

@@ -1,0 +1,438 @@
+"""OpenAI Chat Completions adapter (``POST {base_url}/chat/completions``, ``"stream": true``).
+
+Also serves OpenAI-compatible endpoints: DeepSeek and Mistral continue from an assistant
+message flagged ``"prefix": true`` (``ProviderConfig.prefix_flag``); Mistral's answer then
+repeats the prefix (``ProviderConfig.echoes_prefix``). Wire facts: PROVIDERS.md §B and §D.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..engine.errors import ErrorClass, ParseError, ProviderError
+from ..engine.events import (
+    BlockStart,
+    BlockStop,
+    MessageStart,
+    ProviderErrorEvent,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolArgsDelta,
+    Usage,
+    UsageUpdate,
+)
+from ..engine.retry import RETRYABLE_STATUSES, parse_retry_after, should_retry_header
+from ..engine.sse import SSEEvent
+from .anthropic import strategy_override
+from .base import HTTPRequest, ModelRequest, ProviderConfig, Strategy
+
+__all__ = ["FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStreamParser"]
+
+_EXCERPT = 160
+# Bound once: json.loads re-checks its arguments on every call, and this runs per token.
+_decode = json.JSONDecoder().decode
+TEXT_INDEX = 0  # the message's text (content or refusal) is block 0; tool call i is block 1 + i
+
+# finish_reason -> normalized stop reason; unknown values pass through unchanged.
+FINISH_REASONS: dict[str, str] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "content_filter",
+    "function_call": "tool_use",
+}
+
+_STATUS_POLICY: dict[int, tuple[str, ErrorClass]] = {
+    400: ("invalid_request", ErrorClass.PERMANENT),
+    401: ("unauthorized", ErrorClass.PERMANENT),
+    402: ("billing", ErrorClass.PERMANENT),  # DeepSeek: insufficient balance
+    403: ("permission_denied", ErrorClass.PERMANENT),
+    404: ("model_not_found", ErrorClass.PERMANENT),
+    408: ("timeout", ErrorClass.RETRYABLE),
+    409: ("conflict", ErrorClass.RETRYABLE),
+    413: ("request_too_large", ErrorClass.PERMANENT),
+    429: ("rate_limited", ErrorClass.RETRYABLE),
+    500: ("server_error", ErrorClass.RETRYABLE),
+    502: ("server_error", ErrorClass.RETRYABLE),
+    503: ("server_error", ErrorClass.RETRYABLE),
+    504: ("timeout", ErrorClass.RETRYABLE),
+}
+
+# Look-alikes of a rate limit that retrying cannot fix: the money ran out (PROVIDERS.md §B.2).
+_QUOTA_MARKERS = ("insufficient_quota", "quota", "spend limit", "spending limit", "billing_hard_limit")
+_CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
+# Mid-stream error types/codes worth a continuation (server trouble, rate limits).
+_RETRYABLE_STREAM_MARKERS = ("server_error", "overload", "rate_limit", "timeout", "unavailable", "api_error")
+
+
+def _excerpt(text: str) -> str:
+    return repr(text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…")
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    """Chat usage -> Usage. ``prompt_tokens`` includes cached tokens (OpenAI's meaning);
+    DeepSeek reports cache hits as ``prompt_cache_hit_tokens``."""
+    details = raw.get("prompt_tokens_details")
+    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+    if cached is None:
+        cached = _int(raw.get("prompt_cache_hit_tokens"))
+    return Usage(
+        input_tokens=_int(raw.get("prompt_tokens")),
+        output_tokens=_int(raw.get("completion_tokens")),
+        cache_read_input_tokens=cached,
+    )
+
+
+_STREAM_END = StreamEnd()
+
+
+class OpenAIChatStreamParser:
+    """One response's chunks -> normalized stream events.
+
+    Chunks are unnamed SSE events; ``choices`` may be empty (the final usage chunk, Azure's
+    first chunk), so nothing indexes it blindly. Only choice 0 is followed: a continuation
+    runner asks for one answer. ``delta.reasoning_content`` (DeepSeek and other compatible
+    servers) is ignored for now: there is no way to send it back as history that the
+    provider would check, so it cannot help a continuation.
+    """
+
+    __slots__ = ("_open_tools", "_refused", "_started", "_text_open")
+
+    def __init__(self) -> None:
+        self._text_open = False
+        self._open_tools: dict[int, int] = {}  # provider tool index -> block index
+        self._refused = False
+        self._started = False
+
+    def feed(self, event: SSEEvent) -> list[StreamEvent]:
+        data = event.data
+        if data[:6] == "[DONE]":  # the SDK's test: startswith("[DONE]")
+            return [_STREAM_END]
+        try:
+            chunk = _decode(data)
+        except ValueError as exc:
+            raise ParseError(f"openai {event.event!r} event: data is not JSON ({exc}): {_excerpt(data)}") from None
+        if type(chunk) is not dict:
+            raise ParseError(f"openai {event.event!r} event: data is not a JSON object: {_excerpt(data)}")
+        try:
+            return self._chunk(chunk)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ParseError(f"openai chunk has the wrong shape ({exc!r}): {_excerpt(data)}") from None
+
+    def _chunk(self, chunk: dict[str, Any]) -> list[StreamEvent]:
+        error = chunk.get("error")
+        if error:
+            return [_error_event(error)]
+        out: list[StreamEvent] = []
+        if not self._started and chunk.get("id"):  # Azure's first chunk has id ""
+            self._started = True
+            out.append(MessageStart(message_id=chunk["id"], model=chunk.get("model") or None))
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if delta:
+                self._delta(delta, out)
+            finish = choice.get("finish_reason")
+            if finish is not None:
+                self._finish(finish, out)
+        usage = chunk.get("usage")
+        if usage:
+            out.append(UsageUpdate(_usage(usage)))
+        return out
+
+    def _delta(self, delta: dict[str, Any], out: list[StreamEvent]) -> None:
+        content = delta.get("content")
+        if content:
+            self._text(content, out)
+        refusal = delta.get("refusal")
+        if refusal:
+            self._refused = True  # the finish_reason stays "stop"; the stop reason must not
+            self._text(refusal, out)
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            for position, call in enumerate(tool_calls):
+                index = call.get("index", position)
+                if type(index) is not int:
+                    raise TypeError("tool_calls[].index is not an integer")
+                self._tool(index, call.get("id"), call.get("function") or {}, out)
+        function_call = delta.get("function_call")  # deprecated single-call form
+        if function_call:
+            self._tool(0, None, function_call, out)
+
+    def _text(self, text: str, out: list[StreamEvent]) -> None:
+        if type(text) is not str:
+            raise TypeError("content is not a string")
+        if not self._text_open:
+            self._text_open = True
+            out.append(BlockStart(TEXT_INDEX, "text"))
+        out.append(TextDelta(TEXT_INDEX, text))
+
+    def _tool(self, index: int, call_id: str | None, function: dict[str, Any], out: list[StreamEvent]) -> None:
+        block = self._open_tools.get(index)
+        if block is None:  # id and name come only on a call's first chunk
+            block = self._open_tools[index] = 1 + index
+            out.append(BlockStart(block, "tool_use", id=call_id, name=function.get("name")))
+        arguments = function.get("arguments")
+        if arguments:
+            if type(arguments) is not str:
+                raise TypeError("function.arguments is not a string")
+            out.append(ToolArgsDelta(block, arguments))
+
+    def _finish(self, finish: str, out: list[StreamEvent]) -> None:
+        if type(finish) is not str:
+            raise TypeError("finish_reason is not a string")
+        if self._text_open:
+            self._text_open = False
+            out.append(BlockStop(TEXT_INDEX))
+        for block in sorted(self._open_tools.values()):
+            out.append(BlockStop(block))
+        self._open_tools.clear()
+        reason = "refusal" if self._refused else FINISH_REASONS.get(finish, finish)
+        out.append(StopReason(reason, finish))
+
+
+def _error_event(error: Any) -> ProviderErrorEvent:
+    """``data: {"error": {...}}`` inside a 200 stream. The code is more specific than the
+    type when both are set (``rate_limit_exceeded`` vs ``requests``), so it wins."""
+    if not isinstance(error, dict):
+        return ProviderErrorEvent(error_type="error", message=str(error))
+    error_type = error.get("code") or error.get("type") or "error"
+    return ProviderErrorEvent(error_type=str(error_type), message=str(error.get("message") or ""))
+
+
+# -- requests -------------------------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    """Tool-result content (a string or canonical blocks) as the string OpenAI takes."""
+    if isinstance(content, str):
+        return content
+    if not content:
+        return ""
+    return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+def _user_part(block: dict[str, Any]) -> dict[str, Any]:
+    """A canonical user block -> a content part. Anthropic-style base64 images become data
+    URLs; anything else is assumed to be an OpenAI part already."""
+    btype = block.get("type")
+    if btype == "text":
+        return {"type": "text", "text": block["text"]}
+    source = block.get("source")
+    if btype == "image" and isinstance(source, dict) and source.get("type") == "base64":
+        url = f"data:{source['media_type']};base64,{source['data']}"
+        return {"type": "image_url", "image_url": {"url": url}}
+    return dict(block)
+
+
+def _user_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A canonical user message -> tool messages (first: they must follow the assistant's
+    tool calls) and then the user's own content, if any. ``is_error`` has no OpenAI field;
+    the result's text carries the error."""
+    content = message["content"]
+    if isinstance(content, str):
+        return [{"role": "user", "content": content}]
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if block.get("type") == "tool_result":
+            out.append(
+                {"role": "tool", "tool_call_id": block["tool_use_id"], "content": _text_of(block.get("content"))}
+            )
+        else:
+            parts.append(_user_part(block))
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        out.append({"role": "user", "content": parts[0]["text"]})
+    elif parts:
+        out.append({"role": "user", "content": parts})
+    return out
+
+
+def _assistant_message(message: dict[str, Any], prefix_flag: bool) -> dict[str, Any]:
+    """Text blocks join into ``content``; tool_use blocks become ``tool_calls``; thinking,
+    redacted thinking and other provider blocks are dropped (OpenAI cannot take them)."""
+    content = message["content"]
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    if isinstance(content, str):
+        text.append(content)
+    else:
+        for block in content:
+            btype = block.get("type")
+            if btype == "text":
+                text.append(block["text"])
+            elif btype == "tool_use":
+                arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+                calls.append(
+                    {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}}
+                )
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None}
+    if calls:
+        out["tool_calls"] = calls
+    if prefix_flag and message.get("prefix"):
+        out["prefix"] = True
+    return out
+
+
+def _messages(request: ModelRequest, prefix_flag: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    for message in request.messages:
+        role = message["role"]
+        if role == "user":
+            out.extend(_user_messages(message))
+        elif role == "assistant":
+            out.append(_assistant_message(message, prefix_flag))
+        else:  # system/developer messages placed in the conversation
+            out.append({"role": role, "content": _text_of(message["content"])})
+    return out
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _policy(status: int) -> tuple[str, ErrorClass]:
+    policy = _STATUS_POLICY.get(status)
+    if policy is not None:
+        return policy
+    if status in RETRYABLE_STATUSES or status >= 500:
+        return "server_error", ErrorClass.RETRYABLE
+    if status >= 400:
+        return "invalid_request", ErrorClass.PERMANENT  # 422 and other 4xx
+    return "unexpected_status", ErrorClass.PERMANENT
+
+
+class OpenAIChatAdapter:
+    """Translates between the canonical conversation and Chat Completions."""
+
+    name = "openai"
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+
+    def build_request(self, request: ModelRequest) -> HTTPRequest:
+        """``max_tokens`` is sent unless ``extra`` carries ``max_completion_tokens`` (newer
+        OpenAI models refuse the older name; compatible servers only know the older one)."""
+        config = self.config
+        headers = {
+            "Authorization": f"Bearer {config.api_key}",
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+        }
+        headers.update(config.extra_headers)
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": _messages(request, config.prefix_flag),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if "max_completion_tokens" not in request.extra:
+            body["max_tokens"] = request.max_tokens
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
+                }
+                for t in request.tools
+            ]
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        body.update(request.extra)
+        return HTTPRequest("POST", f"{config.base_url.rstrip('/')}/chat/completions", headers, body)
+
+    def new_parser(self) -> OpenAIChatStreamParser:
+        return OpenAIChatStreamParser()
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
+        """Status policy, refined by the body's ``code``/``type``/message (quota 429s and
+        context overflows are permanent), overridden by ``x-should-retry``."""
+        text = body.decode("utf-8", errors="replace")
+        message = ""
+        markers = ""
+        try:
+            parsed = json.loads(text) if text.strip() else None
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            error = parsed.get("error")
+            if isinstance(error, dict):
+                message = str(error.get("message") or "")
+                markers = f"{error.get('code') or ''} {error.get('type') or ''}"
+            elif isinstance(error, str):
+                message = error
+        if not message:
+            message = f"HTTP {status} with an unexpected body: {_excerpt(text)}" if text.strip() else f"HTTP {status}"
+        kind, error_class = _policy(status)
+        haystack = f"{markers} {message}".lower()
+        if status == 429 and any(m in haystack for m in _QUOTA_MARKERS):
+            kind, error_class = "spend_limit", ErrorClass.PERMANENT
+        elif status == 400 and any(m in haystack for m in _CONTEXT_MARKERS):
+            kind = "context_overflow"
+        override = should_retry_header(headers)
+        if override is not None:
+            error_class = ErrorClass.RETRYABLE if override else ErrorClass.PERMANENT
+        return ProviderError(
+            error_class=error_class,
+            kind=kind,
+            message=message,
+            status=status,
+            retry_after_s=parse_retry_after(headers),
+            request_id=_header(headers, "x-request-id"),
+        )
+
+    def classify_stream_error(self, event: ProviderErrorEvent) -> ProviderError:
+        """Server trouble and rate limits are worth a continuation; anything else in a 200
+        stream (quota, invalid request, context overflow) is permanent."""
+        error_type = event.error_type.lower()
+        haystack = f"{error_type} {event.message.lower()}"
+        if any(m in haystack for m in _QUOTA_MARKERS):
+            kind, error_class = "spend_limit", ErrorClass.PERMANENT
+        elif any(m in haystack for m in _CONTEXT_MARKERS):
+            kind, error_class = "context_overflow", ErrorClass.PERMANENT
+        elif "rate_limit" in error_type:
+            kind, error_class = "rate_limited", ErrorClass.RETRYABLE
+        elif "overload" in haystack:
+            kind, error_class = "overloaded", ErrorClass.RETRYABLE
+        elif any(m in error_type for m in _RETRYABLE_STREAM_MARKERS):
+            kind, error_class = "server_error", ErrorClass.RETRYABLE
+        elif error_type == "invalid_request_error":
+            kind, error_class = "invalid_request", ErrorClass.PERMANENT
+        else:
+            kind, error_class = "provider_error", ErrorClass.PERMANENT
+        return ProviderError(
+            error_class=error_class,
+            kind=kind,
+            message=f"{event.error_type}: {event.message}",
+            request_id=event.request_id,
+        )
+
+    def continuation_strategy(self, model: str, *, thinking: bool) -> Strategy:
+        """Settings overrides first; the prefix flag where the endpoint takes it; otherwise
+        a user "continue" message, since OpenAI has no prefill (PROVIDERS.md §B.3)."""
+        override = strategy_override(self.config.strategy_overrides, model)
+        if override is not None:
+            return override
+        return Strategy.PREFIX_FLAG if self.config.prefix_flag else Strategy.CONTINUE_MESSAGE
+
+    @property
+    def echoes_prefix(self) -> bool:
+        """Mistral repeats the prefix in its answer; DeepSeek does not (PROVIDERS.md §B.3)."""
+        return self.config.echoes_prefix

@@ -1,0 +1,639 @@
+"""The OpenAI Chat Completions adapter against the real streams (PROVIDERS.md §B), and the registry."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamrecover.engine.blocks import Accumulator, BlockStatus
+from streamrecover.engine.errors import ErrorClass, ParseError
+from streamrecover.engine.events import (
+    BlockStart,
+    BlockStop,
+    MessageStart,
+    ProviderErrorEvent,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolArgsDelta,
+    Usage,
+    UsageUpdate,
+)
+from streamrecover.engine.sse import SSEEvent
+from streamrecover.providers.anthropic import AnthropicAdapter
+from streamrecover.providers.base import ModelRequest, ProviderConfig, Strategy, ToolSpec
+from streamrecover.providers.openai_chat import OpenAIChatAdapter, OpenAIChatStreamParser
+from streamrecover.providers.registry import get_adapter
+
+STREAMS = Path(__file__).resolve().parents[2] / "shared" / "streams"
+CHAT_FIXTURES = ["openai_chat_tool.sse", "openai_chat_refusal.sse"]
+
+
+def load(name: str) -> str:
+    path = STREAMS / name
+    if not path.is_file():
+        pytest.fail(f"reference stream {path} is missing: the adapter tests need /work/shared/streams")
+    return path.read_text(encoding="utf-8")
+
+
+def sse_events(text: str) -> list[SSEEvent]:
+    """A minimal SSE splitter for the fixtures (``\\n`` line ends). Like a real decoder, it
+    drops an event whose blank line has not arrived (the text after the last ``\\n\\n``)."""
+    events = []
+    for raw in text.split("\n\n")[:-1]:
+        name, data = "message", []
+        for line in raw.split("\n"):
+            if not line or line.startswith(":"):
+                continue
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+        if data:
+            events.append(SSEEvent(name, "\n".join(data)))
+    return events
+
+
+def parse(events: list[SSEEvent], parser: OpenAIChatStreamParser | None = None) -> list[StreamEvent]:
+    parser = parser or OpenAIChatStreamParser()
+    return [out for event in events for out in parser.feed(event)]
+
+
+def assemble(text: str) -> tuple[list[StreamEvent], Accumulator]:
+    out = parse(sse_events(text))
+    acc = Accumulator()
+    for event in out:
+        acc.apply(event)
+    return out, acc
+
+
+def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> SSEEvent:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+    data = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "gpt-4o", "choices": choices, **extra}
+    return SSEEvent("message", json.dumps(data))
+
+
+CONFIG = ProviderConfig(name="openai", base_url="https://api.openai.com/v1", api_key="sk-test")
+ADAPTER = OpenAIChatAdapter(CONFIG)
+
+
+# -- the real streams -----------------------------------------------------------------
+
+
+def test_tool_stream_assembles_the_call_usage_and_end():
+    out, acc = assemble(load("openai_chat_tool.sse"))
+    (tool,) = acc.blocks
+    assert tool.index == 1  # tool call 0 -> block 1; block 0 is the text
+    assert tool.to_content() == {
+        "type": "tool_use",
+        "id": "call_c91SqDXlYFuETYv8mUHzz6pp",
+        "name": "GetWeatherArgs",
+        "input": {"city": "Edinburgh", "country": "UK", "units": "c"},
+    }
+    assert tool.arguments == '{"city":"Edinburgh","country":"UK","units":"c"}'
+    assert tool.status() is BlockStatus.COMPLETE
+    assert acc.stop_reason == "tool_use"
+    assert acc.usage == Usage(input_tokens=76, output_tokens=24)
+    assert acc.message_id == "chatcmpl-ABfw8AOXnoa2kzy11vVTSjuQhHCQr"
+    assert acc.ended
+    assert out[:2] == [
+        MessageStart("chatcmpl-ABfw8AOXnoa2kzy11vVTSjuQhHCQr", "gpt-4o-2024-08-06"),
+        BlockStart(1, "tool_use", id="call_c91SqDXlYFuETYv8mUHzz6pp", name="GetWeatherArgs"),
+    ]
+    assert out[-4:] == [
+        BlockStop(1),
+        StopReason("tool_use", "tool_calls"),
+        UsageUpdate(Usage(input_tokens=76, output_tokens=24)),
+        StreamEnd(),
+    ]
+
+
+def test_refusal_stream_ends_with_a_refusal_stop_reason():
+    out, acc = assemble(load("openai_chat_refusal.sse"))
+    (text,) = acc.blocks
+    assert text.to_content() == {"type": "text", "text": "I'm sorry, I can't assist with that request."}
+    assert acc.stop_reason == "refusal"
+    assert StopReason("refusal", "stop") in out
+    assert acc.usage == Usage(input_tokens=79, output_tokens=11)
+    assert acc.ended
+
+
+@pytest.mark.parametrize("name", CHAT_FIXTURES)
+def test_a_stream_cut_before_done_never_ends(name: str):
+    text = load(name)
+    boundaries = [i + 2 for i in range(len(text)) if text.startswith("\n\n", i)]
+    cuts = {0, len(text) - 1, len(text) - 2}
+    for end in boundaries:
+        cuts.update({end - 1, end, end + 1, max(0, end - 20)})
+    for cut in sorted(c for c in cuts if c < len(text)):
+        _, acc = assemble(text[:cut])
+        assert not acc.ended, f"{name} cut at byte {cut} reported a complete stream"
+    _, acc = assemble(text)
+    assert acc.ended
+
+
+def test_finish_reason_without_done_is_not_an_end():
+    text = load("openai_chat_tool.sse")
+    out, acc = assemble(text[: text.index("data: [DONE]")])
+    assert acc.stop_reason == "tool_use"
+    assert StreamEnd() not in out
+    assert not acc.ended
+
+
+# -- chunk shapes ---------------------------------------------------------------------
+
+
+def test_text_block_opens_on_the_first_content():
+    parser = OpenAIChatStreamParser()
+    assert parser.feed(chunk({"role": "assistant", "content": "", "refusal": None})) == [
+        MessageStart("chatcmpl-1", "gpt-4o")
+    ]
+    assert parser.feed(chunk({"content": "Hel"})) == [BlockStart(0, "text"), TextDelta(0, "Hel")]
+    assert parser.feed(chunk({"content": "lo"})) == [TextDelta(0, "lo")]
+    assert parser.feed(chunk({}, "stop")) == [BlockStop(0), StopReason("end_turn", "stop")]
+    assert parser.feed(SSEEvent("message", "[DONE]")) == [StreamEnd()]
+
+
+def test_text_and_parallel_tool_calls_get_their_own_blocks():
+    parser = OpenAIChatStreamParser()
+    events = [
+        chunk({"content": "Both:"}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ""}}
+                ]
+            }
+        ),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"x":1}'}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 1, "id": "call_b", "type": "function", "function": {"name": "g", "arguments": "{}"}}
+                ]
+            }
+        ),
+        chunk({}, "tool_calls"),
+    ]
+    out = parse(events, parser)
+    acc = Accumulator()
+    for event in out:
+        acc.apply(event)
+    assert [b.to_content() for b in acc.blocks] == [
+        {"type": "text", "text": "Both:"},
+        {"type": "tool_use", "id": "call_a", "name": "f", "input": {"x": 1}},
+        {"type": "tool_use", "id": "call_b", "name": "g", "input": {}},
+    ]
+    assert out[-4:] == [BlockStop(0), BlockStop(1), BlockStop(2), StopReason("tool_use", "tool_calls")]
+    assert ToolArgsDelta(1, '{"x":1}') in out
+
+
+def test_empty_choices_never_index_blindly():
+    azure_first = {
+        "choices": [],
+        "created": 0,
+        "id": "",
+        "model": "",
+        "object": "",
+        "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}],
+    }
+    parser = OpenAIChatStreamParser()
+    assert parser.feed(SSEEvent("message", json.dumps(azure_first))) == []
+    assert parser.feed(SSEEvent("message", '{"id": "c", "choices": null, "usage": null}')) == [MessageStart("c")]
+
+
+@pytest.mark.parametrize(
+    ("finish", "normalized"),
+    [
+        ("stop", "end_turn"),
+        ("tool_calls", "tool_use"),
+        ("length", "max_tokens"),
+        ("content_filter", "content_filter"),
+        ("function_call", "tool_use"),
+        ("something_new", "something_new"),
+    ],
+)
+def test_finish_reasons(finish: str, normalized: str):
+    assert OpenAIChatStreamParser().feed(chunk({}, finish))[-1] == StopReason(normalized, finish)
+
+
+def test_usage_maps_cached_tokens():
+    usage = {"prompt_tokens": 100, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 64}}
+    out = OpenAIChatStreamParser().feed(chunk(None, usage=usage))
+    assert out[-1] == UsageUpdate(Usage(input_tokens=100, output_tokens=7, cache_read_input_tokens=64))
+    deepseek = {"prompt_tokens": 10, "completion_tokens": 2, "prompt_cache_hit_tokens": 8}
+    out = OpenAIChatStreamParser().feed(chunk(None, usage=deepseek))
+    assert out[-1] == UsageUpdate(Usage(input_tokens=10, output_tokens=2, cache_read_input_tokens=8))
+
+
+def test_reasoning_content_is_ignored_for_now():
+    parser = OpenAIChatStreamParser()
+    parser.feed(chunk({"role": "assistant"}))
+    assert parser.feed(chunk({"reasoning_content": "Let me think"})) == []
+    assert parser.feed(chunk({"reasoning_content": None, "content": "Hi"})) == [
+        BlockStart(0, "text"),
+        TextDelta(0, "Hi"),
+    ]
+
+
+def test_deprecated_function_call_becomes_a_tool_block():
+    events = [
+        chunk({"function_call": {"name": "f", "arguments": '{"a"'}}),
+        chunk({"function_call": {"arguments": ":1}"}}),
+        chunk({}, "function_call"),
+    ]
+    assert parse(events)[1:] == [
+        BlockStart(1, "tool_use", id=None, name="f"),
+        ToolArgsDelta(1, '{"a"'),
+        ToolArgsDelta(1, ":1}"),
+        BlockStop(1),
+        StopReason("tool_use", "function_call"),
+    ]
+
+
+def test_error_chunk_becomes_a_provider_error_event():
+    data = {
+        "error": {
+            "message": "The server had an error while processing your request. Sorry about that!",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+    (event,) = OpenAIChatStreamParser().feed(SSEEvent("message", json.dumps(data)))
+    assert event == ProviderErrorEvent("server_error", data["error"]["message"])
+    error = ADAPTER.classify_stream_error(event)
+    assert (error.error_class, error.kind) == (ErrorClass.RETRYABLE, "server_error")
+
+
+def test_error_chunk_prefers_the_code_to_the_type():
+    data = {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}
+    assert OpenAIChatStreamParser().feed(SSEEvent("message", json.dumps(data))) == [
+        ProviderErrorEvent("rate_limit_exceeded", "Rate limit reached")
+    ]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "not json",
+        '{"id": "c", "choices": [{"index": 0, "delta": {"content": "a"}',
+        "[1, 2]",
+        "42",
+        '{"id": "c", "choices": "abc"}',
+        '{"id": "c", "choices": [{"index": 0, "delta": "text"}]}',
+        '{"id": "c", "choices": [{"index": 0, "delta": {"content": 5}}]}',
+        '{"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": "0"}]}}]}',
+        '{"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 1}}]}}]}',
+        '{"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": 3}]}',
+        '{"id": "c", "choices": [], "usage": "lots"}',
+    ],
+)
+def test_bad_data_raises_parse_error(data: str):
+    with pytest.raises(ParseError, match="openai"):
+        OpenAIChatStreamParser().feed(SSEEvent("message", data))
+
+
+# -- requests -------------------------------------------------------------------------
+
+
+def test_request_url_headers_and_body():
+    config = ProviderConfig(
+        name="openai", base_url="https://api.openai.com/v1/", api_key="sk-secret", extra_headers={"OpenAI-Project": "p"}
+    )
+    request = ModelRequest(
+        model="gpt-4o",
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+        max_tokens=256,
+        system="Be brief.",
+        tools=(ToolSpec("get_weather", "Weather for a place", {"type": "object"}),),
+        thinking_budget=1000,  # no OpenAI equivalent: not sent
+        temperature=0.2,
+        extra={"seed": 7},
+    )
+    http = OpenAIChatAdapter(config).build_request(request)
+    assert (http.method, http.url) == ("POST", "https://api.openai.com/v1/chat/completions")
+    assert http.headers == {
+        "Authorization": "Bearer sk-secret",
+        "content-type": "application/json",
+        "accept": "text/event-stream",
+        "OpenAI-Project": "p",
+    }
+    assert http.json == {
+        "model": "gpt-4o",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 256,
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Weather for a place",
+                    "parameters": {"type": "object"},
+                },
+            }
+        ],
+        "temperature": 0.2,
+        "seed": 7,
+    }
+    assert http.redacted()["headers"]["Authorization"] == "[redacted]"
+
+
+def test_compatible_base_url_keeps_its_version_path():
+    config = ProviderConfig(name="openai", base_url="https://api.deepseek.com/beta", prefix_flag=True)
+    http = OpenAIChatAdapter(config).build_request(ModelRequest(model="deepseek-chat", messages=[]))
+    assert http.url == "https://api.deepseek.com/beta/chat/completions"
+
+
+def test_max_completion_tokens_replaces_max_tokens():
+    request = ModelRequest(model="o3", messages=[], max_tokens=99, extra={"max_completion_tokens": 500})
+    body = ADAPTER.build_request(request).json
+    assert "max_tokens" not in body
+    assert body["max_completion_tokens"] == 500
+
+
+CONVERSATION = [
+    {"role": "user", "content": "Weather in SF and NYC?"},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "Two calls.", "signature": "sig=="},
+            {"type": "redacted_thinking", "data": "EqkE"},
+            {"type": "text", "text": "Checking "},
+            {"type": "text", "text": "both."},
+            {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "San Francisco"}},
+            {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"city": "Zürich"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "call_1", "content": "15 C"},
+            {
+                "type": "tool_result",
+                "tool_use_id": "call_2",
+                "content": [{"type": "text", "text": "boom"}],
+                "is_error": True,
+            },
+            {"type": "text", "text": "Thanks."},
+        ],
+    },
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "call_3", "name": "noop", "input": {}}]},
+    {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "call_3", "content": ""},
+            {"type": "text", "text": "Look:"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}},
+        ],
+    },
+    {"role": "assistant", "content": [{"type": "text", "text": "The answer is"}], "prefix": True},
+]
+
+
+def test_request_maps_every_canonical_block():
+    sent = ADAPTER.build_request(ModelRequest(model="gpt-4o", messages=CONVERSATION)).json["messages"]
+    assert sent == [
+        {"role": "user", "content": "Weather in SF and NYC?"},
+        {
+            "role": "assistant",
+            "content": "Checking both.",  # thinking and redacted thinking dropped
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "San Francisco"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Zürich"}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "15 C"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "boom"},
+        {"role": "user", "content": "Thanks."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_3", "type": "function", "function": {"name": "noop", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "call_3", "content": ""},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Look:"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}},
+            ],
+        },
+        {"role": "assistant", "content": "The answer is"},  # no prefix flag without config.prefix_flag
+    ]
+    arguments = sent[1]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(arguments) == {"city": "San Francisco"}
+
+
+def test_prefix_flag_is_sent_only_when_configured():
+    config = ProviderConfig(name="openai", base_url="https://api.deepseek.com/beta", prefix_flag=True)
+    sent = OpenAIChatAdapter(config).build_request(ModelRequest(model="deepseek-chat", messages=CONVERSATION)).json
+    assert sent["messages"][-1] == {"role": "assistant", "content": "The answer is", "prefix": True}
+    assert all("prefix" not in m for m in sent["messages"][:-1])
+    plain = [*CONVERSATION[:-1], {"role": "assistant", "content": [{"type": "text", "text": "x"}]}]
+    sent = OpenAIChatAdapter(config).build_request(ModelRequest(model="deepseek-chat", messages=plain)).json
+    assert "prefix" not in sent["messages"][-1]
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+def body(message: str, error_type: str | None = None, code: str | None = None) -> bytes:
+    return json.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}}).encode()
+
+
+@pytest.mark.parametrize(
+    ("status", "payload", "error_class", "kind"),
+    [
+        (
+            400,
+            body(
+                "This model's maximum context length is 128000 tokens.",
+                "invalid_request_error",
+                "context_length_exceeded",
+            ),
+            ErrorClass.PERMANENT,
+            "context_overflow",
+        ),
+        (400, body("Invalid 'messages[1].role'", "invalid_request_error"), ErrorClass.PERMANENT, "invalid_request"),
+        (
+            401,
+            body("Incorrect API key provided", "invalid_request_error", "invalid_api_key"),
+            ErrorClass.PERMANENT,
+            "unauthorized",
+        ),
+        (
+            403,
+            body("Country, region, or territory not supported", "request_forbidden"),
+            ErrorClass.PERMANENT,
+            "permission_denied",
+        ),
+        (
+            404,
+            body("The model `gpt-9` does not exist", "invalid_request_error", "model_not_found"),
+            ErrorClass.PERMANENT,
+            "model_not_found",
+        ),
+        (
+            429,
+            body("Rate limit reached for gpt-4o on tokens per min (TPM)", "tokens", "rate_limit_exceeded"),
+            ErrorClass.RETRYABLE,
+            "rate_limited",
+        ),
+        (
+            429,
+            body(
+                "You exceeded your current quota, please check your plan and billing details.",
+                "insufficient_quota",
+                "insufficient_quota",
+            ),
+            ErrorClass.PERMANENT,
+            "spend_limit",
+        ),
+        (429, body("You exceeded your current quota."), ErrorClass.PERMANENT, "spend_limit"),
+        (429, body("Monthly spend limit reached", "billing_hard_limit_reached"), ErrorClass.PERMANENT, "spend_limit"),
+        (402, body("Insufficient Balance"), ErrorClass.PERMANENT, "billing"),
+        (408, b"", ErrorClass.RETRYABLE, "timeout"),
+        (409, body("conflict"), ErrorClass.RETRYABLE, "conflict"),
+        (422, body("Invalid parameters"), ErrorClass.PERMANENT, "invalid_request"),
+        (500, body("The server had an error", "server_error"), ErrorClass.RETRYABLE, "server_error"),
+        (502, b"<html>Bad Gateway</html>", ErrorClass.RETRYABLE, "server_error"),
+        (503, body("The engine is currently overloaded", "server_error"), ErrorClass.RETRYABLE, "server_error"),
+        (504, b"", ErrorClass.RETRYABLE, "timeout"),
+    ],
+)
+def test_http_error_classification(status: int, payload: bytes, error_class: ErrorClass, kind: str):
+    error = ADAPTER.classify_http_error(status, {"x-request-id": "req_abc"}, payload)
+    assert (error.error_class, error.kind, error.status, error.request_id) == (error_class, kind, status, "req_abc")
+    assert error.message
+
+
+def test_non_json_body_still_classifies_with_a_clear_message():
+    error = ADAPTER.classify_http_error(503, {}, b"upstream connect error or disconnect/reset before headers")
+    assert error.error_class is ErrorClass.RETRYABLE
+    assert "503" in error.message
+    assert "upstream connect error" in error.message
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after": "20"}, 20.0),
+        ({"Retry-After": "0.5"}, 0.5),
+        ({"retry-after-ms": "750"}, 0.75),
+        ({"retry-after": "0"}, None),
+        ({}, None),
+    ],
+)
+def test_retry_after_forms(headers: dict[str, str], expected: float | None):
+    assert ADAPTER.classify_http_error(429, headers, body("Rate limit reached")).retry_after_s == expected
+
+
+def test_retry_after_as_an_http_date():
+    date = email.utils.formatdate(time.time() + 60, usegmt=True)
+    retry_after = ADAPTER.classify_http_error(503, {"Retry-After": date}, b"").retry_after_s
+    assert retry_after is not None
+    assert 40 < retry_after <= 61
+
+
+@pytest.mark.parametrize(
+    ("status", "header", "expected"),
+    [
+        (500, "false", ErrorClass.PERMANENT),
+        (429, "false", ErrorClass.PERMANENT),
+        (400, "true", ErrorClass.RETRYABLE),
+        (429, "TRUE", ErrorClass.RETRYABLE),
+    ],
+)
+def test_x_should_retry_overrides_the_status_policy(status: int, header: str, expected: ErrorClass):
+    assert ADAPTER.classify_http_error(status, {"X-Should-Retry": header}, body("x")).error_class is expected
+
+
+@pytest.mark.parametrize(
+    ("error_type", "message", "error_class", "kind"),
+    [
+        ("server_error", "The server had an error", ErrorClass.RETRYABLE, "server_error"),
+        ("rate_limit_exceeded", "Rate limit reached", ErrorClass.RETRYABLE, "rate_limited"),
+        ("overloaded_error", "Overloaded", ErrorClass.RETRYABLE, "overloaded"),
+        ("error", "The engine is currently overloaded", ErrorClass.RETRYABLE, "overloaded"),
+        ("insufficient_quota", "You exceeded your current quota", ErrorClass.PERMANENT, "spend_limit"),
+        ("context_length_exceeded", "maximum context length", ErrorClass.PERMANENT, "context_overflow"),
+        ("invalid_request_error", "bad", ErrorClass.PERMANENT, "invalid_request"),
+        ("invalid_prompt", "flagged", ErrorClass.PERMANENT, "provider_error"),
+    ],
+)
+def test_stream_error_classification(error_type: str, message: str, error_class: ErrorClass, kind: str):
+    error = ADAPTER.classify_stream_error(ProviderErrorEvent(error_type, message))
+    assert (error.error_class, error.kind) == (error_class, kind)
+    assert error.status is None
+
+
+# -- continuation strategy ------------------------------------------------------------
+
+
+def test_openai_has_no_prefill():
+    assert ADAPTER.continuation_strategy("gpt-4o", thinking=False) is Strategy.CONTINUE_MESSAGE
+    assert ADAPTER.continuation_strategy("o3", thinking=True) is Strategy.CONTINUE_MESSAGE
+    assert ADAPTER.echoes_prefix is False
+    assert ADAPTER.name == "openai"
+
+
+def test_prefix_flag_endpoints():
+    deepseek = OpenAIChatAdapter(
+        ProviderConfig(name="openai", base_url="https://api.deepseek.com/beta", prefix_flag=True)
+    )
+    assert deepseek.continuation_strategy("deepseek-chat", thinking=False) is Strategy.PREFIX_FLAG
+    assert deepseek.echoes_prefix is False
+    mistral = OpenAIChatAdapter(
+        ProviderConfig(name="openai", base_url="https://api.mistral.ai/v1", prefix_flag=True, echoes_prefix=True)
+    )
+    assert mistral.continuation_strategy("mistral-large-latest", thinking=False) is Strategy.PREFIX_FLAG
+    assert mistral.echoes_prefix is True
+
+
+def test_strategy_overrides_come_first():
+    config = ProviderConfig(
+        name="openai",
+        base_url="https://api.deepseek.com/beta",
+        prefix_flag=True,
+        strategy_overrides={"deepseek-reasoner": "continue_message", "deepseek-*": "prefill"},
+    )
+    adapter = OpenAIChatAdapter(config)
+    assert adapter.continuation_strategy("deepseek-reasoner", thinking=False) is Strategy.CONTINUE_MESSAGE
+    assert adapter.continuation_strategy("deepseek-chat", thinking=False) is Strategy.PREFILL
+    assert adapter.continuation_strategy("other", thinking=False) is Strategy.PREFIX_FLAG
+
+
+# -- registry -------------------------------------------------------------------------
+
+
+def test_registry_finds_both_adapters():
+    assert isinstance(get_adapter(CONFIG), OpenAIChatAdapter)
+    anthropic = get_adapter(ProviderConfig(name="anthropic", base_url="https://api.anthropic.com"))
+    assert isinstance(anthropic, AnthropicAdapter)
+    assert anthropic.name == "anthropic"
+
+
+def test_registry_rejects_unknown_names_listing_the_known_ones():
+    with pytest.raises(ValueError, match="gemini") as info:
+        get_adapter(ProviderConfig(name="gemini", base_url="https://example.invalid"))
+    assert "anthropic" in str(info.value)
+    assert "openai" in str(info.value)
