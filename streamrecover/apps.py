@@ -7,3 +7,15 @@ class StreamRecoverConfig(AppConfig):
     name = "streamrecover"
     verbose_name = "Stream recovery"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Only registrations: system checks and the settings reload receiver."""
+        from django.core import checks
+        from django.core.signals import setting_changed
+
+        from .checks import ALL_CHECKS
+        from .conf import reload_app_settings
+
+        for check in ALL_CHECKS:
+            checks.register(check, "streamrecover")
+        setting_changed.connect(reload_app_settings, dispatch_uid="streamrecover.reload_app_settings")

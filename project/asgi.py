@@ -1,0 +1,35 @@
+"""ASGI entry point (Daphne): HTTP through Django, WebSockets through Channels."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from typing import Any
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+
+# Set up Django (apps, settings) before anything that imports models.
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+
+def websocket_urlpatterns() -> list[Any]:
+    """The app's WebSocket routes. ``streamrecover.routing`` is not written yet: until it
+    exists there are no WebSocket routes. An import error inside it is raised, not hidden."""
+    if importlib.util.find_spec("streamrecover.routing") is None:
+        return []
+    return list(importlib.import_module("streamrecover.routing").websocket_urlpatterns)
+
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns()))),
+    }
+)

@@ -1,0 +1,332 @@
+"""The one ``STREAMRECOVER`` settings dict, read lazily (DRF style).
+
+Nothing is read at import time: ``app_settings`` merges the project's dict over ``DEFAULTS``
+on first use and forgets it on ``setting_changed``, so ``override_settings`` works in tests.
+Unknown keys and invalid values raise ``ImproperlyConfigured`` (the ``streamrecover.E001``
+check reports the same problems without raising). API keys never appear in a message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from .engine.config import EngineConfig
+from .providers.base import ProviderConfig
+
+SETTINGS_NAME = "STREAMRECOVER"
+
+# Base URL of the built-in fake provider: the runner serves it in-process, no network.
+FAKE_BASE_URL = "fake://streamrecover"
+
+ADAPTERS = ("anthropic", "openai")
+CHECKPOINT_STORES = ("memory", "orm", "redis")
+EXECUTIONS = ("inprocess", "celery")
+
+# Settings key -> EngineConfig field. A test pins that every engine field has a key.
+ENGINE_KEYS: dict[str, str] = {
+    "MAX_CONTINUATIONS": "max_continuations",
+    "BACKOFF_SCHEDULE": "backoff_schedule",
+    "BACKOFF_SCALE": "backoff_scale",
+    "BACKOFF_JITTER": "backoff_jitter",
+    "MAX_RETRY_AFTER": "max_retry_after_s",
+    "MAX_REQUEST_RETRIES": "max_request_retries",
+    "REQUEST_RETRY_BASE": "request_retry_base_s",
+    "IDLE_TIMEOUT": "idle_timeout_s",
+    "CONNECT_TIMEOUT": "connect_timeout_s",
+    "CHECKPOINT_TTL": "checkpoint_ttl_s",
+    "CHECKPOINT_EVERY_DELTAS": "checkpoint_every_deltas",
+    "CHECKPOINT_EVERY_BYTES": "checkpoint_every_bytes",
+    "CHECKPOINT_EVERY_SECONDS": "checkpoint_every_seconds",
+    "NOTIFY_MODEL_OF_DISCARDED_TOOLS": "notify_model_of_discarded_tools",
+    "MAX_TURNS": "max_turns",
+    "MAX_LINE_BYTES": "max_line_bytes",
+    "FRAME_COALESCE_MS": "frame_coalesce_ms",
+    "FRAME_MAX_CHARS": "frame_max_chars",
+}
+
+DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {
+    "fake": {"ADAPTER": "anthropic", "BASE_URL": FAKE_BASE_URL},
+    "anthropic": {
+        "ADAPTER": "anthropic",
+        "BASE_URL": "https://api.anthropic.com",
+        "API_KEY_ENV": "ANTHROPIC_API_KEY",
+    },
+    "openai": {
+        "ADAPTER": "openai",
+        "BASE_URL": "https://api.openai.com/v1",
+        "API_KEY_ENV": "OPENAI_API_KEY",
+    },
+}
+
+PROVIDER_KEYS = (
+    "ADAPTER",
+    "BASE_URL",
+    "API_KEY",
+    "API_KEY_ENV",
+    "EXTRA_HEADERS",
+    "STRATEGY_OVERRIDES",
+    "PREFIX_FLAG",
+    "ECHOES_PREFIX",
+    "ANTHROPIC_VERSION",
+)
+
+DEFAULTS: dict[str, Any] = {
+    # Engine (EngineConfig).
+    "MAX_CONTINUATIONS": 5,
+    "BACKOFF_SCHEDULE": [1, 2, 4, 8, 16],
+    "BACKOFF_SCALE": 1.0,
+    "BACKOFF_JITTER": 0.0,
+    "MAX_RETRY_AFTER": 60,
+    "MAX_REQUEST_RETRIES": 2,
+    "REQUEST_RETRY_BASE": 0.5,
+    "IDLE_TIMEOUT": 60,
+    "CONNECT_TIMEOUT": 10,
+    "CHECKPOINT_TTL": 3600,
+    "CHECKPOINT_EVERY_DELTAS": 64,
+    "CHECKPOINT_EVERY_BYTES": 16384,
+    "CHECKPOINT_EVERY_SECONDS": 1.0,
+    "NOTIFY_MODEL_OF_DISCARDED_TOOLS": False,
+    "MAX_TURNS": 8,
+    "MAX_LINE_BYTES": 1048576,
+    "FRAME_COALESCE_MS": 25,
+    "FRAME_MAX_CHARS": 4096,
+    # Providers. A project's PROVIDERS dict is merged over these by name.
+    "PROVIDERS": DEFAULT_PROVIDERS,
+    "DEFAULT_PROVIDER": "fake",
+    "DEFAULT_MODEL": "fake-model",
+    # Django side.
+    "CHECKPOINT_STORE": "orm",
+    "REDIS_URL": "redis://127.0.0.1:6379/0",
+    "EXECUTION": "inprocess",
+    "MAX_CLAIMS": 3,
+    "HEARTBEAT_SECONDS": 5,
+    "STALE_AFTER_SECONDS": 30,
+    "REPLAY_BUFFER_FRAMES": 2000,
+}
+
+_INTS = (
+    "MAX_CONTINUATIONS",
+    "MAX_REQUEST_RETRIES",
+    "CHECKPOINT_EVERY_DELTAS",
+    "CHECKPOINT_EVERY_BYTES",
+    "MAX_TURNS",
+    "MAX_LINE_BYTES",
+    "FRAME_MAX_CHARS",
+    "MAX_CLAIMS",
+    "REPLAY_BUFFER_FRAMES",
+)
+_NUMBERS = (
+    "BACKOFF_SCALE",
+    "MAX_RETRY_AFTER",
+    "REQUEST_RETRY_BASE",
+    "IDLE_TIMEOUT",
+    "CONNECT_TIMEOUT",
+    "CHECKPOINT_TTL",
+    "CHECKPOINT_EVERY_SECONDS",
+    "FRAME_COALESCE_MS",
+    "HEARTBEAT_SECONDS",
+    "STALE_AFTER_SECONDS",
+)
+_CHOICES = {"CHECKPOINT_STORE": CHECKPOINT_STORES, "EXECUTION": EXECUTIONS}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def merge(user: Mapping[str, Any]) -> dict[str, Any]:
+    """DEFAULTS with the project's values on top; PROVIDERS merge by provider name."""
+    merged = {**DEFAULTS, **user}
+    providers = user.get("PROVIDERS")
+    if isinstance(providers, Mapping):
+        merged["PROVIDERS"] = {**DEFAULT_PROVIDERS, **providers}
+    return merged
+
+
+def _provider_problems(name: str, entry: Any) -> list[str]:
+    where = f"{SETTINGS_NAME}['PROVIDERS'][{name!r}]"
+    if not isinstance(entry, Mapping):
+        return [f"{where} must be a dict."]
+    problems = [
+        f"{where} has an unknown key {key!r}. Valid keys: {', '.join(PROVIDER_KEYS)}."
+        for key in entry
+        if key not in PROVIDER_KEYS
+    ]
+    if entry.get("ADAPTER") not in ADAPTERS:
+        problems.append(f"{where}['ADAPTER'] must be one of {', '.join(map(repr, ADAPTERS))}.")
+    if not isinstance(entry.get("BASE_URL"), str) or not entry.get("BASE_URL"):
+        problems.append(f"{where}['BASE_URL'] must be a non-empty string.")
+    for key in ("API_KEY", "API_KEY_ENV", "ANTHROPIC_VERSION"):
+        if key in entry and not isinstance(entry[key], str):
+            problems.append(f"{where}[{key!r}] must be a string.")  # never echo the value
+    for key in ("EXTRA_HEADERS", "STRATEGY_OVERRIDES"):
+        if key in entry and not isinstance(entry[key], Mapping):
+            problems.append(f"{where}[{key!r}] must be a dict.")
+    for key in ("PREFIX_FLAG", "ECHOES_PREFIX"):
+        if key in entry and not isinstance(entry[key], bool):
+            problems.append(f"{where}[{key!r}] must be True or False.")
+    return problems
+
+
+def validate(user: Any) -> list[str]:
+    """Every problem with a ``STREAMRECOVER`` value, as readable sentences (empty: valid)."""
+    if not isinstance(user, Mapping):
+        return [f"{SETTINGS_NAME} must be a dict."]
+    problems = [
+        f"{SETTINGS_NAME} has an unknown key {key!r}. Valid keys: {', '.join(sorted(DEFAULTS))}."
+        for key in user
+        if key not in DEFAULTS
+    ]
+    merged = merge(user)
+    for key in _INTS:
+        value = merged[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            problems.append(f"{SETTINGS_NAME}[{key!r}] must be a non-negative integer, not {value!r}.")
+    for key in _NUMBERS:
+        value = merged[key]
+        if not _is_number(value) or value < 0:
+            problems.append(f"{SETTINGS_NAME}[{key!r}] must be a non-negative number, not {value!r}.")
+    jitter = merged["BACKOFF_JITTER"]
+    if not _is_number(jitter) or not 0 <= jitter <= 1:
+        problems.append(f"{SETTINGS_NAME}['BACKOFF_JITTER'] must be a number from 0 to 1, not {jitter!r}.")
+    schedule = merged["BACKOFF_SCHEDULE"]
+    if not isinstance(schedule, list | tuple) or not schedule or not all(_is_number(v) and v >= 0 for v in schedule):
+        problems.append(
+            f"{SETTINGS_NAME}['BACKOFF_SCHEDULE'] must be a non-empty list of non-negative numbers, not {schedule!r}."
+        )
+    if not isinstance(merged["NOTIFY_MODEL_OF_DISCARDED_TOOLS"], bool):
+        problems.append(f"{SETTINGS_NAME}['NOTIFY_MODEL_OF_DISCARDED_TOOLS'] must be True or False.")
+    for key, choices in _CHOICES.items():
+        if merged[key] not in choices:
+            problems.append(
+                f"{SETTINGS_NAME}[{key!r}] must be one of {', '.join(map(repr, choices))}, not {merged[key]!r}."
+            )
+    for key in ("DEFAULT_MODEL", "REDIS_URL"):
+        if not isinstance(merged[key], str) or not merged[key]:
+            problems.append(f"{SETTINGS_NAME}[{key!r}] must be a non-empty string.")
+    providers = merged["PROVIDERS"]
+    if not isinstance(providers, Mapping):
+        problems.append(f"{SETTINGS_NAME}['PROVIDERS'] must be a dict of provider name -> dict.")
+        return problems
+    for name, entry in providers.items():
+        problems.extend(_provider_problems(name, entry))
+    if merged["DEFAULT_PROVIDER"] not in providers:
+        problems.append(
+            f"{SETTINGS_NAME}['DEFAULT_PROVIDER'] is {merged['DEFAULT_PROVIDER']!r}, which is not in PROVIDERS "
+            f"({', '.join(sorted(providers))})."
+        )
+    return problems
+
+
+class AppSettings:
+    """Attribute access to the merged settings: ``app_settings.MAX_CONTINUATIONS``."""
+
+    def __init__(self) -> None:
+        self._merged: dict[str, Any] | None = None
+
+    def user_settings(self) -> Any:
+        return getattr(settings, SETTINGS_NAME, {})
+
+    def problems(self) -> list[str]:
+        """What ``validate`` finds in the current settings, without raising."""
+        return validate(self.user_settings())
+
+    def as_dict(self) -> dict[str, Any]:
+        if self._merged is None:
+            user = self.user_settings()
+            problems = validate(user)
+            if problems:
+                raise ImproperlyConfigured(" ".join(problems))
+            self._merged = merge(user)
+        return self._merged
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Invalid {SETTINGS_NAME} setting: {name!r}")
+        return self.as_dict()[name]
+
+    def reload(self) -> None:
+        self._merged = None
+
+    def engine_config(self) -> EngineConfig:
+        """The engine's knobs; the engine never reads Django settings itself."""
+        values = self.as_dict()
+        kwargs: dict[str, Any] = {field: values[key] for key, field in ENGINE_KEYS.items()}
+        kwargs["backoff_schedule"] = tuple(float(v) for v in values["BACKOFF_SCHEDULE"])
+        return EngineConfig(**kwargs)
+
+    def provider_config(self, name: str | None = None) -> ProviderConfig:
+        """How to reach provider ``name`` (default: DEFAULT_PROVIDER), with its API key.
+
+        The key comes from ``API_KEY`` or else the environment variable ``API_KEY_ENV``.
+        A provider that names an environment variable which is unset raises; the message
+        names the variable, never a value.
+        """
+        values = self.as_dict()
+        name = name or values["DEFAULT_PROVIDER"]
+        providers = values["PROVIDERS"]
+        if name not in providers:
+            raise ImproperlyConfigured(
+                f"Unknown streamrecover provider {name!r}. Configured: {', '.join(sorted(providers))}."
+            )
+        entry = providers[name]
+        api_key = entry.get("API_KEY") or ""
+        env_name = entry.get("API_KEY_ENV")
+        if not api_key and env_name:
+            api_key = os.environ.get(env_name, "")
+            if not api_key:
+                raise ImproperlyConfigured(
+                    f"Provider {name!r} has no API key: set the environment variable {env_name} "
+                    f"or {SETTINGS_NAME}['PROVIDERS'][{name!r}]['API_KEY']."
+                )
+        extra: dict[str, Any] = {}
+        if "ANTHROPIC_VERSION" in entry:
+            extra["anthropic_version"] = entry["ANTHROPIC_VERSION"]
+        return ProviderConfig(
+            name=entry["ADAPTER"],
+            base_url=entry["BASE_URL"],
+            api_key=api_key,
+            extra_headers=dict(entry.get("EXTRA_HEADERS") or {}),
+            strategy_overrides=dict(entry.get("STRATEGY_OVERRIDES") or {}),
+            prefix_flag=bool(entry.get("PREFIX_FLAG", False)),
+            echoes_prefix=bool(entry.get("ECHOES_PREFIX", False)),
+            connect_timeout_s=float(values["CONNECT_TIMEOUT"]),
+            **extra,
+        )
+
+    def secret_values(self) -> list[str]:
+        """Every configured API key (settings or environment), for redaction.
+
+        Never raises: the redaction processor runs on every log line, even with bad settings.
+        """
+        try:
+            providers = merge(self.user_settings()).get("PROVIDERS")
+        except Exception:
+            return []
+        if not isinstance(providers, Mapping):
+            return []
+        values: list[str] = []
+        for entry in providers.values():
+            if not isinstance(entry, Mapping):
+                continue
+            key = entry.get("API_KEY")
+            if isinstance(key, str) and key:
+                values.append(key)
+            env_name = entry.get("API_KEY_ENV")
+            if isinstance(env_name, str) and os.environ.get(env_name):
+                values.append(os.environ[env_name])
+        return values
+
+
+app_settings = AppSettings()
+
+
+def reload_app_settings(*, setting: str, **kwargs: Any) -> None:
+    """``setting_changed`` receiver (connected in ``apps.ready``)."""
+    if setting == SETTINGS_NAME:
+        app_settings.reload()

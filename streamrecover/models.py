@@ -1,0 +1,282 @@
+"""What a run leaves behind (DESIGN §4): the thread log, each HTTP attempt, the in-flight
+checkpoint and the append-only recovery events. Index names are explicit so the admin
+and analytics queries can be reasoned about (and migrations stay stable)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.utils import timezone
+
+from .querysets import ACTIVE_STATUSES, TERMINAL_STATUSES, RecoveryEventQuerySet, RunQuerySet
+from .redaction import redact
+
+
+class Thread(models.Model):
+    """A conversation: the committed messages of every run in it."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="streamrecover_threads",
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["owner", "created"], name="sr_thread_owner_created")]
+
+    def __str__(self) -> str:
+        return self.title or f"Thread {self.pk}"
+
+
+class Run(models.Model):
+    """One request for an assistant answer (possibly several turns with tools)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        RECOVERING = "recovering"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        EXHAUSTED = "exhausted"
+        CANCELLED = "cancelled"
+
+    TERMINAL_STATUSES = frozenset(TERMINAL_STATUSES)
+    ACTIVE_STATUSES = frozenset(ACTIVE_STATUSES)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="runs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="streamrecover_runs",
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    provider = models.CharField(max_length=64)
+    model = models.CharField(max_length=200)
+    # system, max_tokens, tools, thinking_budget ... never a secret (the recorder redacts).
+    options = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    cancel_requested = models.BooleanField(default=False)
+    cancel_reason = models.CharField(max_length=200, blank=True)
+    claims = models.PositiveIntegerField(default=0, help_text="Times a worker claimed this run.")
+    worker = models.CharField(max_length=255, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    error_kind = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    attempt_count = models.PositiveIntegerField(default=0)
+    continuation_count = models.PositiveIntegerField(default=0)
+    created = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [
+            models.Index(fields=["status", "created"], name="sr_run_status_created"),
+            models.Index(fields=["provider", "model", "created"], name="sr_run_provider_model_created"),
+            models.Index(fields=["status", "heartbeat_at"], name="sr_run_status_heartbeat"),
+            models.Index(fields=["owner", "created"], name="sr_run_owner_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk} ({self.status})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Options and the error are shown on pages: scrub secrets whoever wrote them."""
+        self.options = redact(self.options)
+        self.error_message = redact(self.error_message)
+        super().save(*args, **kwargs)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL_STATUSES
+
+
+class _FailedManager(models.Manager.from_queryset(RunQuerySet)):  # type: ignore[misc]
+    def get_queryset(self) -> RunQuerySet:
+        return super().get_queryset().failed()
+
+
+class _ExhaustedManager(models.Manager.from_queryset(RunQuerySet)):  # type: ignore[misc]
+    def get_queryset(self) -> RunQuerySet:
+        return super().get_queryset().exhausted()
+
+
+class _RecoveredManager(models.Manager.from_queryset(RunQuerySet)):  # type: ignore[misc]
+    def get_queryset(self) -> RunQuerySet:
+        return super().get_queryset().recovered()
+
+
+class FailedRun(Run):
+    """Admin shortcut: runs that failed with an error."""
+
+    objects = _FailedManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "failed run"
+
+
+class ExhaustedRun(Run):
+    """Admin shortcut: runs whose continuation budget ran out."""
+
+    objects = _ExhaustedManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "exhausted run"
+
+
+class RecoveredRun(Run):
+    """Admin shortcut: runs saved by at least one completed continuation."""
+
+    objects = _RecoveredManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "recovered run"
+
+
+class Message(models.Model):
+    """A committed message of the thread log; written once, when its turn commits."""
+
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        SYSTEM = "system"
+
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
+    position = models.PositiveIntegerField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.JSONField(default=list, encoder=DjangoJSONEncoder, help_text="Canonical content blocks.")
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["thread", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "position"], name="sr_message_thread_pos_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.position}"
+
+    def as_canonical(self) -> dict[str, Any]:
+        """The ``{"role", "content"}`` shape the engine works with."""
+        return {"role": self.role, "content": self.content}
+
+
+class Attempt(models.Model):
+    """One HTTP call to the provider."""
+
+    class Kind(models.TextChoices):
+        INITIAL = "initial"
+        PRE_STREAM_RETRY = "pre_stream_retry"
+        CONTINUATION = "continuation"
+        RESTART = "restart"
+        RESUME = "resume"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    turn = models.PositiveIntegerField(default=0)
+    index = models.PositiveIntegerField(help_text="0-based across the run.")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    continuation = models.PositiveIntegerField(default=0)
+    strategy = models.CharField(max_length=32, blank=True)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    provider_request_id = models.CharField(max_length=255, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    first_byte_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_creation_input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_read_input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    bytes_received = models.PositiveBigIntegerField(default=0)
+    interrupt_cause = models.CharField(max_length=32, blank=True)
+    error_kind = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+    stop_reason = models.CharField(max_length=64, blank=True)
+    outcome = models.CharField(max_length=32, default="pending")
+    request = models.JSONField(
+        default=dict, blank=True, encoder=DjangoJSONEncoder, help_text="As sent, secrets removed."
+    )
+
+    class Meta:
+        ordering = ["run", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "index"], name="sr_attempt_run_index_uniq"),
+        ]
+        indexes = [
+            models.Index(fields=["interrupt_cause", "started_at"], name="sr_attempt_cause_started"),
+            models.Index(fields=["kind", "started_at"], name="sr_attempt_kind_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Attempt {self.index} ({self.kind})"
+
+
+class StreamCheckpoint(models.Model):
+    """The in-flight state of a run, one row per run (``DjangoCheckpointStore``).
+
+    ``data`` is the whole engine ``Checkpoint``; the columns beside it are for the admin
+    and for purging old rows.
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="checkpoint")
+    data = models.JSONField(encoder=DjangoJSONEncoder)
+    turn = models.PositiveIntegerField(default=0)
+    attempt = models.PositiveIntegerField(default=0)
+    continuation = models.PositiveIntegerField(default=0)
+    seq = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["updated_at"], name="sr_checkpoint_updated")]
+
+    def __str__(self) -> str:
+        return f"Checkpoint of {self.run_id} (seq {self.seq})"
+
+
+class RecoveryEvent(models.Model):
+    """A structured event (DESIGN §5), append-only; ``payload`` holds the log line's fields."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    turn = models.PositiveIntegerField(null=True, blank=True)
+    name = models.CharField(max_length=64)
+    provider = models.CharField(max_length=64, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    payload = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    created = models.DateTimeField(default=timezone.now)
+
+    objects = RecoveryEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created", "id"]
+        indexes = [
+            models.Index(fields=["name", "created"], name="sr_event_name_created"),
+            models.Index(fields=["provider", "model", "created"], name="sr_event_prov_model_created"),
+            models.Index(fields=["run", "created"], name="sr_event_run_created"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ValueError("RecoveryEvent rows are append-only.")
+        super().save(*args, **kwargs)

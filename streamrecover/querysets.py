@@ -1,0 +1,85 @@
+"""Query logic for runs and recovery events, kept off the models (django-celery-results style)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from .engine.sink import LLM_STREAM_CONTINUATION_COMPLETED
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+ACTIVE_STATUSES = ("queued", "running", "recovering")
+CLAIMED_STATUSES = ("running", "recovering")
+TERMINAL_STATUSES = ("completed", "failed", "exhausted", "cancelled")
+
+
+class RunQuerySet(models.QuerySet):
+    def active(self) -> RunQuerySet:
+        """Queued or being worked on."""
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+    def terminal(self) -> RunQuerySet:
+        """Finished one way or another; never claimed again."""
+        return self.filter(status__in=TERMINAL_STATUSES)
+
+    def stale(self, now: datetime | None = None, seconds: float | None = None) -> RunQuerySet:
+        """Claimed runs whose worker stopped beating: the sweeper re-queues these.
+
+        A claimed run without any heartbeat counts from its start (or creation).
+        """
+        if seconds is None:
+            from .conf import app_settings
+
+            seconds = app_settings.STALE_AFTER_SECONDS
+        cutoff = (now or timezone.now()) - timedelta(seconds=seconds)
+        never_beat = Q(heartbeat_at__isnull=True) & (
+            Q(started_at__lt=cutoff) | Q(started_at__isnull=True, created__lt=cutoff)
+        )
+        return self.filter(status__in=CLAIMED_STATUSES).filter(Q(heartbeat_at__lt=cutoff) | never_beat)
+
+    def for_owner(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
+        """Runs owned by ``user``; nothing for anonymous users."""
+        if user is None or not user.is_authenticated:
+            return self.none()
+        return self.filter(owner=user)
+
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
+        """What ``user`` may watch: their own runs, or every run for staff."""
+        if user is not None and user.is_authenticated and getattr(user, "is_staff", False):
+            return self.all()
+        return self.for_owner(user)
+
+    def failed(self) -> RunQuerySet:
+        """Failed with an error (exhausted runs have their own status and ``exhausted()``)."""
+        return self.filter(status="failed")
+
+    def exhausted(self) -> RunQuerySet:
+        """Stopped because the continuation budget ran out."""
+        return self.filter(status="exhausted")
+
+    def recovered(self) -> RunQuerySet:
+        """Runs where at least one continuation completed: recovery paid off."""
+        event_model: Any = self.model._meta.get_field("events").related_model
+        completed = event_model.objects.filter(run=OuterRef("pk"), name=LLM_STREAM_CONTINUATION_COMPLETED)
+        return self.filter(Exists(completed))
+
+
+class RecoveryEventQuerySet(models.QuerySet):
+    def in_window(self, start: datetime, end: datetime | None = None) -> RecoveryEventQuerySet:
+        """Events created in ``[start, end)``; no ``end`` means up to now and beyond."""
+        qs = self.filter(created__gte=start)
+        return qs.filter(created__lt=end) if end is not None else qs
+
+    def named(self, *names: str) -> RecoveryEventQuerySet:
+        """Events with any of these structured event names."""
+        return self.filter(name__in=names)
+
+    def for_model(self, provider: str, model: str | None = None) -> RecoveryEventQuerySet:
+        qs = self.filter(provider=provider)
+        return qs.filter(model=model) if model is not None else qs

@@ -1,0 +1,168 @@
+"""``RecorderSink``: one run's structured events become log lines and rows, its attempts and
+committed messages become rows.
+
+The app emits; the project configures logging (django-structlog style). A log line and its
+``RecoveryEvent`` row carry the same redacted fields, so what an operator greps and what
+analytics counts never disagree. Writes go through the async ORM (``thread_sensitive``
+under the hood), so the runner's event loop is never blocked by the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import uuid
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from django.db.models import Count, Q, Sum
+
+from .engine.sink import (
+    DISCARDED_PARTIAL_TOOL_USE,
+    DISCARDED_THINKING,
+    LLM_STREAM_CONTINUATION_EXHAUSTED,
+    LLM_STREAM_CONTINUATION_FAILED,
+    LLM_STREAM_INTERRUPTED,
+    AttemptRecord,
+    StructuredEvent,
+)
+from .redaction import redact
+
+if TYPE_CHECKING:
+    from .models import Run
+
+logger = structlog.get_logger("streamrecover")
+
+_LEVELS = {
+    LLM_STREAM_INTERRUPTED: logging.WARNING,
+    LLM_STREAM_CONTINUATION_FAILED: logging.WARNING,
+    LLM_STREAM_CONTINUATION_EXHAUSTED: logging.ERROR,
+    DISCARDED_PARTIAL_TOOL_USE: logging.INFO,
+    DISCARDED_THINKING: logging.INFO,
+}
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON types only, so a log line and a JSON column hold the very same thing."""
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _dt(ts: float | None) -> datetime | None:
+    return datetime.fromtimestamp(ts, tz=UTC) if ts is not None else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+class RecorderSink:
+    """``RunSink`` for one run. ``on_frame`` does nothing: the publisher handles frames."""
+
+    def __init__(self, run_id: str | uuid.UUID, thread_id: int, *, provider: str = "", model: str = "") -> None:
+        self.run_id = uuid.UUID(str(run_id))
+        self.thread_id = thread_id
+        self.provider = provider
+        self.model = model
+
+    @classmethod
+    def for_run(cls, run: Run) -> RecorderSink:
+        return cls(run.pk, run.thread_id, provider=run.provider, model=run.model)
+
+    async def on_event(self, event: StructuredEvent) -> None:
+        from .models import RecoveryEvent
+
+        fields = redact(jsonable(event.fields))
+        logger.log(_LEVELS.get(event.name, logging.INFO), event.name, **fields)
+        await RecoveryEvent.objects.acreate(
+            run_id=self.run_id,
+            attempt=_int_or_none(fields.get("attempt")),
+            turn=_int_or_none(fields.get("turn_id", fields.get("turn"))),
+            name=event.name,
+            provider=str(fields.get("provider") or self.provider),
+            model=str(fields.get("model") or self.model),
+            payload=fields,
+        )
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        """Upsert by (run, index): called when the attempt starts and again when it ends."""
+        from .models import Attempt
+
+        usage = attempt.usage
+        await Attempt.objects.aupdate_or_create(
+            run_id=self.run_id,
+            index=attempt.index,
+            defaults={
+                "turn": attempt.turn,
+                "kind": attempt.kind,
+                "continuation": attempt.continuation,
+                "strategy": attempt.strategy or "",
+                "status_code": attempt.status_code,
+                "provider_request_id": attempt.request_id or "",
+                "started_at": _dt(attempt.started_at),
+                "first_byte_at": _dt(attempt.first_byte_at),
+                "ended_at": _dt(attempt.ended_at),
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                "cache_read_input_tokens": usage.cache_read_input_tokens,
+                "bytes_received": attempt.bytes_received,
+                "interrupt_cause": str(attempt.interrupt_cause or ""),
+                "error_kind": str(attempt.error_kind or ""),
+                "error_message": redact(attempt.error_message or ""),
+                "stop_reason": str(attempt.stop_reason or ""),
+                "outcome": str(attempt.outcome),
+                "request": redact(jsonable(attempt.request)),
+            },
+        )
+        if attempt.ended_at is not None:
+            await self._refresh_totals()
+
+    async def _refresh_totals(self) -> None:
+        """Run totals from its attempt rows: recomputed, so a repeated call changes nothing."""
+        from .models import Attempt, Run
+
+        totals = await Attempt.objects.filter(run_id=self.run_id).aaggregate(
+            input_tokens=Sum("input_tokens", default=0),
+            output_tokens=Sum("output_tokens", default=0),
+            attempt_count=Count("id"),
+            continuation_count=Count("id", filter=Q(kind=Attempt.Kind.CONTINUATION)),
+        )
+        await Run.objects.filter(pk=self.run_id).aupdate(**totals)
+
+    async def on_frame(self, frame: dict[str, Any]) -> None:
+        return None
+
+    async def on_message(self, message: dict[str, Any], position: int) -> None:
+        """Write the committed message once; a retried write finds it and changes nothing."""
+        from .models import Message
+
+        content = redact(jsonable(message.get("content", [])), by_key=False)
+        row, created = await Message.objects.aget_or_create(
+            thread_id=self.thread_id,
+            position=position,
+            defaults={"run_id": self.run_id, "role": message["role"], "content": content},
+        )
+        if not created and (row.role != message["role"] or row.content != content):
+            logger.warning(
+                "message_position_conflict",
+                run_id=str(self.run_id),
+                thread_id=self.thread_id,
+                position=position,
+                stored_run_id=str(row.run_id) if row.run_id else None,
+            )

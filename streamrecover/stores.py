@@ -1,0 +1,169 @@
+"""Checkpoint stores that outlive a process: the database and Redis.
+
+Both fulfil ``engine.checkpoint.CheckpointStore``: ``put`` is an idempotent upsert by run
+id, ``get`` ignores a checkpoint older than the TTL, ``delete`` is a no-op when absent.
+They raise on failure; the engine's ``CheckpointWriter`` logs and carries on. Values are
+scrubbed of configured API keys before they are stored (by value only: a tool's own
+``password`` argument is the user's data and must survive a resume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from .engine.checkpoint import Checkpoint, CheckpointStore, InMemoryCheckpointStore
+from .redaction import redact
+
+REDIS_KEY_PREFIX = "streamrecover:checkpoint:"
+
+
+def _scrubbed(checkpoint: Checkpoint) -> dict[str, Any]:
+    return redact(checkpoint.to_dict(), by_key=False)
+
+
+def _run_uuid(run_id: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(run_id))
+    except ValueError:
+        return None
+
+
+class DjangoCheckpointStore:
+    """One ``StreamCheckpoint`` row per run, through the async ORM."""
+
+    def __init__(self, ttl_s: float | None = None) -> None:
+        self._ttl_s = ttl_s
+
+    @property
+    def ttl_s(self) -> float:
+        if self._ttl_s is not None:
+            return self._ttl_s
+        from .conf import app_settings
+
+        return float(app_settings.CHECKPOINT_TTL)
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        from .models import StreamCheckpoint
+
+        run_uuid = _run_uuid(checkpoint.run_id)
+        if run_uuid is None:
+            raise ValueError(f"checkpoint run_id is not a run UUID: {checkpoint.run_id!r}")
+        await StreamCheckpoint.objects.aupdate_or_create(
+            run_id=run_uuid,
+            defaults={
+                "data": _scrubbed(checkpoint),
+                "turn": checkpoint.turn,
+                "attempt": checkpoint.attempt,
+                "continuation": checkpoint.continuation,
+                "seq": checkpoint.seq,
+                "updated_at": datetime.fromtimestamp(checkpoint.updated_at, tz=UTC),
+            },
+        )
+
+    async def get(self, run_id: str) -> Checkpoint | None:
+        from .models import StreamCheckpoint
+
+        run_uuid = _run_uuid(run_id)
+        if run_uuid is None:
+            return None
+        try:
+            row = await StreamCheckpoint.objects.aget(run_id=run_uuid)
+        except StreamCheckpoint.DoesNotExist:
+            return None
+        checkpoint = Checkpoint.from_dict(row.data)
+        return checkpoint if checkpoint.is_fresh(self.ttl_s) else None
+
+    async def delete(self, run_id: str) -> None:
+        from .models import StreamCheckpoint
+
+        run_uuid = _run_uuid(run_id)
+        if run_uuid is not None:
+            await StreamCheckpoint.objects.filter(run_id=run_uuid).adelete()
+
+
+class RedisCheckpointStore:
+    """A JSON value per run under ``streamrecover:checkpoint:<run_id>``, expiring in Redis.
+
+    Short timeouts and a single retry: the runner awaits each write, so a dead Redis must
+    fail fast rather than stall the stream. One client per event loop (a Celery task may
+    run each run in its own loop; redis.asyncio connections belong to one loop).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        ttl_s: float,
+        *,
+        prefix: str = REDIS_KEY_PREFIX,
+        connect_timeout_s: float = 1.0,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self.url = url
+        self.ttl_s = ttl_s
+        self.prefix = prefix
+        self._connect_timeout_s = connect_timeout_s
+        self._timeout_s = timeout_s
+        self._client: Redis | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"RedisCheckpointStore(ttl_s={self.ttl_s!r}, prefix={self.prefix!r})"  # the URL may hold a password
+
+    def key(self, run_id: str) -> str:
+        return f"{self.prefix}{run_id}"
+
+    def _redis(self) -> Redis:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client = Redis.from_url(
+                self.url,
+                socket_connect_timeout=self._connect_timeout_s,
+                socket_timeout=self._timeout_s,
+                retry=Retry(NoBackoff(), 1),
+            )
+            self._loop = loop
+        return self._client
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        value = json.dumps(_scrubbed(checkpoint), separators=(",", ":"))
+        await self._redis().set(self.key(checkpoint.run_id), value, ex=max(1, math.ceil(self.ttl_s)))
+
+    async def get(self, run_id: str) -> Checkpoint | None:
+        raw = await self._redis().get(self.key(run_id))
+        if raw is None:
+            return None
+        checkpoint = Checkpoint.from_dict(json.loads(raw))
+        return checkpoint if checkpoint.is_fresh(self.ttl_s) else None
+
+    async def delete(self, run_id: str) -> None:
+        await self._redis().delete(self.key(run_id))
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+            self._loop = None
+
+
+_memory_store = InMemoryCheckpointStore()
+
+
+def checkpoint_store_from_settings() -> CheckpointStore:
+    """The store ``STREAMRECOVER['CHECKPOINT_STORE']`` names; ``memory`` is one per process."""
+    from .conf import app_settings
+
+    kind = app_settings.CHECKPOINT_STORE
+    if kind == "memory":
+        return _memory_store
+    if kind == "orm":
+        return DjangoCheckpointStore(ttl_s=float(app_settings.CHECKPOINT_TTL))
+    return RedisCheckpointStore(app_settings.REDIS_URL, float(app_settings.CHECKPOINT_TTL))

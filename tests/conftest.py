@@ -1,0 +1,76 @@
+"""Session guard: the suite runs on the real PostgreSQL and Redis, never without them.
+
+When a service is down the whole session stops with what is missing and how to start it;
+nothing is skipped, because a suite that passes by skipping proves nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Iterator
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connections
+
+START_POSTGRES = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+START_REDIS = (
+    'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no '
+    "--dir /var/lib/redis --logfile /var/log/redis/ci.log"
+)
+
+
+def _postgres_problem() -> str | None:
+    import psycopg
+
+    db = settings.DATABASES["default"]
+    where = (
+        f"{db.get('HOST') or 'localhost'}:{db.get('PORT') or 5432} (database {db.get('NAME')}, user {db.get('USER')})"
+    )
+    try:
+        conn = psycopg.connect(
+            host=db.get("HOST") or None,
+            port=db.get("PORT") or None,
+            dbname=db.get("NAME"),
+            user=db.get("USER") or None,
+            password=db.get("PASSWORD") or None,
+            connect_timeout=3,
+        )
+    except psycopg.Error as exc:
+        return f"PostgreSQL is not reachable at {where}: {str(exc).strip()}\n  start it: {START_POSTGRES}"
+    conn.close()
+    return None
+
+
+def _redis_problem() -> str | None:
+    import redis
+
+    url = settings.REDIS_URL
+    client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        host = client.connection_pool.connection_kwargs.get("host")
+        port = client.connection_pool.connection_kwargs.get("port")
+        return f"Redis is not reachable at {host}:{port}: {exc}\n  start it: {START_REDIS}"
+    finally:
+        client.close()
+    return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _real_services() -> None:
+    problems = [p for p in (_postgres_problem(), _redis_problem()) if p]
+    if problems:
+        pytest.exit("The tests need the real services.\n" + "\n".join(problems), returncode=1)
+
+
+@pytest.fixture(autouse=True)
+def _close_async_db_connections(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The async ORM of an async test runs in asgiref's shared sync thread; close that
+    thread's connections afterwards, or the test database cannot be dropped at the end."""
+    yield
+    if inspect.iscoroutinefunction(request.function):
+        asyncio.run(sync_to_async(connections.close_all)())

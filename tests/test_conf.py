@@ -1,0 +1,156 @@
+"""``STREAMRECOVER`` settings: defaults, validation, override_settings, providers and keys."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from streamrecover.conf import DEFAULTS, ENGINE_KEYS, FAKE_BASE_URL, app_settings, validate
+from streamrecover.engine.config import EngineConfig
+
+SECRET = "sk-ant-api03-test-NOT-A-REAL-KEY-0123456789"
+
+
+def test_defaults() -> None:
+    with override_settings(STREAMRECOVER={}):
+        assert app_settings.MAX_CONTINUATIONS == 5
+        assert app_settings.BACKOFF_SCHEDULE == [1, 2, 4, 8, 16]
+        assert app_settings.BACKOFF_SCALE == 1.0
+        assert app_settings.MAX_REQUEST_RETRIES == 2
+        assert app_settings.CHECKPOINT_TTL == 3600
+        assert app_settings.FRAME_COALESCE_MS == 25
+        assert app_settings.DEFAULT_PROVIDER == "fake"
+        assert app_settings.EXECUTION == "inprocess"
+        assert app_settings.MAX_CLAIMS == 3
+        assert app_settings.HEARTBEAT_SECONDS == 5
+        assert app_settings.STALE_AFTER_SECONDS == 30
+        assert app_settings.REPLAY_BUFFER_FRAMES == 2000
+        assert set(app_settings.PROVIDERS) == {"fake", "anthropic", "openai"}
+        config = app_settings.engine_config()
+    assert config.max_continuations == 5
+    assert config.backoff_schedule == (1.0, 2.0, 4.0, 8.0, 16.0)
+    assert config.idle_timeout_s == 60
+    assert config.checkpoint_every_deltas == 64
+    assert config.notify_model_of_discarded_tools is False
+
+
+def test_every_engine_field_has_a_setting() -> None:
+    assert set(ENGINE_KEYS.values()) == {f.name for f in dataclasses.fields(EngineConfig)}
+    assert set(ENGINE_KEYS) <= set(DEFAULTS)
+
+
+def test_test_settings_are_read() -> None:
+    assert app_settings.BACKOFF_SCALE == 0.001
+    assert app_settings.engine_config().backoff_scale == 0.001
+
+
+def test_override_settings_is_obeyed_by_engine_config() -> None:
+    with override_settings(
+        STREAMRECOVER={"MAX_CONTINUATIONS": 2, "BACKOFF_SCHEDULE": [0.5, 3], "NOTIFY_MODEL_OF_DISCARDED_TOOLS": True}
+    ):
+        config = app_settings.engine_config()
+        assert config.max_continuations == 2
+        assert config.backoff_schedule == (0.5, 3.0)
+        assert config.notify_model_of_discarded_tools is True
+        assert app_settings.MAX_CONTINUATIONS == 2
+    assert app_settings.engine_config().max_continuations == 5
+
+
+def test_unknown_key_raises_naming_it_and_the_valid_keys() -> None:
+    with override_settings(STREAMRECOVER={"MAX_CONTINUATION": 3}), pytest.raises(ImproperlyConfigured) as info:
+        _ = app_settings.MAX_CONTINUATIONS
+    message = str(info.value)
+    assert "'MAX_CONTINUATION'" in message
+    assert "MAX_CONTINUATIONS" in message
+    assert "CHECKPOINT_STORE" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("EXECUTION", "threads"),
+        ("CHECKPOINT_STORE", "disk"),
+        ("MAX_CONTINUATIONS", -1),
+        ("MAX_CONTINUATIONS", "5"),
+        ("BACKOFF_SCHEDULE", []),
+        ("BACKOFF_JITTER", 2),
+        ("DEFAULT_PROVIDER", "nope"),
+        ("PROVIDERS", {"x": {"ADAPTER": "gemini", "BASE_URL": "https://x"}}),
+        ("PROVIDERS", {"x": {"ADAPTER": "openai", "BASE_URL": "https://x", "TOKEN": "t"}}),
+    ],
+)
+def test_invalid_values_raise(key: str, value: object) -> None:
+    with override_settings(STREAMRECOVER={key: value}), pytest.raises(ImproperlyConfigured, match=key.split("_")[0]):
+        app_settings.engine_config()
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError):
+        _ = app_settings.NOT_A_SETTING
+
+
+def test_validate_accepts_the_defaults() -> None:
+    assert validate({}) == []
+    assert validate(DEFAULTS) == []
+
+
+def test_fake_provider_is_the_default() -> None:
+    config = app_settings.provider_config()
+    assert config.name == "anthropic"
+    assert config.base_url == FAKE_BASE_URL
+    assert config.api_key == ""
+
+
+def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    config = app_settings.provider_config("anthropic")
+    assert config.api_key == SECRET
+    assert config.base_url == "https://api.anthropic.com"
+    assert SECRET not in repr(config)
+
+
+def test_missing_api_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ImproperlyConfigured, match="OPENAI_API_KEY"):
+        app_settings.provider_config("openai")
+
+
+def test_api_key_from_settings_wins_and_providers_merge_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEEPSEEK_KEY", "from-env-not-used")
+    providers = {
+        "deepseek": {
+            "ADAPTER": "openai",
+            "BASE_URL": "https://api.deepseek.com",
+            "API_KEY": SECRET,
+            "API_KEY_ENV": "DEEPSEEK_KEY",
+            "PREFIX_FLAG": True,
+            "STRATEGY_OVERRIDES": {"deepseek-*": "prefix_flag"},
+            "EXTRA_HEADERS": {"x-team": "a"},
+        }
+    }
+    with override_settings(STREAMRECOVER={"PROVIDERS": providers, "CONNECT_TIMEOUT": 3}):
+        assert {"fake", "anthropic", "openai", "deepseek"} <= set(app_settings.PROVIDERS)
+        config = app_settings.provider_config("deepseek")
+        assert SECRET in app_settings.secret_values()
+    assert config.api_key == SECRET
+    assert config.prefix_flag is True
+    assert dict(config.strategy_overrides) == {"deepseek-*": "prefix_flag"}
+    assert dict(config.extra_headers) == {"x-team": "a"}
+    assert config.connect_timeout_s == 3.0
+    assert SECRET not in repr(config)
+
+
+def test_unknown_provider_is_improperly_configured() -> None:
+    with pytest.raises(ImproperlyConfigured, match="'nope'"):
+        app_settings.provider_config("nope")
+
+
+def test_a_bad_api_key_type_is_reported_without_its_value() -> None:
+    secret_bytes = SECRET.encode()
+    providers = {"x": {"ADAPTER": "openai", "BASE_URL": "https://x", "API_KEY": secret_bytes}}
+    problems = validate({"PROVIDERS": providers})
+    assert problems
+    assert all(SECRET not in p for p in problems)
