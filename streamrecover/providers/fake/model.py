@@ -1,0 +1,371 @@
+"""The fake provider's deterministic "model".
+
+The planned answer is a pure function of the conversation, so an interrupted and
+continued run can be compared with an uninterrupted one, byte for byte. It is built
+from the last user text prompt; directives anywhere in that prompt steer it:
+
+``[[words=N]]``
+    Length of the answer text in words (default 120; the short text before a tool call
+    defaults to 12).
+``[[text=...]]``
+    The exact answer text (everything up to the next ``]]``), e.g. ``<script>x</script>``.
+    With a tool directive it is the text before the call.
+``[[tool]]`` / ``[[tool=NAME]]``
+    When the request offers tools: a short text, then one call of the first offered tool
+    (or of NAME, offered or not), stop reason ``tool_use``. Arguments are generated from
+    the prompt and the tool's JSON schema.
+``[[tools=N]]``
+    N parallel calls (the offered tools in order, cycling; all NAME with ``[[tool=NAME]]``).
+``[[refuse]]``
+    A refusal (Anthropic: text + stop reason ``refusal``; OpenAI: ``delta.refusal``).
+
+When the last user turn carries tool results, the answer is a final text that names each
+result ("NAME returned: ..."), then generated words. With thinking enabled (and a text
+prompt, not tool results) a thinking block comes first; its signature is an HMAC of its
+text, so a block sent back in history can be verified byte-exact.
+
+Generated text contains multi-byte UTF-8 (``café``, ``日本語``, ``🚀`` within the first six
+words) and newlines, so byte cuts land inside characters. Every block is pre-split into
+deltas ("tokens"): text 1-6 characters, thinking 3-12, tool arguments 2-8 (partial JSON).
+A continuation slices the same pieces, so token counts add up across attempts.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import hashlib
+import hmac
+import json
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_WORDS = 120
+DEFAULT_TOOL_PREAMBLE_WORDS = 12
+MAX_WORDS = 5000
+REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
+
+_SIGNING_KEY = b"streamrecover-fake-provider/thinking-signature/v1"
+_DIRECTIVE = re.compile(r"\[\[(\w+)(?:=(.*?))?\]\]", re.DOTALL)
+_B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_PLAIN_WORDS = (
+    "the", "stream", "model", "answer", "recovers", "quietly", "after", "every", "break", "and",
+    "continues", "from", "where", "it", "stopped", "a", "river", "bridge", "window", "garden",
+    "signal", "carries", "bright", "steady", "careful", "detail", "pattern", "message", "partial",
+    "token", "between", "under", "across", "before", "simple", "reason", "value", "thought",
+    "light", "north", "small", "open", "line", "paper", "stone", "music", "letter", "clear",
+)  # fmt: skip
+_SPICE_WORDS = ("café", "naïve", "résumé", "Zürich", "façade", "日本語", "東京", "🚀", "🙂", "✨")
+_FORCED_WORDS = {1: "café", 3: "日本語", 5: "🚀"}
+
+
+class BlockKind(enum.StrEnum):
+    THINKING = "thinking"
+    TEXT = "text"
+    TOOL_USE = "tool_use"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOffer:
+    """A tool the request offers; ``schema`` is the JSON schema of its arguments."""
+
+    name: str
+    schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call found in history; ``arguments`` is JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def same_call(self, name: str, arguments: str) -> bool:
+        """Equal name and equal parsed arguments (ids and JSON spacing may differ)."""
+        return self.name == name and _loads(self.arguments) == _loads(arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    tool_use_id: str
+    name: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One merged turn of the conversation, reduced to what the model reads."""
+
+    role: str  # "user" | "assistant"
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    turns: tuple[Turn, ...]
+    tools: tuple[ToolOffer, ...] = ()
+    thinking: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedBlock:
+    """One content block of the answer, already split into its deltas."""
+
+    kind: BlockKind
+    pieces: tuple[str, ...]
+    signature: str = ""  # thinking
+    call_id: str = ""  # tool_use
+    name: str = ""  # tool_use
+
+    @property
+    def content(self) -> str:
+        return "".join(self.pieces)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    blocks: tuple[PlannedBlock, ...]
+    stop_reason: str  # "end_turn" | "tool_use" | "refusal"
+
+    @property
+    def text(self) -> str:
+        return "".join(b.content for b in self.blocks if b.kind is BlockKind.TEXT)
+
+    @property
+    def output_tokens(self) -> int:
+        """The number of non-empty content deltas: what the fake bills as output tokens."""
+        return sum(1 for b in self.blocks for p in b.pieces if p)
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    words: int | None = None
+    text: str | None = None
+    tool: str | None = None  # explicit tool name
+    tools: int = 0  # number of tool calls wanted
+    refuse: bool = False
+    topic: str = ""  # the prompt without directives
+
+    @classmethod
+    def parse(cls, prompt: str) -> Directives:
+        values: dict[str, Any] = {"topic": " ".join(_DIRECTIVE.sub(" ", prompt).split())}
+        for name, raw in _DIRECTIVE.findall(prompt):
+            if name == "words" and raw.strip().isdigit():
+                values["words"] = max(1, min(MAX_WORDS, int(raw)))
+            elif name == "text" and raw:
+                values["text"] = raw
+            elif name == "tool":
+                values["tools"] = max(values.get("tools", 0), 1)
+                if raw.strip():
+                    values["tool"] = raw.strip()
+            elif name == "tools" and raw.strip().isdigit():
+                values["tools"] = max(1, min(16, int(raw)))
+            elif name == "refuse":
+                values["refuse"] = True
+        return cls(**values)
+
+
+def plan_answer(conversation: Conversation, *, tool_id_prefix: str = "toolu_") -> Plan:
+    """The full answer to a conversation that ends with a user turn."""
+    turns = conversation.turns
+    prompt = next((t.text for t in reversed(turns) if t.role == "user" and t.text), "")
+    directives = Directives.parse(prompt)
+    last = turns[-1] if turns else Turn("user")
+    if last.tool_results:
+        return Plan((_text_block(_after_tools_text(prompt, directives, last.tool_results)),), "end_turn")
+    if directives.refuse:
+        return Plan((_text_block(REFUSAL_TEXT),), "refusal")
+    blocks: list[PlannedBlock] = []
+    if conversation.thinking:
+        blocks.append(_thinking_block(prompt, directives))
+    names = _tool_names(directives, conversation.tools)
+    if names:
+        text = directives.text or generate_text(prompt, directives.words or DEFAULT_TOOL_PREAMBLE_WORDS)
+        blocks.append(_text_block(text))
+        schemas = {t.name: t.schema for t in conversation.tools}
+        for index, name in enumerate(names):
+            blocks.append(_tool_block(prompt, directives.topic, name, schemas.get(name, {}), index, tool_id_prefix))
+        return Plan(tuple(blocks), "tool_use")
+    blocks.append(_text_block(directives.text or generate_text(prompt, directives.words or DEFAULT_WORDS)))
+    return Plan(tuple(blocks), "end_turn")
+
+
+def continue_plan(plan: Plan, prefix_text: str, prefix_calls: Sequence[ToolCall] = ()) -> tuple[Plan, bool]:
+    """What a model asked to go on after an assistant prefix says: only the rest.
+
+    Returns ``(rest, True)`` when the prefix matches the plan, else ``(plan without its
+    thinking block, False)``: a model that does not recognise its own words starts over,
+    which is what exposes a recovery bug. No new thinking block either way.
+    """
+    blocks = tuple(b for b in plan.blocks if b.kind is not BlockKind.THINKING)
+    restart = Plan(blocks, plan.stop_reason)
+    text_block = next((b for b in blocks if b.kind is BlockKind.TEXT), None)
+    calls = [b for b in blocks if b.kind is BlockKind.TOOL_USE]
+    text = text_block.content if text_block else ""
+    if not text.startswith(prefix_text) or len(prefix_calls) > len(calls):
+        return restart, False
+    if prefix_calls and prefix_text != text:
+        return restart, False
+    if not all(seen.same_call(b.name, b.content) for seen, b in zip(prefix_calls, calls, strict=False)):
+        return restart, False
+    rest: list[PlannedBlock] = []
+    if text_block is not None and len(prefix_text) < len(text):
+        rest.append(_slice_block(text_block, len(prefix_text)))
+    rest.extend(calls[len(prefix_calls) :])
+    stop = plan.stop_reason
+    if stop == "tool_use" and not any(b.kind is BlockKind.TOOL_USE for b in rest):
+        stop = "end_turn"
+    return Plan(tuple(rest), stop), True
+
+
+def sign_thinking(thinking: str) -> str:
+    """The signature of a thinking block: proves later that the text came back unmodified."""
+    mac = hmac.new(_SIGNING_KEY, thinking.encode(), hashlib.sha256).digest()
+    return base64.b64encode(b"\x12\x20fake" + mac).decode()
+
+
+def signature_valid(thinking: str, signature: str) -> bool:
+    return hmac.compare_digest(sign_thinking(thinking), signature)
+
+
+def generate_text(seed: str, words: int, *, about: str | None = None) -> str:
+    """Deterministic prose of ``words`` words, seeded by ``seed``, now and then using words
+    of ``about`` (default: the seed); never ends in whitespace."""
+    rng = _rng("text", seed)
+    source = _DIRECTIVE.sub(" ", seed if about is None else about)
+    topic = tuple(dict.fromkeys(re.findall(r"\w{3,}", source))) or _PLAIN_WORDS
+    out: list[str] = []
+    sentence_left, sentence_no, capital = 6, 0, True
+    for i in range(words):
+        roll = rng.random()
+        word = _FORCED_WORDS.get(i) or (
+            rng.choice(topic) if roll < 0.12 else rng.choice(_SPICE_WORDS) if roll < 0.2 else rng.choice(_PLAIN_WORDS)
+        )
+        if capital:
+            word, capital = word[:1].upper() + word[1:], False
+        out.append(word)
+        sentence_left -= 1
+        if i == words - 1:
+            out.append(".")
+        elif sentence_left == 0:
+            out.append("." + ("\n" if sentence_no == 0 else rng.choice((" ", " ", "\n\n"))))
+            sentence_left, sentence_no, capital = rng.randint(5, 11), sentence_no + 1, True
+        else:
+            out.append(", " if rng.random() < 0.06 else " ")
+    return "".join(out)
+
+
+def split_pieces(text: str, low: int, high: int) -> tuple[str, ...]:
+    """Deterministic delta boundaries for ``text`` (``low``..``high`` characters each)."""
+    rng = _rng("split", text)
+    pieces: list[str] = []
+    i = 0
+    while i < len(text):
+        n = rng.randint(low, high)
+        pieces.append(text[i : i + n])
+        i += n
+    return tuple(pieces)
+
+
+def stable_token(*parts: str, length: int = 24) -> str:
+    """A base62 string derived from ``parts`` (ids that are the same for the same input)."""
+    number = int.from_bytes(hashlib.sha256("\x00".join(parts).encode()).digest(), "big")
+    chars = []
+    for _ in range(length):
+        number, digit = divmod(number, 62)
+        chars.append(_B62[digit])
+    return "".join(chars)
+
+
+def _rng(purpose: str, seed: str) -> random.Random:
+    digest = hashlib.sha256(f"{purpose}\x00{seed}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _text_block(text: str) -> PlannedBlock:
+    return PlannedBlock(BlockKind.TEXT, split_pieces(text, 1, 6))
+
+
+def _thinking_block(prompt: str, directives: Directives) -> PlannedBlock:
+    about = directives.topic[:80] or "this"
+    thinking = f"Let me think about {about}.\n" + generate_text("thinking\x00" + prompt, 30, about=prompt)
+    return PlannedBlock(BlockKind.THINKING, split_pieces(thinking, 3, 12), signature=sign_thinking(thinking))
+
+
+def _tool_block(prompt: str, topic: str, name: str, schema: Mapping[str, Any], index: int, prefix: str) -> PlannedBlock:
+    arguments = json.dumps(_tool_arguments(prompt, topic, name, schema, index), ensure_ascii=False)
+    call_id = prefix + stable_token("tool", prompt, name, str(index))
+    return PlannedBlock(BlockKind.TOOL_USE, split_pieces(arguments, 2, 8), call_id=call_id, name=name)
+
+
+def _tool_names(directives: Directives, offered: Sequence[ToolOffer]) -> list[str]:
+    if not directives.tools or not offered:
+        return []
+    if directives.tool:
+        return [directives.tool] * directives.tools
+    return [offered[i % len(offered)].name for i in range(directives.tools)]
+
+
+def _tool_arguments(prompt: str, topic: str, name: str, schema: Mapping[str, Any], index: int) -> dict[str, Any]:
+    rng = _rng(f"args\x00{name}\x00{index}", prompt)
+    subject = " ".join(topic.split()[:5]) or "fake"
+    if index:
+        subject = f"{subject} #{index + 1}"
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(properties, Mapping) or not properties:
+        return {"query": subject}
+    arguments: dict[str, Any] = {}
+    used_subject = False
+    for key, spec in list(properties.items())[:8]:
+        kind = spec.get("type") if isinstance(spec, Mapping) else None
+        if isinstance(spec, Mapping) and isinstance(spec.get("enum"), list) and spec["enum"]:
+            arguments[key] = spec["enum"][0]
+        elif kind == "integer":
+            arguments[key] = rng.randint(1, 100)
+        elif kind == "number":
+            arguments[key] = round(rng.uniform(0, 100), 1)
+        elif kind == "boolean":
+            arguments[key] = True
+        elif kind == "array":
+            arguments[key] = [subject]
+        elif kind == "object":
+            arguments[key] = {}
+        elif used_subject:
+            arguments[key] = rng.choice(_PLAIN_WORDS + _SPICE_WORDS)
+        else:
+            arguments[key], used_subject = subject, True
+    return arguments
+
+
+def _after_tools_text(prompt: str, directives: Directives, results: Sequence[ToolResult]) -> str:
+    lines = []
+    for result in results:
+        content = " ".join(result.content.split())[:200] or "(empty)"
+        lines.append(f"{result.name or 'The tool'} returned: {content}")
+    seed = prompt + "\x00" + "\x00".join(r.content for r in results)
+    return "\n".join(lines) + "\n\n" + generate_text(seed, directives.words or DEFAULT_WORDS, about=prompt)
+
+
+def _slice_block(block: PlannedBlock, offset: int) -> PlannedBlock:
+    """The block's pieces after ``offset`` characters (the piece holding it is cut there)."""
+    pieces: list[str] = []
+    start = 0
+    for piece in block.pieces:
+        end = start + len(piece)
+        if end > offset:
+            pieces.append(piece[max(0, offset - start) :])
+        start = end
+    return PlannedBlock(block.kind, tuple(pieces), block.signature, block.call_id, block.name)

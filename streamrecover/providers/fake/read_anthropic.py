@@ -1,0 +1,227 @@
+"""Reads an Anthropic Messages request the way the real API does, rules and 400s included.
+
+The rules enforced are the ones a recovery path can break (PROVIDERS.md §A.8): prefill
+without trailing whitespace, no prefill with thinking, no prefill on models that refuse
+it, thinking blocks sent back unmodified, tool_use/tool_result pairing, no empty blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
+from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn, signature_valid
+
+NO_PREFILL_MODEL = re.compile(r"noprefill|^claude-(?:opus-4-[678]|sonnet-4-6|sonnet-5)(?![0-9])")
+PREFILL_REFUSED = (
+    "This model does not support assistant message prefill. The conversation must end with a user message."
+)
+TRAILING_WHITESPACE = "final assistant content cannot end with trailing whitespace"
+_THINKING_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+
+
+def interpret(body: Any) -> Interpretation:
+    """The request's meaning, or ``RequestRejected`` with the real API's message."""
+    if not isinstance(body, dict):
+        raise RequestRejected("Input should be a valid dictionary")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestRejected("model: Field required")
+    messages = body.get("messages")
+    if messages is None:
+        raise RequestRejected("messages: Field required")
+    if not isinstance(messages, list):
+        raise RequestRejected("messages: Input should be a valid list")
+    if not messages:
+        raise RequestRejected("messages: at least one message is required")
+    max_tokens = body.get("max_tokens")
+    if max_tokens is None:
+        raise RequestRejected("max_tokens: Field required")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise RequestRejected("max_tokens: Input should be greater than or equal to 1")
+    thinking = _thinking_enabled(body.get("thinking"), max_tokens)
+    tools = _tools(body.get("tools"))
+
+    turns = tuple(_turn(i, m, thinking, final=i == len(messages) - 1) for i, m in enumerate(messages))
+    _check_tool_pairing(messages)
+    if messages[-1].get("role") == "assistant":
+        _check_prefill(len(messages) - 1, messages[-1], model, thinking)
+    base, mode, prefix_text, prefix_calls = peel_continuation(merge_turns(name_tool_results(turns)), Mode.PREFILL)
+    return Interpretation(
+        model=model,
+        stream=body.get("stream") is True,
+        mode=mode,
+        conversation=Conversation(base, tools, thinking),
+        prefix_text=prefix_text,
+        prefix_calls=prefix_calls,
+    )
+
+
+def _thinking_enabled(thinking: Any, max_tokens: int) -> bool:
+    if thinking is None:
+        return False
+    if not isinstance(thinking, Mapping) or thinking.get("type") not in ("enabled", "disabled", "adaptive"):
+        raise RequestRejected("thinking: Input tag does not match any of the expected tags: 'enabled', 'disabled'")
+    if thinking["type"] == "disabled":
+        return False
+    if thinking["type"] == "enabled":
+        budget = thinking.get("budget_tokens")
+        if not isinstance(budget, int) or budget < 1024:
+            raise RequestRejected("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+        if max_tokens <= budget:
+            raise RequestRejected(
+                f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at "
+                f"{_THINKING_DOCS}#max-tokens-and-context-window-size"
+            )
+    return True
+
+
+def _tools(tools: Any) -> tuple[ToolOffer, ...]:
+    if tools is None:
+        return ()
+    if not isinstance(tools, list):
+        raise RequestRejected("tools: Input should be a valid list")
+    offers = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
+            raise RequestRejected(f"tools.{i}.name: Field required")
+        if "input_schema" in tool or "type" not in tool:  # custom tools; server tools ("type") are not called
+            schema = tool.get("input_schema")
+            offers.append(ToolOffer(tool["name"], schema if isinstance(schema, Mapping) else {}))
+    return tuple(offers)
+
+
+def _turn(index: int, message: Any, thinking: bool, *, final: bool) -> Turn:
+    where = f"messages.{index}"
+    if not isinstance(message, Mapping):
+        raise RequestRejected(f"{where}: Input should be a valid dictionary")
+    role = message.get("role")
+    if role not in ("user", "assistant"):
+        raise RequestRejected(f"{where}.role: Input should be 'user' or 'assistant'")
+    content = message.get("content")
+    if isinstance(content, str):
+        if not content and not (final and role == "assistant"):
+            raise RequestRejected(
+                f"{where}: all messages must have non-empty content except for the optional final assistant message"
+            )
+        return Turn(role, content)
+    if not isinstance(content, list):
+        raise RequestRejected(f"{where}.content: Input should be a valid string or a valid list")
+    if not content and not (final and role == "assistant"):
+        raise RequestRejected(
+            f"{where}: all messages must have non-empty content except for the optional final assistant message"
+        )
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    results: list[ToolResult] = []
+    for j, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        at = f"{where}.content.{j}"
+        if kind == "text":
+            text = block.get("text")
+            if not isinstance(text, str) or not text:
+                raise RequestRejected(f"{at}: text content blocks must be non-empty")
+            if not text.strip():
+                raise RequestRejected(f"{at}: text content blocks must contain non-whitespace text")
+            texts.append(text)
+        elif kind == "thinking" and role == "assistant":
+            _check_thinking_block(at, block, thinking, final=final)
+        elif kind == "redacted_thinking" and role == "assistant":
+            if final and not thinking:
+                raise RequestRejected(_thinking_disabled_message(at))
+        elif kind == "tool_use" and role == "assistant":
+            calls.append(_tool_call(at, block))
+        elif kind == "tool_result" and role == "user":
+            results.append(ToolResult(str(block.get("tool_use_id", "")), "", _result_text(block.get("content"))))
+        elif kind is None:
+            raise RequestRejected(f"{at}.type: Field required")
+    joiner = "\n" if role == "user" else ""
+    return Turn(role, joiner.join(texts), tuple(calls), tuple(results))
+
+
+def _check_thinking_block(at: str, block: Mapping[str, Any], thinking: bool, *, final: bool) -> None:
+    if final and not thinking:
+        raise RequestRejected(_thinking_disabled_message(at))
+    text, signature = block.get("thinking"), block.get("signature")
+    if not isinstance(text, str) or not isinstance(signature, str) or not signature_valid(text, signature):
+        raise RequestRejected(
+            f"{at}: `thinking` or `redacted_thinking` blocks in the latest assistant message cannot be modified. "
+            "These blocks must remain as they were in the original response."
+        )
+
+
+def _thinking_disabled_message(at: str) -> str:
+    return (
+        f"{at}: When thinking is disabled, an `assistant` message in the final position cannot contain "
+        "`thinking`. To use thinking blocks, enable `thinking` in your request."
+    )
+
+
+def _tool_call(at: str, block: Mapping[str, Any]) -> ToolCall:
+    call_id, name, arguments = block.get("id"), block.get("name"), block.get("input")
+    if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, Mapping):
+        raise RequestRejected(f"{at}: tool_use blocks need `id`, `name` and an object `input`")
+    return ToolCall(call_id, name, json.dumps(arguments, ensure_ascii=False))
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b["text"] for b in content if isinstance(b, Mapping) and isinstance(b.get("text"), str))
+    return ""
+
+
+def _blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    content = message.get("content")
+    return [b for b in content if isinstance(b, Mapping)] if isinstance(content, list) else []
+
+
+def _check_tool_pairing(messages: list[Any]) -> None:
+    """Every tool_use is answered in the next message, and every tool_result answers one."""
+    for i, message in enumerate(messages):
+        if message.get("role") == "assistant" and i < len(messages) - 1:
+            ids = [b.get("id") for b in _blocks(message) if b.get("type") == "tool_use"]
+            following = messages[i + 1] if messages[i + 1].get("role") == "user" else {}
+            answered = {b.get("tool_use_id") for b in _blocks(following) if b.get("type") == "tool_result"}
+            missing = [str(x) for x in ids if x not in answered]
+            if missing:
+                raise RequestRejected(
+                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                    f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block "
+                    "in the next message."
+                )
+        if message.get("role") == "user":
+            previous = messages[i - 1] if i and messages[i - 1].get("role") == "assistant" else {}
+            offered = {b.get("id") for b in _blocks(previous) if b.get("type") == "tool_use"}
+            for j, block in enumerate(_blocks(message)):
+                if block.get("type") == "tool_result" and block.get("tool_use_id") not in offered:
+                    raise RequestRejected(
+                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                        f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
+                        "`tool_use` block in the previous message."
+                    )
+
+
+def _check_prefill(index: int, message: Mapping[str, Any], model: str, thinking: bool) -> None:
+    """The rules of a request that ends with an assistant message (a prefill)."""
+    if NO_PREFILL_MODEL.search(model):
+        raise RequestRejected(PREFILL_REFUSED)
+    content = message.get("content")
+    blocks = _blocks(message)
+    if thinking:
+        first = blocks[0].get("type") if blocks else "text"
+        if first not in ("thinking", "redacted_thinking"):
+            raise RequestRejected(
+                f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first}`. "
+                "When `thinking` is enabled, a final `assistant` message must start with a thinking block. "
+                "We recommend you include thinking blocks from previous turns. To avoid this requirement, "
+                f"disable `thinking`. Please consult our documentation at {_THINKING_DOCS}"
+            )
+        raise RequestRejected(f"messages.{index}: Prefilling the assistant response is not supported with thinking.")
+    last_text = content if isinstance(content, str) else blocks[-1].get("text") if blocks else None
+    if isinstance(last_text, str) and last_text and last_text != last_text.rstrip():
+        raise RequestRejected(TRAILING_WHITESPACE)

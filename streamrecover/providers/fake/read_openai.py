@@ -1,0 +1,166 @@
+"""Reads an OpenAI Chat Completions request the way the real API does.
+
+OpenAI has no prefill: a trailing assistant message is a finished turn and the model
+starts a new answer. ``"prefix": true`` on it (DeepSeek's beta, Mistral) asks for a
+continuation that does not repeat the prefix (DeepSeek style). Tool calls and tool
+messages must pair up, with the real API's 400s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
+from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn
+
+_ROLES = ("system", "assistant", "user", "function", "tool", "developer")
+
+
+def interpret(body: Any) -> Interpretation:
+    """The request's meaning, or ``RequestRejected`` with the real API's message."""
+    if not isinstance(body, dict):
+        raise RequestRejected("Invalid type for request body: expected an object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestRejected("you must provide a model parameter")
+    messages = body.get("messages")
+    if messages is None:
+        raise RequestRejected(
+            "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
+        )
+    if not isinstance(messages, list):
+        raise RequestRejected("Invalid type for 'messages': expected an array.", param="messages", code="invalid_type")
+    if not messages:
+        raise RequestRejected(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+            param="messages",
+            code="empty_array",
+        )
+    turns = [t for i, m in enumerate(messages) if (t := _turn(i, m)) is not None]
+    _check_tool_pairing(messages)
+    last = messages[-1]
+    trailing = Mode.PREFIX_FLAG if last.get("role") == "assistant" and last.get("prefix") is True else None
+    base, mode, prefix_text, prefix_calls = peel_continuation(
+        merge_turns(name_tool_results(turns)), trailing or Mode.NEW_TURN_AFTER_ASSISTANT
+    )
+    options = body.get("stream_options")
+    return Interpretation(
+        model=model,
+        stream=body.get("stream") is True,
+        mode=mode,
+        conversation=Conversation(base, _tools(body.get("tools"))),
+        prefix_text=prefix_text,
+        prefix_calls=prefix_calls,
+        include_usage=isinstance(options, Mapping) and options.get("include_usage") is True,
+    )
+
+
+def _tools(tools: Any) -> tuple[ToolOffer, ...]:
+    if not isinstance(tools, list):
+        return ()
+    offers = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise RequestRejected(
+                f"Missing required parameter: 'tools[{i}].function'.",
+                param=f"tools[{i}].function",
+                code="missing_required_parameter",
+            )
+        parameters = function.get("parameters")
+        offers.append(ToolOffer(function["name"], parameters if isinstance(parameters, Mapping) else {}))
+    return tuple(offers)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _turn(index: int, message: Any) -> Turn | None:
+    if not isinstance(message, Mapping):
+        raise RequestRejected(
+            f"Invalid type for 'messages[{index}]': expected an object.",
+            param=f"messages[{index}]",
+            code="invalid_type",
+        )
+    role = message.get("role")
+    if role not in _ROLES:
+        raise RequestRejected(
+            f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', 'user', 'function', 'tool', "
+            "and 'developer'.",
+            param=f"messages[{index}].role",
+            code="invalid_value",
+        )
+    if role == "user":
+        return Turn("user", _text(message.get("content")))
+    if role == "assistant":
+        return Turn("assistant", _text(message.get("content")), _tool_calls(index, message.get("tool_calls")))
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str):
+            raise RequestRejected(
+                f"Missing required parameter: 'messages[{index}].tool_call_id'.",
+                param=f"messages[{index}].tool_call_id",
+                code="missing_required_parameter",
+            )
+        return Turn("user", tool_results=(ToolResult(call_id, "", _text(message.get("content"))),))
+    return None  # system, developer, legacy function messages: not read by the fake model
+
+
+def _tool_calls(index: int, tool_calls: Any) -> tuple[ToolCall, ...]:
+    if not tool_calls:
+        return ()
+    if not isinstance(tool_calls, list):
+        raise RequestRejected(
+            f"Invalid type for 'messages[{index}].tool_calls': expected an array.",
+            param=f"messages[{index}].tool_calls",
+            code="invalid_type",
+        )
+    calls = []
+    for j, call in enumerate(tool_calls):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(call.get("id"), str):
+            raise RequestRejected(
+                f"Missing required parameter: 'messages[{index}].tool_calls[{j}].function'.",
+                param=f"messages[{index}].tool_calls[{j}].function",
+                code="missing_required_parameter",
+            )
+        calls.append(ToolCall(call["id"], str(function.get("name", "")), str(function.get("arguments", ""))))
+    return tuple(calls)
+
+
+def _check_tool_pairing(messages: list[Any]) -> None:
+    """An assistant message with tool_calls is followed by a tool message for each call, and
+    every tool message answers such a call."""
+    pending: dict[str, int] = {}  # call id -> index of the assistant message that made it
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            if message.get("tool_call_id") not in pending:
+                raise RequestRejected(
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
+                    "'tool_calls'.",
+                    param=f"messages.[{i}].role",
+                )
+            pending.pop(message["tool_call_id"])
+            continue
+        if pending:
+            _missing_tool_responses(min(pending.values()), pending)
+        if role == "assistant" and i < len(messages) - 1:
+            for call in message.get("tool_calls") or []:
+                pending[call["id"]] = i
+    if pending:
+        _missing_tool_responses(min(pending.values()), pending)
+
+
+def _missing_tool_responses(index: int, pending: Mapping[str, int]) -> NoReturn:
+    raise RequestRejected(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+        f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}",
+        param=f"messages.[{index}].role",
+    )

@@ -1,0 +1,191 @@
+"""A planned answer as the Anthropic Messages API sends it, byte for byte.
+
+Mimics the documented and recorded streams (``/work/shared/streams/anthropic_*.sse``):
+compact JSON, ``ping`` right after the first ``content_block_start``, an empty
+``input_json_delta`` opening a tool call, an empty ``thinking_delta`` before the
+signature, input usage in ``message_start`` and cumulative output usage in
+``message_delta``, and the documented ``event: error`` frame.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .model import BlockKind, Plan, PlannedBlock, stable_token
+from .wire import ErrorSpec, ResponseContext, WireEvent, compact, spaced, sse
+
+PING = sse('{"type": "ping"}', "ping")
+DEFAULT_MESSAGES = {
+    "invalid_request_error": "Invalid request.",
+    "authentication_error": "invalid x-api-key",
+    "billing_error": "Your credit balance is too low to access the Anthropic API.",
+    "permission_error": "Your API key does not have permission to use the specified resource.",
+    "not_found_error": "The requested resource could not be found.",
+    "request_too_large": "Request exceeds the maximum allowed number of bytes.",
+    "rate_limit_error": "This request would exceed the rate limit for your organization. Please try again later.",
+    "api_error": "Internal server error",
+    "timeout_error": "Request timed out",
+    "overloaded_error": "Overloaded",
+}
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_SPEND_LIMIT = (
+    "You have exceeded your organization's spend limit. Please increase the limit or wait until it resets "
+    "before making further requests."
+)
+_STOP_DETAILS_REFUSAL = {"type": "refusal", "category": None, "explanation": None}
+
+
+def message_id(ctx: ResponseContext) -> str:
+    return "msg_01" + stable_token("message", ctx.seed, length=22)
+
+
+def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
+    """Every SSE event of the answer, from ``message_start`` to ``message_stop``."""
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": message_id(ctx),
+            "type": "message",
+            "role": "assistant",
+            "model": ctx.model,
+            "stop_sequence": None,
+            "usage": _usage(ctx.input_tokens, 1),
+            "content": [],
+            "stop_reason": None,
+        },
+    }
+    events = [sse(compact(start), "message_start")]
+    for index, block in enumerate(plan.blocks):
+        opening = {"type": "content_block_start", "index": index, "content_block": _opening(block)}
+        events.append(sse(compact(opening), "content_block_start"))
+        if index == 0:
+            events.append(PING)
+        events.extend(_deltas(index, block))
+        events.append(sse(compact({"type": "content_block_stop", "index": index}), "content_block_stop"))
+    if not plan.blocks:
+        events.append(PING)
+    delta: dict[str, Any] = {"stop_reason": plan.stop_reason, "stop_sequence": None}
+    if plan.stop_reason == "refusal":
+        delta["stop_details"] = _STOP_DETAILS_REFUSAL
+    usage = {"output_tokens": plan.output_tokens}
+    events.append(sse(compact({"type": "message_delta", "delta": delta, "usage": usage}), "message_delta"))
+    events.append(sse(compact({"type": "message_stop"}), "message_stop"))
+    return events
+
+
+def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
+    """The non-streaming response body."""
+    return {
+        "id": message_id(ctx),
+        "type": "message",
+        "role": "assistant",
+        "model": ctx.model,
+        "content": [_whole(block) for block in plan.blocks],
+        "stop_reason": plan.stop_reason,
+        "stop_sequence": None,
+        "usage": _usage(ctx.input_tokens, plan.output_tokens),
+    }
+
+
+def error_body(spec: ErrorSpec, request_id: str) -> bytes:
+    error: dict[str, Any] = {"type": spec.error_type, "message": spec.message}
+    if spec.details is not None:
+        error["details"] = dict(spec.details)
+    return compact({"type": "error", "error": error, "request_id": request_id}).encode()
+
+
+def error_event(error_type: str | None, message: str | None) -> WireEvent:
+    """The documented mid-stream error frame (HTTP status stays 200)."""
+    kind = error_type or "overloaded_error"
+    return sse(spaced({"type": "error", "error": {"type": kind, "message": message or _message(kind)}}), "error")
+
+
+def status_error(status: int, error_type: str | None, message: str | None, *, quota: bool) -> ErrorSpec:
+    """An HTTP error; ``quota`` gives the spend-limit 429 that must not be retried."""
+    if quota:
+        details = {"error_code": "enforced_spend_limit_reached"}
+        return ErrorSpec(status, error_type or "rate_limit_error", message or _SPEND_LIMIT, details=details)
+    kind = error_type or _TYPE_BY_STATUS.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return ErrorSpec(status, kind, message or _message(kind))
+
+
+def authenticate(headers: Mapping[str, str]) -> ErrorSpec | None:
+    """Any non-empty key passes; a missing one gets the real 401 (``Authorization: Bearer`` also works)."""
+    if headers.get("x-api-key", "").strip():
+        return None
+    if headers.get("authorization", "").removeprefix("Bearer ").strip():
+        return None
+    return ErrorSpec(401, "authentication_error", "x-api-key header is required")
+
+
+def check_headers(headers: Mapping[str, str]) -> ErrorSpec | None:
+    if not headers.get("anthropic-version", "").strip():
+        return ErrorSpec(400, "invalid_request_error", "anthropic-version: header is required")
+    return None
+
+
+def response_headers(request_id: str) -> list[tuple[str, str]]:
+    return [("request-id", request_id), ("anthropic-organization-id", "fake-org")]
+
+
+BAD_JSON = ErrorSpec(400, "invalid_request_error", "There was an error parsing the body of your request: invalid JSON")
+BAD_CONTENT_TYPE = ErrorSpec(400, "invalid_request_error", "Content-Type must be application/json")
+
+
+def _message(kind: str) -> str:
+    return DEFAULT_MESSAGES.get(kind, "Internal server error")
+
+
+def _usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": output_tokens,
+    }
+
+
+def _opening(block: PlannedBlock) -> dict[str, Any]:
+    if block.kind is BlockKind.THINKING:
+        return {"type": "thinking", "thinking": "", "signature": ""}
+    if block.kind is BlockKind.TOOL_USE:
+        return {"type": "tool_use", "id": block.call_id, "name": block.name, "input": {}}
+    return {"type": "text", "text": ""}
+
+
+def _whole(block: PlannedBlock) -> dict[str, Any]:
+    if block.kind is BlockKind.THINKING:
+        return {"type": "thinking", "thinking": block.content, "signature": block.signature}
+    if block.kind is BlockKind.TOOL_USE:
+        return {"type": "tool_use", "id": block.call_id, "name": block.name, "input": json.loads(block.content)}
+    return {"type": "text", "text": block.content}
+
+
+def _delta(index: int, delta: dict[str, Any], *, tokens: int = 0, text: str = "") -> WireEvent:
+    payload = {"type": "content_block_delta", "index": index, "delta": delta}
+    return sse(compact(payload), "content_block_delta", tokens=tokens, text=text)
+
+
+def _deltas(index: int, block: PlannedBlock) -> list[WireEvent]:
+    if block.kind is BlockKind.THINKING:
+        events = [_delta(index, {"type": "thinking_delta", "thinking": p}, tokens=1) for p in block.pieces]
+        events.append(_delta(index, {"type": "thinking_delta", "thinking": ""}))
+        events.append(_delta(index, {"type": "signature_delta", "signature": block.signature}))
+        return events
+    if block.kind is BlockKind.TOOL_USE:
+        events = [_delta(index, {"type": "input_json_delta", "partial_json": ""})]
+        events.extend(_delta(index, {"type": "input_json_delta", "partial_json": p}, tokens=1) for p in block.pieces)
+        return events
+    return [_delta(index, {"type": "text_delta", "text": p}, tokens=1, text=p) for p in block.pieces]

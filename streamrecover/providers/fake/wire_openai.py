@@ -1,0 +1,179 @@
+"""A planned answer as OpenAI Chat Completions sends it, byte for byte.
+
+Mimics the recorded streams (``/work/shared/streams/openai_chat_*.sse``): unnamed
+``data:`` chunks with the same id/created on each, a first chunk carrying the role,
+tool calls by ``index`` with id and name only on their first fragment, an empty-delta
+``finish_reason`` chunk, the optional usage chunk with ``choices: []``, then
+``data: [DONE]``. A mid-stream error is a ``data: {"error": ...}`` chunk.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from .model import BlockKind, Plan, PlannedBlock, stable_token
+from .wire import ErrorSpec, ResponseContext, WireEvent, compact, spaced, sse
+
+DONE = sse("[DONE]")
+BAD_JSON = ErrorSpec(
+    400,
+    "invalid_request_error",
+    "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP "
+    "library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. If you have "
+    "trouble figuring out how to fix this, please contact us through our help center at help.openai.com.)",
+)
+BAD_CONTENT_TYPE = BAD_JSON
+_FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "refusal": "stop"}
+_STATUS_ERRORS = {
+    400: ("invalid_request_error", None, "Invalid request."),
+    401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-fake***."),
+    403: (
+        "invalid_request_error",
+        "unsupported_country_region_territory",
+        "Country, region, or territory not supported.",
+    ),
+    404: ("invalid_request_error", "model_not_found", "The model does not exist or you do not have access to it."),
+    429: ("requests", "rate_limit_exceeded", "Rate limit reached for requests. Please try again later."),
+    503: ("server_error", None, "The engine is currently overloaded, please try again later"),
+}
+_QUOTA = (
+    "insufficient_quota",
+    "insufficient_quota",
+    "You exceeded your current quota, please check your plan and billing details. For more information on this "
+    "error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.",
+)
+_SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
+
+
+def completion_id(ctx: ResponseContext) -> str:
+    return "chatcmpl-" + stable_token("completion", ctx.seed, length=29)
+
+
+def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
+    """Every chunk of the answer, through ``data: [DONE]``."""
+    head = {
+        "id": completion_id(ctx),
+        "object": "chat.completion.chunk",
+        "created": _created(ctx),
+        "model": ctx.model,
+        "system_fingerprint": _fingerprint(ctx),
+    }
+
+    def chunk(delta: Mapping[str, Any], finish: str | None = None, *, tokens: int = 0, text: str = "") -> WireEvent:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return sse(compact({**head, "choices": [choice]}), tokens=tokens, text=text)
+
+    blocks = [b for b in plan.blocks if b.kind is not BlockKind.THINKING]
+    calls = [b for b in blocks if b.kind is BlockKind.TOOL_USE]
+    events: list[WireEvent] = []
+    if plan.stop_reason == "refusal":
+        events.append(chunk({"role": "assistant", "content": None, "refusal": ""}))
+        events.extend(chunk({"refusal": p}, tokens=1) for b in blocks for p in b.pieces)
+    else:
+        if blocks and blocks[0].kind is BlockKind.TOOL_USE:
+            first = {"role": "assistant", "content": None, "tool_calls": [_call_start(0, calls[0])], "refusal": None}
+            events.append(chunk(first))
+        else:
+            events.append(chunk({"role": "assistant", "content": "", "refusal": None}))
+        for block in blocks:
+            if block.kind is BlockKind.TEXT:
+                events.extend(chunk({"content": p}, tokens=1, text=p) for p in block.pieces)
+                continue
+            index = calls.index(block)
+            if index or blocks[0].kind is not BlockKind.TOOL_USE:
+                events.append(chunk({"tool_calls": [_call_start(index, block)]}))
+            for piece in block.pieces:
+                events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, tokens=1))
+    events.append(chunk({}, _FINISH.get(plan.stop_reason, "stop")))
+    if ctx.include_usage:
+        events.append(sse(compact({**head, "choices": [], "usage": _usage(ctx.input_tokens, plan.output_tokens)})))
+    events.append(DONE)
+    return events
+
+
+def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
+    """The non-streaming response body."""
+    blocks = [b for b in plan.blocks if b.kind is not BlockKind.THINKING]
+    text = "".join(b.content for b in blocks if b.kind is BlockKind.TEXT)
+    refused = plan.stop_reason == "refusal"
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": None if refused else text,
+        "refusal": text if refused else None,
+    }
+    calls = [b for b in blocks if b.kind is BlockKind.TOOL_USE]
+    if calls:
+        message["tool_calls"] = [
+            {"id": b.call_id, "type": "function", "function": {"name": b.name, "arguments": b.content}} for b in calls
+        ]
+    return {
+        "id": completion_id(ctx),
+        "object": "chat.completion",
+        "created": _created(ctx),
+        "model": ctx.model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": _FINISH.get(plan.stop_reason, "stop")}
+        ],
+        "usage": _usage(ctx.input_tokens, plan.output_tokens),
+        "system_fingerprint": _fingerprint(ctx),
+    }
+
+
+def error_body(spec: ErrorSpec, request_id: str) -> bytes:
+    error = {"message": spec.message, "type": spec.error_type, "param": spec.param, "code": spec.code}
+    return compact({"error": error}).encode()
+
+
+def error_event(error_type: str | None, message: str | None) -> WireEvent:
+    """A mid-stream error chunk (HTTP status stays 200)."""
+    error = {"message": message or _SERVER_ERROR, "type": error_type or "server_error", "param": None, "code": None}
+    return sse(spaced({"error": error}))
+
+
+def status_error(status: int, error_type: str | None, message: str | None, *, quota: bool) -> ErrorSpec:
+    """An HTTP error; ``quota`` gives the ``insufficient_quota`` 429 that must not be retried."""
+    kind, code, default = _QUOTA if quota else _STATUS_ERRORS.get(status, ("server_error", None, _SERVER_ERROR))
+    return ErrorSpec(status, error_type or kind, message or default, code=code)
+
+
+def authenticate(headers: Mapping[str, str]) -> ErrorSpec | None:
+    """Any non-empty bearer token passes; a missing one gets the real 401."""
+    if headers.get("authorization", "").removeprefix("Bearer ").strip():
+        return None
+    return ErrorSpec(
+        401,
+        "invalid_request_error",
+        "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer "
+        "auth (i.e. Authorization: Bearer YOUR_KEY).",
+    )
+
+
+def check_headers(headers: Mapping[str, str]) -> ErrorSpec | None:
+    return None
+
+
+def response_headers(request_id: str) -> list[tuple[str, str]]:
+    return [("x-request-id", request_id), ("openai-processing-ms", "1"), ("openai-version", "2020-10-01")]
+
+
+def _created(ctx: ResponseContext) -> int:
+    return 1_727_000_000 + zlib.crc32(ctx.seed.encode()) % 10_000_000
+
+
+def _fingerprint(ctx: ResponseContext) -> str:
+    return "fp_" + stable_token("fingerprint", ctx.seed, length=10).lower()
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def _call_start(index: int, block: PlannedBlock) -> dict[str, Any]:
+    return {"index": index, "id": block.call_id, "type": "function", "function": {"name": block.name, "arguments": ""}}

@@ -1,0 +1,571 @@
+"""The fake provider answers like the real APIs: wire formats, continuation rules, errors.
+
+Plain httpx against the real loopback server, no mocks: what a client sees is what the
+product will see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from streamrecover.engine.sse import SSEDecoder, SSEEvent
+from streamrecover.providers.base import CONTINUE_INSTRUCTION
+from streamrecover.providers.fake import FakeProviderServer
+
+ANTHROPIC_HEADERS = {"x-api-key": "sk-ant-secret-key", "anthropic-version": "2023-06-01"}
+OPENAI_HEADERS = {"authorization": "Bearer sk-openai-secret-key"}
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "Weather for a place",
+    "input_schema": {
+        "type": "object",
+        "properties": {"location": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["location"],
+    },
+}
+HTTP = httpx.Client(timeout=10)  # one client: building one per request costs ~50 ms (TLS context)
+TIME_TOOL = {"name": "get_time", "description": "Local time", "input_schema": {"type": "object", "properties": {}}}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeProviderServer]:
+    with FakeProviderServer() as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _clean(server: FakeProviderServer) -> None:
+    server.reset()
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def anthropic_body(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"model": "claude-sonnet-4-5", "max_tokens": 2048, "stream": True, "messages": list(messages), **extra}
+
+
+def openai_body(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"model": "gpt-4o", "stream": True, "messages": list(messages), **extra}
+
+
+def post_anthropic(server: FakeProviderServer, body: Any, **kwargs: Any) -> httpx.Response:
+    headers = {**ANTHROPIC_HEADERS, **kwargs.pop("headers", {})}
+    return HTTP.post(server.base_url + "/v1/messages", json=body, headers=headers, **kwargs)
+
+
+def post_openai(server: FakeProviderServer, body: Any, path: str = "/v1/chat/completions", **kw: Any) -> httpx.Response:
+    headers = {**OPENAI_HEADERS, **kw.pop("headers", {})}
+    return HTTP.post(server.base_url + path, json=body, headers=headers, **kw)
+
+
+def sse_events(raw: bytes) -> list[SSEEvent]:
+    decoder = SSEDecoder()
+    return decoder.feed(raw) + decoder.close()
+
+
+def anthropic_message(response: httpx.Response) -> dict[str, Any]:
+    """Rebuild the message from its events, checking that each event names its type."""
+    blocks: list[dict[str, Any]] = []
+    message: dict[str, Any] = {"events": []}
+    for event in sse_events(response.content):
+        data = json.loads(event.data)
+        assert data["type"] == event.event
+        message["events"].append(event.event)
+        if event.event == "message_start":
+            message["usage"] = data["message"]["usage"]
+        elif event.event == "content_block_start":
+            assert data["index"] == len(blocks)
+            blocks.append(dict(data["content_block"], partial_json=""))
+        elif event.event == "content_block_delta":
+            block, delta = blocks[data["index"]], data["delta"]
+            if delta["type"] == "text_delta":
+                block["text"] += delta["text"]
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] += delta["thinking"]
+            elif delta["type"] == "signature_delta":
+                block["signature"] = delta["signature"]
+            elif delta["type"] == "input_json_delta":
+                block["partial_json"] += delta["partial_json"]
+        elif event.event == "message_delta":
+            message["stop_reason"] = data["delta"]["stop_reason"]
+            message["output_tokens"] = data["usage"]["output_tokens"]
+    for block in blocks:
+        if block["type"] == "tool_use":
+            block["input"] = json.loads(block["partial_json"])
+        del block["partial_json"]
+    message["content"] = blocks
+    message["text"] = "".join(b["text"] for b in blocks if b["type"] == "text")
+    return message
+
+
+def openai_chunks(response: httpx.Response) -> list[Any]:
+    return [e.data if e.data == "[DONE]" else json.loads(e.data) for e in sse_events(response.content)]
+
+
+def openai_message(response: httpx.Response) -> dict[str, Any]:
+    chunks = openai_chunks(response)
+    assert chunks[-1] == "[DONE]"
+    text, refusal, calls, finish = "", "", {}, None
+    for chunk in chunks[:-1]:
+        for choice in chunk["choices"]:
+            delta = choice["delta"]
+            text += delta.get("content") or ""
+            refusal += delta.get("refusal") or ""
+            for call in delta.get("tool_calls") or []:
+                entry = calls.setdefault(call["index"], {"id": call.get("id"), "name": None, "arguments": ""})
+                entry["name"] = call.get("function", {}).get("name") or entry["name"]
+                entry["arguments"] += call.get("function", {}).get("arguments", "")
+            finish = choice["finish_reason"] or finish
+    return {"text": text, "refusal": refusal, "tool_calls": [calls[i] for i in sorted(calls)], "finish": finish}
+
+
+# -- wire formats --------------------------------------------------------------------------
+
+
+def test_anthropic_stream_has_the_real_event_order_framing_and_usage(server: FakeProviderServer) -> None:
+    response = post_anthropic(server, anthropic_body(user("Tell me about rivers")))
+
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert response.headers["transfer-encoding"] == "chunked"
+    assert response.headers["request-id"].startswith("req_")
+    message = anthropic_message(response)
+    events = message["events"]
+    assert events[:3] == ["message_start", "content_block_start", "ping"]
+    assert set(events[3:-3]) == {"content_block_delta"}
+    assert events[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert message["stop_reason"] == "end_turn"
+    assert message["output_tokens"] == events.count("content_block_delta")
+    assert message["usage"]["input_tokens"] > 0
+    text = message["text"]
+    assert len(text.split()) >= 100
+    assert all(marker in text for marker in ("é", "日本語", "🚀", "\n"))
+    assert text == text.rstrip()
+    # byte-for-byte the framing of the recorded streams
+    raw = response.content
+    assert raw.startswith(b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_01')
+    assert (
+        b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+        b'"content_block":{"type":"text","text":""}}\n\nevent: ping\ndata: {"type": "ping"}\n\n'
+    ) in raw
+    assert raw.endswith(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+
+
+def test_openai_stream_has_role_chunk_finish_chunk_usage_and_done(server: FakeProviderServer) -> None:
+    body = openai_body(user("Tell me about rivers"), stream_options={"include_usage": True})
+    response = post_openai(server, body)
+
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+    chunks = openai_chunks(response)
+    assert chunks[-1] == "[DONE]"
+    first, finish, usage = chunks[0], chunks[-3], chunks[-2]
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": "", "refusal": None}
+    assert {(c["id"], c["created"], c["object"]) for c in chunks[:-1]} == {
+        (first["id"], first["created"], "chat.completion.chunk")
+    }
+    assert finish["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+    content_chunks = [c for c in chunks[1:-3] if c["choices"][0]["delta"].get("content")]
+    assert len(content_chunks) == len(chunks) - 4
+    assert usage["choices"] == []
+    assert usage["usage"]["completion_tokens"] == len(content_chunks)
+    assert usage["usage"]["total_tokens"] == usage["usage"]["prompt_tokens"] + len(content_chunks)
+    assert response.content.endswith(b"\n\ndata: [DONE]\n\n")
+
+    without_usage = openai_chunks(post_openai(server, openai_body(user("Tell me about rivers"))))
+    assert all(chunk == "[DONE]" or chunk["choices"] for chunk in without_usage)
+
+
+def test_same_request_gives_the_same_bytes(server: FakeProviderServer) -> None:
+    body = anthropic_body(user("Determinism, please"))
+    first, second = post_anthropic(server, body), post_anthropic(server, body)
+    assert first.content == second.content
+    other = post_anthropic(server, anthropic_body(user("Something else")))
+    assert anthropic_message(other)["text"] != anthropic_message(first)["text"]
+    openai = openai_body(user("Determinism, please"))
+    assert post_openai(server, openai).content == post_openai(server, openai).content
+
+
+def test_same_prompt_same_text_in_both_formats(server: FakeProviderServer) -> None:
+    text = anthropic_message(post_anthropic(server, anthropic_body(user("Shared prompt"))))["text"]
+    assert openai_message(post_openai(server, openai_body(user("Shared prompt"))))["text"] == text
+
+
+def test_words_and_exact_text_directives(server: FakeProviderServer) -> None:
+    short = anthropic_message(post_anthropic(server, anthropic_body(user("Be brief [[words=7]]"))))
+    assert len(short["text"].split()) == 7
+    script = '<script>alert("x")</script> & <b>bold</b>'
+    exact = openai_message(post_openai(server, openai_body(user(f"Echo [[text={script}]]"))))
+    assert exact["text"] == script
+
+
+# -- tools, refusal, thinking --------------------------------------------------------------
+
+
+def test_anthropic_tool_call_then_final_answer_naming_the_result(server: FakeProviderServer) -> None:
+    prompt = user("Weather in Zürich? [[tool]]")
+    first = anthropic_message(post_anthropic(server, anthropic_body(prompt, tools=[WEATHER_TOOL, TIME_TOOL])))
+
+    assert [b["type"] for b in first["content"]] == ["text", "tool_use"]
+    call = first["content"][1]
+    assert call["name"] == "get_weather"
+    assert call["id"].startswith("toolu_")
+    assert call["input"] == {"location": "Weather in Zürich?", "unit": "celsius"}
+    assert first["stop_reason"] == "tool_use"
+    assert "input_json_delta" in post_anthropic(server, anthropic_body(prompt, tools=[WEATHER_TOOL])).text
+
+    assistant = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": first["text"]}, call | {"input": call["input"]}],
+    }
+    result = {"type": "tool_result", "tool_use_id": call["id"], "content": "15 degrees and sunny"}
+    body = anthropic_body(prompt, assistant, {"role": "user", "content": [result]}, tools=[WEATHER_TOOL])
+    final = anthropic_message(post_anthropic(server, body))
+    assert final["stop_reason"] == "end_turn"
+    assert final["text"].startswith("get_weather returned: 15 degrees and sunny\n\n")
+
+
+def test_parallel_tool_calls_and_named_tool(server: FakeProviderServer) -> None:
+    tools = [WEATHER_TOOL, TIME_TOOL]
+    both = anthropic_message(post_anthropic(server, anthropic_body(user("Both [[tools=2]]"), tools=tools)))
+    assert [(b["type"], b.get("name")) for b in both["content"]] == [
+        ("text", None),
+        ("tool_use", "get_weather"),
+        ("tool_use", "get_time"),
+    ]
+    named = anthropic_message(post_anthropic(server, anthropic_body(user("Time [[tool=get_time]]"), tools=tools)))
+    assert named["content"][1]["name"] == "get_time"
+    no_tools = anthropic_message(post_anthropic(server, anthropic_body(user("No tools offered [[tool]]"))))
+    assert [b["type"] for b in no_tools["content"]] == ["text"]
+
+
+def test_openai_tool_calls_then_tool_message(server: FakeProviderServer) -> None:
+    tools = [
+        {"type": "function", "function": {"name": t["name"], "parameters": t["input_schema"]}}
+        for t in (WEATHER_TOOL, TIME_TOOL)
+    ]
+    prompt = user("Weather and time [[tools=2]]")
+    response = post_openai(server, openai_body(prompt, tools=tools))
+    message = openai_message(response)
+
+    assert message["finish"] == "tool_calls"
+    assert [c["name"] for c in message["tool_calls"]] == ["get_weather", "get_time"]
+    assert all(c["id"].startswith("call_") for c in message["tool_calls"])
+    assert json.loads(message["tool_calls"][0]["arguments"])["unit"] == "celsius"
+    assert b'"tool_calls":[{"index":1,"id":"call_' in response.content
+
+    assistant = {
+        "role": "assistant",
+        "content": message["text"],
+        "tool_calls": [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in message["tool_calls"]
+        ],
+    }
+    results = [
+        {"role": "tool", "tool_call_id": c["id"], "content": f"result {i}"} for i, c in enumerate(message["tool_calls"])
+    ]
+    final = openai_message(post_openai(server, openai_body(prompt, assistant, *results, tools=tools)))
+    assert final["finish"] == "stop"
+    assert final["text"].startswith("get_weather returned: result 0\nget_time returned: result 1\n\n")
+
+
+def test_refusal_in_both_formats(server: FakeProviderServer) -> None:
+    anthropic = anthropic_message(post_anthropic(server, anthropic_body(user("Do it [[refuse]]"))))
+    assert anthropic["stop_reason"] == "refusal"
+    assert anthropic["text"]
+    response = post_openai(server, openai_body(user("Do it [[refuse]]")))
+    first = openai_chunks(response)[0]["choices"][0]["delta"]
+    assert first == {"role": "assistant", "content": None, "refusal": ""}
+    message = openai_message(response)
+    assert message["refusal"] == anthropic["text"]
+    assert message["text"] == ""
+    assert message["finish"] == "stop"
+
+
+THINKING = {"type": "enabled", "budget_tokens": 1024}
+
+
+def test_thinking_block_comes_first_and_must_come_back_unmodified(server: FakeProviderServer) -> None:
+    prompt = user("Think first [[words=40]]")
+    first = anthropic_message(post_anthropic(server, anthropic_body(prompt, thinking=THINKING)))
+    thinking, text = first["content"]
+    assert thinking["type"] == "thinking"
+    assert thinking["signature"]
+    assert text["type"] == "text"
+
+    partial = text["text"][:50].rstrip()
+    assistant = {"role": "assistant", "content": [thinking, {"type": "text", "text": partial}]}
+    body = anthropic_body(prompt, assistant, user(CONTINUE_INSTRUCTION), thinking=THINKING)
+    rest = anthropic_message(post_anthropic(server, body))
+    assert [b["type"] for b in rest["content"]] == ["text"]
+    assert partial + rest["text"] == text["text"]
+
+    tampered = {"role": "assistant", "content": [thinking | {"thinking": thinking["thinking"] + "!"}, text]}
+    response = post_anthropic(server, anthropic_body(prompt, tampered, user(CONTINUE_INSTRUCTION), thinking=THINKING))
+    assert response.status_code == 400
+    assert "cannot be modified" in response.json()["error"]["message"]
+
+
+# -- continuation ---------------------------------------------------------------------------
+
+
+def test_anthropic_prefill_continues_without_repeating_the_prefix(server: FakeProviderServer) -> None:
+    prompt = user("Continue me")
+    full = anthropic_message(post_anthropic(server, anthropic_body(prompt)))["text"]
+    prefix = full[:77].rstrip()
+    response = post_anthropic(server, anthropic_body(prompt, {"role": "assistant", "content": prefix}))
+
+    rest = anthropic_message(response)
+    assert rest["stop_reason"] == "end_turn"
+    assert prefix + rest["text"] == full
+    entry = server.log[-1]
+    assert (entry.understood_as, entry.prefix_chars, entry.prefix_matched) == ("prefill", len(prefix), True)
+    assert (
+        entry.output_tokens
+        == rest["output_tokens"]
+        < anthropic_message(post_anthropic(server, anthropic_body(prompt)))["output_tokens"]
+    )
+
+
+def test_anthropic_prefill_inside_the_text_before_a_tool_call(server: FakeProviderServer) -> None:
+    prompt = user("Look it up [[tool]]")
+    full = anthropic_message(post_anthropic(server, anthropic_body(prompt, tools=[WEATHER_TOOL])))
+    prefix = full["text"][:20].rstrip()
+    assistant = {"role": "assistant", "content": [{"type": "text", "text": prefix}]}
+    rest = anthropic_message(post_anthropic(server, anthropic_body(prompt, assistant, tools=[WEATHER_TOOL])))
+    assert [b["type"] for b in rest["content"]] == ["text", "tool_use"]
+    assert prefix + rest["text"] == full["text"]
+    assert rest["content"][1] == full["content"][1]
+    assert rest["stop_reason"] == "tool_use"
+
+
+def test_prefill_that_is_not_a_prefix_gets_the_answer_from_its_start(server: FakeProviderServer) -> None:
+    prompt = user("Continue me")
+    full = anthropic_message(post_anthropic(server, anthropic_body(prompt)))["text"]
+    rest = anthropic_message(
+        post_anthropic(server, anthropic_body(prompt, {"role": "assistant", "content": "Wrong start"}))
+    )
+    assert rest["text"] == full
+    assert server.log[-1].prefix_matched is False
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "content", "message"),
+    [
+        ("claude-sonnet-4-5", {}, "Ends with a space ", "final assistant content cannot end with trailing whitespace"),
+        (
+            "claude-sonnet-4-5",
+            {},
+            "Ends with a newline\n",
+            "final assistant content cannot end with trailing whitespace",
+        ),
+        ("claude-sonnet-4-5", {"thinking": THINKING}, "Some text", "must start with a thinking block"),
+        ("fake-noprefill", {}, "Some text", "does not support assistant message prefill"),
+        ("claude-opus-4-6", {}, "Some text", "does not support assistant message prefill"),
+        ("claude-opus-4-8-20260901", {}, "Some text", "does not support assistant message prefill"),
+        ("claude-sonnet-5", {}, "Some text", "does not support assistant message prefill"),
+    ],
+)
+def test_prefill_rules_answer_400_like_the_real_api(
+    server: FakeProviderServer, model: str, extra: dict[str, Any], content: str, message: str
+) -> None:
+    body = anthropic_body(user("Hi"), {"role": "assistant", "content": content}, model=model, **extra)
+    response = post_anthropic(server, body)
+    assert response.status_code == 400
+    error = response.json()
+    assert error["type"] == "error"
+    assert error["error"]["type"] == "invalid_request_error"
+    assert message in error["error"]["message"]
+    assert error["request_id"] == response.headers["request-id"]
+
+
+def test_prefill_is_accepted_by_older_models(server: FakeProviderServer) -> None:
+    for model in ("claude-sonnet-4-5", "claude-opus-4-5", "claude-3-7-sonnet-latest"):
+        body = anthropic_body(user("Hi"), {"role": "assistant", "content": "Hello"}, model=model)
+        assert post_anthropic(server, body).status_code == 200
+
+
+def test_anthropic_continue_message_carries_only_the_rest(server: FakeProviderServer) -> None:
+    prompt = user("Continue via message")
+    full = anthropic_message(post_anthropic(server, anthropic_body(prompt)))["text"]
+    partial = full[:64]  # trailing whitespace is fine here: the assistant message is not last
+    body = anthropic_body(
+        prompt, {"role": "assistant", "content": partial}, user(CONTINUE_INSTRUCTION), model="claude-opus-4-6"
+    )
+    rest = anthropic_message(post_anthropic(server, body))
+    assert partial + rest["text"] == full
+    assert server.log[-1].understood_as == "continue_message"
+
+
+def test_openai_continue_message_carries_only_the_rest(server: FakeProviderServer) -> None:
+    prompt = user("Continue via message")
+    full = openai_message(post_openai(server, openai_body(prompt)))["text"]
+    partial = full[:64]
+    body = openai_body(prompt, {"role": "assistant", "content": partial}, user(CONTINUE_INSTRUCTION))
+    assert partial + openai_message(post_openai(server, body))["text"] == full
+    entry = server.log[-1]
+    assert (entry.understood_as, entry.prefix_chars, entry.prefix_matched) == ("continue_message", 64, True)
+
+
+def test_openai_trailing_assistant_is_a_finished_turn_but_prefix_flag_continues(server: FakeProviderServer) -> None:
+    prompt = user("OpenAI has no prefill")
+    full = openai_message(post_openai(server, openai_body(prompt)))["text"]
+    partial = full[:40]
+
+    bare = openai_message(post_openai(server, openai_body(prompt, {"role": "assistant", "content": partial})))
+    assert bare["text"] == full  # a new answer from its start: a client appending it would duplicate text
+    assert server.log[-1].understood_as == "new_turn_after_assistant"
+
+    flagged = {"role": "assistant", "content": partial, "prefix": True}
+    rest = openai_message(post_openai(server, openai_body(prompt, flagged), path="/beta/chat/completions"))
+    assert partial + rest["text"] == full
+    assert server.log[-1].understood_as == "prefix_flag"
+    assert server.log[-1].path == "/beta/chat/completions"
+
+
+# -- requests the real APIs reject -----------------------------------------------------------
+
+
+def test_missing_key_is_401_in_each_shape_and_keys_never_reach_the_log(server: FakeProviderServer) -> None:
+    response = HTTP.post(
+        server.base_url + "/v1/messages", json=anthropic_body(user("Hi")), headers={"anthropic-version": "2023-06-01"}
+    )
+    assert response.status_code == 401
+    assert response.json()["error"]["type"] == "authentication_error"
+    response = HTTP.post(server.base_url + "/v1/chat/completions", json=openai_body(user("Hi")))
+    assert response.status_code == 401
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+    post_anthropic(server, anthropic_body(user("Hi")))
+    post_openai(server, openai_body(user("Hi")))
+    dumped = json.dumps([entry.to_dict() for entry in server.log])
+    dumped += HTTP.get(server.base_url + "/_fake/log").text
+    assert "secret-key" not in dumped
+    assert all("x-api-key" not in e.headers and "authorization" not in e.headers for e in server.log)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_malformed_requests_are_400_in_the_provider_shape(server: FakeProviderServer, provider: str) -> None:
+    is_anthropic = provider == "anthropic"
+    url = server.base_url + ("/v1/messages" if is_anthropic else "/v1/chat/completions")
+    auth = ANTHROPIC_HEADERS if is_anthropic else OPENAI_HEADERS
+    good = anthropic_body(user("Hi")) if is_anthropic else openai_body(user("Hi"))
+    cases = [
+        HTTP.post(url, content=b"{not json", headers={**auth, "content-type": "application/json"}),
+        HTTP.post(url, content=json.dumps(good).encode(), headers={**auth, "content-type": "text/plain"}),
+        HTTP.post(url, json={k: v for k, v in good.items() if k != "model"}, headers=auth),
+        HTTP.post(url, json={k: v for k, v in good.items() if k != "messages"}, headers=auth),
+        HTTP.post(url, json=good | {"messages": []}, headers=auth),
+        HTTP.post(url, json=good | {"messages": [{"role": "robot", "content": "x"}]}, headers=auth),
+    ]
+    for response in cases:
+        assert response.status_code == 400, response.text
+        body = response.json()
+        if is_anthropic:
+            assert body["type"] == "error"
+            assert body["error"]["type"] == "invalid_request_error"
+        else:
+            assert body["error"]["type"] == "invalid_request_error"
+            assert "param" in body["error"]
+    assert [e.status for e in server.log] == [400] * len(cases)
+
+
+def test_tool_calls_and_results_must_pair_up(server: FakeProviderServer) -> None:
+    call = {"type": "tool_use", "id": "toolu_x", "name": "get_weather", "input": {}}
+    unanswered = anthropic_body(user("Hi"), {"role": "assistant", "content": [call]}, user("next"))
+    response = post_anthropic(server, unanswered)
+    assert response.status_code == 400
+    assert "without `tool_result` blocks" in response.json()["error"]["message"]
+    stray = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_nope", "content": "x"}]}
+    assert "unexpected `tool_use_id`" in post_anthropic(server, anthropic_body(stray)).json()["error"]["message"]
+
+    orphan = openai_body(user("Hi"), {"role": "tool", "tool_call_id": "call_x", "content": "x"})
+    assert "must be a response to a preceeding message" in post_openai(server, orphan).json()["error"]["message"]
+    calls = [{"id": "call_x", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    missing = openai_body(user("Hi"), {"role": "assistant", "content": None, "tool_calls": calls}, user("next"))
+    assert "did not have response messages: call_x" in post_openai(server, missing).json()["error"]["message"]
+
+
+def test_anthropic_requires_version_header_and_rejects_empty_blocks(server: FakeProviderServer) -> None:
+    response = HTTP.post(server.base_url + "/v1/messages", json=anthropic_body(user("Hi")), headers={"x-api-key": "k"})
+    assert response.status_code == 400
+    assert "anthropic-version" in response.json()["error"]["message"]
+    empty = {"role": "assistant", "content": [{"type": "text", "text": ""}]}
+    assert post_anthropic(server, anthropic_body(user("Hi"), empty, user("again"))).status_code == 400
+
+
+# -- the rest of the surface --------------------------------------------------------------
+
+
+def test_non_streaming_requests_get_a_whole_message(server: FakeProviderServer) -> None:
+    streamed = anthropic_message(post_anthropic(server, anthropic_body(user("Whole"))))["text"]
+    whole = post_anthropic(server, anthropic_body(user("Whole"), stream=False)).json()
+    assert whole["content"] == [{"type": "text", "text": streamed}]
+    assert whole["usage"]["output_tokens"] == server.log[-1].output_tokens
+    completion = post_openai(server, openai_body(user("Whole"), stream=False)).json()
+    assert completion["choices"][0]["message"]["content"] == streamed
+    assert completion["choices"][0]["finish_reason"] == "stop"
+
+
+def test_control_endpoints_set_faults_read_the_log_and_reset(server: FakeProviderServer) -> None:
+    base = server.base_url
+    answer = HTTP.post(base + "/_fake/faults", json={"scenario": "ctl", "faults": ["cut:bytes=50", {"kind": "ok"}]})
+    assert answer.json() == {"scenario": "ctl", "faults": [{"kind": "cut", "bytes": 50}, {"kind": "ok"}]}
+    assert HTTP.get(base + "/_fake/faults").json()["scenarios"]["ctl"][0] == {"kind": "cut", "bytes": 50}
+    assert HTTP.post(base + "/_fake/faults", json={"faults": ["cut:nothing"]}).status_code == 400
+
+    with pytest.raises(httpx.RemoteProtocolError):
+        post_anthropic(server, anthropic_body(user("Hi")), headers={"x-fake-scenario": "ctl"})
+    entries = HTTP.get(base + "/_fake/log", params={"scenario": "ctl"}).json()["entries"]
+    assert len(entries) == 1
+    assert entries[0]["fault"] == {"kind": "cut", "bytes": 50}
+    assert entries[0]["bytes_sent"] == 50
+    assert entries[0]["request"]["messages"] == [user("Hi")]
+
+    assert HTTP.post(base + "/_fake/reset", json={"scenario": "ctl"}).status_code == 200
+    assert HTTP.get(base + "/_fake/log").json()["entries"] == []
+    assert server.pending_faults("ctl") == []
+    assert HTTP.get(base + "/nowhere").status_code == 404
+
+
+async def test_runs_inside_an_existing_event_loop() -> None:
+    async with FakeProviderServer() as fake, httpx.AsyncClient() as client:
+        response = await client.post(
+            fake.base_url + "/v1/chat/completions", json=openai_body(user("Async")), headers=OPENAI_HEADERS
+        )
+        assert response.status_code == 200
+        assert response.content.endswith(b"data: [DONE]\n\n")
+        assert fake.log[0].completed
+
+
+def test_management_command_serves_and_prints_its_url() -> None:
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(root)}
+    command = [sys.executable, "-m", "django", "streamrecover_fake_provider", "--port", "0", "--faults", "status:529"]
+    process = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("Fake provider listening on http://127.0.0.1:"), line or process.stderr.read()
+        url = line.split()[-1] + "/v1/messages"
+        body = anthropic_body(user("Hi"))
+        assert HTTP.post(url, json=body, headers=ANTHROPIC_HEADERS).status_code == 529  # the --faults script
+        assert HTTP.post(url, json=body, headers=ANTHROPIC_HEADERS).status_code == 200  # then requests succeed
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
