@@ -74,3 +74,15 @@ def _close_async_db_connections(request: pytest.FixtureRequest) -> Iterator[None
     yield
     if inspect.iscoroutinefunction(request.function):
         asyncio.run(sync_to_async(connections.close_all)())
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[object]:
+    """One fault-injecting fake provider on loopback for the whole session; tests keep
+    apart by scenario key."""
+    from streamrecover.providers.fake import FakeProviderServer
+
+    server = FakeProviderServer()
+    server.start()
+    yield server
+    server.stop()

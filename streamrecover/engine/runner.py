@@ -208,6 +208,7 @@ class TurnRunner:
         if structured_restart:
             recovery = _as_restart(recovery)
 
+        kept_chars = sum(len(b.text) for b in recovery.keep if b.kind == TEXT)
         attempt = self._current_attempt
         usage_flushed = attempt is not None and attempt.usage.output_tokens is not None
         await self._emit(
@@ -222,6 +223,8 @@ class TurnRunner:
             discarded_thinking_blocks=len(recovery.discarded_thinking),
             usage_flushed=usage_flushed,
             plan=recovery.kind.value,
+            kept_text_chars=kept_chars,
+            kept_output_tokens_estimate=-(-kept_chars // 4),
         )
         await self._publish_discards(recovery)
         if never:
