@@ -77,9 +77,12 @@ async def run(
     messages: list[dict[str, Any]] | None = None,
     provider_kw: dict[str, Any] | None = None,
     structured: bool = False,
+    recording: bytes | None = None,
 ) -> Outcome:
     scenario = uuid.uuid4().hex
     server.set_faults(scenario, list(faults))
+    if recording is not None:
+        server.set_recording(scenario, recording)
     config_ = provider(server, scenario, wire, **(provider_kw or {}))
     sink = CollectingSink()
     request = ModelRequest(

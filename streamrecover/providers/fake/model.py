@@ -230,8 +230,16 @@ def sign_thinking(thinking: str) -> str:
     return base64.b64encode(b"\x12\x20fake" + mac).decode()
 
 
+_TRUSTED: set[tuple[str, str]] = set()
+
+
+def trust_signature(thinking: str, signature: str) -> None:
+    """Accept a recorded thinking block's real signature when it comes back in history."""
+    _TRUSTED.add((thinking, signature))
+
+
 def signature_valid(thinking: str, signature: str) -> bool:
-    return hmac.compare_digest(sign_thinking(thinking), signature)
+    return (thinking, signature) in _TRUSTED or hmac.compare_digest(sign_thinking(thinking), signature)
 
 
 def generate_text(seed: str, words: int, *, about: str | None = None) -> str:

@@ -43,6 +43,7 @@ from .http11 import (
 from .interpret import Interpretation, RequestRejected
 from .log import LogEntry
 from .model import Plan, continue_plan, plan_answer
+from .recording import Recording
 from .wire import ErrorSpec, ResponseContext
 
 SCENARIO_HEADER = "x-fake-scenario"
@@ -78,6 +79,7 @@ class FakeProviderServer:
         self._requested_port = port
         self.event_delay = event_delay
         self._scripts = FaultScripts()
+        self._recordings: dict[str, Recording] = {}
         self._log: list[LogEntry] = []
         self._log_lock = threading.Lock()
         self._seq = itertools.count(1)
@@ -192,6 +194,13 @@ class FakeProviderServer:
         """Replace the scenario's script; each provider request consumes one fault."""
         self._scripts.set(scenario, faults)
 
+    def set_recording(self, scenario: str, raw: bytes | None) -> None:
+        """Answer the scenario's fresh requests with these recorded bytes (None: stop)."""
+        if raw is None:
+            self._recordings.pop(scenario, None)
+        else:
+            self._recordings[scenario] = Recording.from_bytes(raw)
+
     def pending_faults(self, scenario: str = DEFAULT_SCENARIO) -> list[Fault]:
         return self._scripts.pending().get(scenario, [])
 
@@ -261,7 +270,8 @@ class FakeProviderServer:
                 self._record(seq, request_id, dialect, request, scenario, fault, outcome)
 
         try:
-            await self._answer(dialect, request, fault, request_id, writer, outcome, record)
+            recording = self._recordings.get(scenario)
+            await self._answer(dialect, request, fault, request_id, writer, outcome, record, recording)
         finally:
             record()
 
@@ -274,12 +284,13 @@ class FakeProviderServer:
         writer: asyncio.StreamWriter,
         outcome: _Outcome,
         record: Callable[[], None],
+        recording: Recording | None = None,
     ) -> None:
         if fault is not None and fault.kind is FaultKind.DROP:
             outcome.fault_triggered = True
             return
         try:
-            answer = _understand(dialect, request, fault, outcome)
+            answer = _understand(dialect, request, fault, outcome, recording)
         except Exception as exc:  # a bug in the fake must not look like a network failure to the client
             answer = ErrorSpec(500, "api_error", f"fake provider internal error: {exc!r}")
         if isinstance(answer, ErrorSpec):
@@ -300,7 +311,9 @@ class FakeProviderServer:
         injected = (
             dialect.error_event(fault.error_type, fault.message) if fault and fault.kind is FaultKind.ERROR else None
         )
-        delivery = plan_delivery(dialect.stream_events(plan, ctx), fault, injected)
+        replay = recording is not None and not interpretation.continues and not _after_tools(interpretation)
+        events = list(recording.events) if replay and recording is not None else dialect.stream_events(plan, ctx)
+        delivery = plan_delivery(events, fault, injected)
         outcome.fault_triggered = delivery.triggered
         await self._send_stream(writer, dialect, request_id, delivery, outcome, record)
 
@@ -421,8 +434,13 @@ class FakeProviderServer:
         return 404, {"error": f"no control endpoint {request.method} {request.path}"}
 
 
+def _after_tools(interpretation: Interpretation) -> bool:
+    turns = interpretation.conversation.turns
+    return bool(turns) and bool(turns[-1].tool_results)
+
+
 def _understand(
-    dialect: Dialect, request: Request, fault: Fault | None, outcome: _Outcome
+    dialect: Dialect, request: Request, fault: Fault | None, outcome: _Outcome, recording: Recording | None = None
 ) -> ErrorSpec | tuple[Interpretation, Plan, ResponseContext]:
     """The answer to send, or the error the provider would send instead (in the real order:
     request checks, then a scripted status fault, then the body)."""
@@ -442,7 +460,10 @@ def _understand(
         interpretation = dialect.interpret(body)
     except RequestRejected as exc:
         return ErrorSpec(exc.status, exc.error_type, exc.message, exc.param, exc.code)
-    plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
+    if recording is not None and not _after_tools(interpretation):
+        plan = recording.plan
+    else:
+        plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
     outcome.understood_as = interpretation.mode.value
     if interpretation.continues:
         plan, matched = continue_plan(plan, interpretation.prefix_text, interpretation.prefix_calls)

@@ -70,7 +70,7 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
     events: list[WireEvent] = []
     if plan.stop_reason == "refusal":
         events.append(chunk({"role": "assistant", "content": None, "refusal": ""}))
-        events.extend(chunk({"refusal": p}, tokens=1) for b in blocks for p in b.pieces)
+        events.extend(chunk({"refusal": p}, tokens=1, text=p) for b in blocks for p in b.pieces)
     else:
         if blocks and blocks[0].kind is BlockKind.TOOL_USE:
             first = {"role": "assistant", "content": None, "tool_calls": [_call_start(0, calls[0])], "refusal": None}

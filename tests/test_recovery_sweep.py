@@ -1,0 +1,144 @@
+"""The sweep: real provider streams and long generated ones, broken at every event
+boundary and at many byte offsets (inside multi-byte characters too), by every fault
+kind. Every run must complete with exactly the uninterrupted answer, the client's view
+must equal what was committed, no text may be billed twice, and no partial tool call may
+ever reach history.
+
+Reference streams are served byte for byte by the fake provider (``set_recording``); a
+continuation is answered with the rest of the recorded answer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from streamrecover.demo_tools import demo_registry
+from streamrecover.engine.sse import SSEDecoder
+
+from .harness import FAST, assert_invariants, run
+
+STREAMS = Path(__file__).resolve().parents[2] / "shared" / "streams"
+EVERY_BOUNDARY = "cut:events={n}"  # the commonest break: tried at every event boundary
+SAMPLED_FAULTS = (
+    "cut:events={n},mid",
+    "eof:events={n}",
+    "error:events={n}",
+    "garbage:events={n}",
+    "bad_utf8:events={n}",
+)
+MAX_SAMPLES = 12  # boundaries per sampled fault kind (evenly spread, first and last included)
+
+# name -> (wire, model, thinking budget)
+RECORDED = {
+    "anthropic_basic_text.sse": ("anthropic", "claude-3-7-sonnet", None),
+    "anthropic_text_tool.sse": ("anthropic", "claude-3-7-sonnet", None),
+    "anthropic_text_tool_earlier_revision.sse": ("anthropic", "claude-3-7-sonnet", None),
+    "anthropic_thinking.sse": ("anthropic", "claude-3-7-sonnet", 2048),
+    "anthropic_thinking_recorded_padded.sse": ("anthropic", "claude-3-7-sonnet", 2048),
+    "anthropic_redacted_thinking_recorded.sse": ("anthropic", "claude-3-7-sonnet", 2048),
+    "openai_chat_tool.sse": ("openai", "gpt-4o", None),
+    "openai_chat_refusal.sse": ("openai", "gpt-4o", None),
+}
+
+GENERATED = {
+    "anthropic-long-text": ("anthropic", "claude-3-7-sonnet", None, "A long story [[words=150]]"),
+    "anthropic-text-then-tool": ("anthropic", "claude-3-7-sonnet", None, "Weather? [[words=40]] [[tool=get_weather]]"),
+    "anthropic-thinking-text": ("anthropic", "claude-3-7-sonnet", 2048, "Think first [[words=120]]"),
+    "openai-long-text": ("openai", "gpt-4o", None, "A long story [[words=150]]"),
+    "openai-text-then-tool": ("openai", "gpt-4o", None, "Weather? [[words=40]] [[tool=get_weather]]"),
+}
+
+
+def _load(name: str) -> bytes:
+    path = STREAMS / name
+    assert path.exists(), f"reference stream {path} is missing: the suite needs ../shared/streams beside the repo"
+    return path.read_bytes()
+
+
+def _event_count(raw: bytes) -> int:
+    decoder = SSEDecoder()
+    return len(decoder.feed(raw) + decoder.close())
+
+
+def _byte_offsets(raw: bytes, count: int) -> list[int]:
+    """``count`` evenly spread offsets, plus offsets that fall inside multi-byte UTF-8 characters."""
+    offsets = set(range(1, len(raw), max(1, len(raw) // count)))
+    inside = [i for i in range(1, len(raw)) if 0x80 <= raw[i] <= 0xBF]
+    offsets.update(inside[:: max(1, len(inside) // 12)] if inside else [])
+    return sorted(offsets)
+
+
+async def _sweep(server, *, wire, model, thinking, prompt, recording: bytes | None, byte_samples: int) -> int:
+    async def once(faults):
+        scenario_run = await run(
+            server,
+            prompt,
+            faults=faults,
+            wire=wire,
+            model=model,
+            thinking_budget=thinking,
+            tools=demo_registry(),
+            config=FAST,
+            recording=recording,
+        )
+        return scenario_run
+
+    reference = await once([])
+    assert_invariants(reference)
+    raw = recording if recording is not None else _raw_of(reference)
+    boundaries = list(range(1, _event_count(raw)))
+    cases = [EVERY_BOUNDARY.format(n=n) for n in boundaries]
+    sampled = boundaries[:: max(1, len(boundaries) // MAX_SAMPLES)] + boundaries[-1:]
+    cases += [f.format(n=n) for n in sampled for f in SAMPLED_FAULTS]
+    cases += [f"cut:bytes={b}" for b in _byte_offsets(raw, byte_samples)]
+    for fault in cases:
+        outcome = await once([fault])
+        try:
+            assert_invariants(outcome, reference)
+            assistant_text = "".join(b["text"] for m in outcome.assistant for b in m["content"] if b["type"] == "text")
+            _assert_billed_once(outcome, assistant_text)
+        except AssertionError as exc:
+            raise AssertionError(f"fault {fault!r}: {exc}") from exc
+    return len(cases)
+
+
+def _raw_of(reference) -> bytes:
+    """The bytes the fake sends for the reference request (fetched once more)."""
+    import httpx
+
+    request = reference.sink.attempts[0].request
+    headers = {k: v for k, v in request["headers"].items() if v != "[redacted]"}
+    headers.update({"x-api-key": "k", "authorization": "Bearer k", "x-fake-scenario": uuid.uuid4().hex})
+    return httpx.post(request["url"], json=request["json"], headers=headers).content
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+async def test_sweep_reference_stream(fake_server, name):
+    wire, model, thinking = RECORDED[name]
+    raw = _load(name)
+    count = await _sweep(
+        fake_server, wire=wire, model=model, thinking=thinking, prompt=f"Replay {name}", recording=raw, byte_samples=40
+    )
+    assert count > 10
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED))
+async def test_sweep_generated_stream(fake_server, name):
+    wire, model, thinking, prompt = GENERATED[name]
+    count = await _sweep(
+        fake_server, wire=wire, model=model, thinking=thinking, prompt=prompt, recording=None, byte_samples=40
+    )
+    assert count > 50
+
+
+def _assert_billed_once(outcome, committed: str) -> None:
+    """Every character of the answer was generated exactly once across all calls, except
+    the trailing whitespace a prefill may not end with: the model regenerates that."""
+    billed = outcome.billed_text()
+    assert "".join(billed.split()) == "".join(committed.split()), "text billed twice (or never)"
+    extra = len(billed) - len(committed)
+    prefills = sum(1 for e in outcome.log if e.understood_as == "prefill")
+    assert 0 <= extra <= 2 * prefills, f"{extra} characters billed twice"
