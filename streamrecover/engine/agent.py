@@ -102,6 +102,7 @@ async def run_agent(
     transport: HttpxTransport | None = None,
     start_seq: int = 0,
     resume: bool = False,
+    provider_name: str = "",
 ) -> RunResult:
     """Run turns until the model stops asking for tools, a turn fails, or ``max_turns``.
 
@@ -119,7 +120,9 @@ async def run_agent(
     transport = transport or HttpxTransport()
     messages = [dict(m) for m in request.messages]
     new_messages: list[dict[str, Any]] = []
-    ctx = RunContext(run_id, adapter, config, sink, checkpoints, cancel, transport, seq=start_seq)
+    ctx = RunContext(
+        run_id, adapter, config, sink, checkpoints, cancel, transport, seq=start_seq, provider_name=provider_name
+    )
     result = RunResult("completed", messages)
 
     async def commit(message: dict[str, Any]) -> None:

@@ -84,6 +84,7 @@ class RunContext:
     transport: HttpxTransport
     seq: int = 0
     attempts: int = 0  # attempts across the run, for AttemptRecord.index
+    provider_name: str = ""  # the configured provider's name for events (default: the adapter's)
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -201,9 +202,7 @@ class TurnRunner:
         permanent = provider_error is not None and provider_error.permanent
         never = snapshot.stop_reason in NEVER_CONTINUE_STOPS
         structured_restart = (
-            recovery.continues
-            and self.request.structured
-            and self._strategy_for_continuation() is not Strategy.PREFILL
+            recovery.continues and self.request.structured and self._strategy_for_continuation() is not Strategy.PREFILL
         )
         if structured_restart:
             recovery = _as_restart(recovery)
@@ -308,9 +307,7 @@ class TurnRunner:
             self.attempt_kind = "continuation"
 
     def _strategy_for_continuation(self) -> Strategy:
-        return self.ctx.adapter.continuation_strategy(
-            self.request.model, thinking=bool(self.request.thinking_budget)
-        )
+        return self.ctx.adapter.continuation_strategy(self.request.model, thinking=bool(self.request.thinking_budget))
 
     # ---- resume from a checkpoint -----------------------------------------------------
 
@@ -695,7 +692,7 @@ class TurnRunner:
     async def _emit(self, name: str, **fields: Any) -> None:
         attempt = self._current_attempt
         base = {
-            "provider": self.ctx.adapter.name,
+            "provider": self.ctx.provider_name or self.ctx.adapter.name,
             "model": self.request.model,
             "run_id": self.ctx.run_id,
             "turn_id": f"{self.ctx.run_id}:{self.turn}",
@@ -768,5 +765,3 @@ def _request_id(headers: Any) -> str | None:
         if value:
             return str(value)
     return None
-
-

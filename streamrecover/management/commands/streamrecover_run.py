@@ -1,0 +1,66 @@
+"""``manage.py streamrecover_run``: run one run to its end, for a person or (``--json``) a program.
+
+The contract of this command's flags and of its JSON output is relied on by other tools;
+change it only by adding.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...runs import RunOptions, execute_cli_run
+
+
+class Command(BaseCommand):
+    help = "Run one streamed LLM run with stream recovery, showing it as it happens."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--provider", required=True, choices=["anthropic", "openai", "fake"])
+        parser.add_argument("--base-url", help="provider base URL (default: from settings)")
+        parser.add_argument("--api-key", help="API key (default: from settings or the environment)")
+        parser.add_argument("--model", required=True)
+        parser.add_argument("--prompt", required=True)
+        parser.add_argument("--system")
+        parser.add_argument("--max-tokens", type=int, default=1024)
+        parser.add_argument("--thinking-budget", type=int)
+        parser.add_argument("--max-continuations", type=int)
+        parser.add_argument("--backoff-scale", type=float)
+        parser.add_argument("--idle-timeout", type=float)
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead of the live view")
+        parser.add_argument(
+            "--fault",
+            action="append",
+            default=[],
+            help="fake provider only: a fault for the next provider call, in order (e.g. cut:bytes=900)",
+        )
+        parser.add_argument("--demo-tools", action="store_true", help="offer the demo tools (get_weather)")
+        parser.add_argument("--enqueue", action="store_true", help="hand the run to Celery instead")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        options = RunOptions(
+            provider=opts["provider"],
+            model=opts["model"],
+            prompt=opts["prompt"],
+            system=opts["system"],
+            max_tokens=opts["max_tokens"],
+            thinking_budget=opts["thinking_budget"],
+            base_url=opts["base_url"],
+            api_key=opts["api_key"],
+            max_continuations=opts["max_continuations"],
+            backoff_scale=opts["backoff_scale"],
+            idle_timeout=opts["idle_timeout"],
+            faults=opts["fault"],
+            demo_tools=opts["demo_tools"],
+            enqueue=opts["enqueue"],
+        )
+        try:
+            output = execute_cli_run(options, live=None if opts["json"] else self.stdout._out)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        if opts["json"]:
+            self.stdout.write(json.dumps(output, ensure_ascii=False, default=str))
+        if output["status"] != "completed":
+            raise SystemExit(1)

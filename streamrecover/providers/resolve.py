@@ -1,0 +1,58 @@
+"""Turning a configured provider into something reachable.
+
+The built-in fake provider is configured as ``fake://streamrecover``: the first use in a
+process starts one fake server on loopback and every later use shares it. Its wire format
+follows the model name: OpenAI-style names (``gpt-*``, ``o1``/``o3``/``o4``, ``deepseek-*``)
+get the Chat Completions format, everything else the Anthropic Messages format.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from .base import ProviderAdapter, ProviderConfig
+from .registry import get_adapter
+
+FAKE_SCHEME = "fake://"
+OPENAI_STYLE_PREFIXES = ("gpt", "o1", "o3", "o4", "deepseek", "fake-gpt", "fake-openai")
+
+_lock = threading.Lock()
+_server = None
+
+
+def local_fake_base_url() -> str:
+    """The base URL of this process's fake provider, started on first use."""
+    global _server
+    with _lock:
+        if _server is None:
+            from .fake import FakeProviderServer
+
+            server = FakeProviderServer()
+            server.start()
+            _server = server
+        return _server.base_url
+
+
+def local_fake_server():  # -> FakeProviderServer
+    local_fake_base_url()
+    return _server
+
+
+def is_openai_style(model: str) -> bool:
+    return model.lower().startswith(OPENAI_STYLE_PREFIXES)
+
+
+def materialize(config: ProviderConfig, model: str) -> ProviderConfig:
+    """Replace a ``fake://`` base URL with the running fake server, in the model's format."""
+    if not config.base_url.startswith(FAKE_SCHEME):
+        return config
+    base = local_fake_base_url()
+    if is_openai_style(model):
+        return replace(config, name="openai", base_url=f"{base}/v1", api_key=config.api_key or "fake-key")
+    return replace(config, name="anthropic", base_url=base, api_key=config.api_key or "fake-key")
+
+
+def adapter_for(config: ProviderConfig, model: str) -> tuple[ProviderAdapter, ProviderConfig]:
+    resolved = materialize(config, model)
+    return get_adapter(resolved), resolved

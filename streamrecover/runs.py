@@ -1,0 +1,160 @@
+"""Starting runs from Python and from the command line.
+
+Builds the engine's inputs (provider, request, config, sinks) from settings plus explicit
+overrides, runs the agent loop, and shapes the result as the command line's JSON contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from typing import Any, TextIO
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .conf import app_settings
+from .console import ConsoleSink
+from .engine.agent import RunResult
+from .engine.sink import CollectingSink, RunSink
+from .providers.base import ProviderConfig
+from .providers.resolve import FAKE_SCHEME
+
+
+@dataclass(slots=True)
+class RunOptions:
+    provider: str
+    model: str
+    prompt: str
+    system: str | None = None
+    max_tokens: int = 1024
+    thinking_budget: int | None = None
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    max_continuations: int | None = None
+    backoff_scale: float | None = None
+    idle_timeout: float | None = None
+    faults: list[str] = field(default_factory=list)
+    demo_tools: bool = False
+    enqueue: bool = False
+
+
+def provider_config_for(name: str, base_url: str | None = None, api_key: str | None = None) -> ProviderConfig:
+    """The configured provider, with command-line overrides; a key given here wins."""
+    try:
+        config = app_settings.provider_config(name)
+    except ImproperlyConfigured:
+        if not api_key:
+            raise
+        entry = app_settings.PROVIDERS[name]
+        config = ProviderConfig(name=entry["ADAPTER"], base_url=entry["BASE_URL"])
+    if base_url:
+        config = replace(config, base_url=base_url)
+    if api_key:
+        config = replace(config, api_key=api_key)
+    return config
+
+
+def user_message(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
+def _engine_overrides(options: RunOptions) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if options.max_continuations is not None:
+        changes["max_continuations"] = options.max_continuations
+    if options.backoff_scale is not None:
+        changes["backoff_scale"] = options.backoff_scale
+    if options.idle_timeout is not None:
+        changes["idle_timeout_s"] = options.idle_timeout
+    return changes
+
+
+def execute_cli_run(options: RunOptions, live: TextIO | None = None, wait_s: float = 600.0) -> dict[str, Any]:
+    """Create a persisted run and execute it here (or hand it to Celery with ``enqueue``);
+    returns the ``--json`` document."""
+    from . import services
+
+    overridden = bool(options.base_url or options.api_key)
+    override = provider_config_for(options.provider, options.base_url, options.api_key) if overridden else None
+    if options.enqueue and overridden:
+        raise ValueError("--base-url/--api-key cannot be handed to a worker: configure the provider in settings")
+    if options.faults and override is not None and not override.base_url.startswith(FAKE_SCHEME):
+        raise ValueError("--fault works only with the built-in fake provider (--provider fake)")
+    run = services.create_run(
+        prompt=options.prompt,
+        provider=options.provider,
+        model=options.model,
+        system=options.system,
+        max_tokens=options.max_tokens,
+        thinking_budget=options.thinking_budget,
+        demo_tools=options.demo_tools,
+        faults=options.faults,
+        engine=_engine_overrides(options),
+    )
+    run_id = str(run.pk)
+    if options.enqueue:
+        from .tasks import execute_run_task
+
+        execute_run_task.delay(run_id)
+        services.wait_for_run(run_id, timeout_s=wait_s)
+        return stored_output(run_id)
+    collected = CollectingSink()
+    sinks: list[RunSink] = [collected]
+    console = ConsoleSink(live) if live is not None else None
+    if console is not None:
+        sinks.append(console)
+    result = asyncio.run(services.execute_run(run_id, extra_sinks=sinks, provider_override=override))
+    if result is None:
+        raise ValueError(f"run {run_id} could not be claimed")
+    if console is not None:
+        console.finish(result.status, result.error)
+    return cli_output(run_id, result, collected)
+
+
+def cli_output(run_id: str, result: RunResult, collected: CollectingSink) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "status": result.status,
+        "messages": result.messages,
+        "client_events": collected.frames,
+        "events": [e.as_dict() for e in collected.events],
+        "attempts": [a.as_dict() for a in collected.attempts],
+        "error": result.error,
+    }
+
+
+def stored_output(run_id: str) -> dict[str, Any]:
+    """The same document, read back from the database (a run executed elsewhere).
+    ``client_events`` is empty: live frames went to the channel layer, not here."""
+    from .models import Attempt, Message, RecoveryEvent, Run
+
+    run = Run.objects.get(pk=run_id)
+    messages = [m.as_canonical() for m in Message.objects.filter(thread_id=run.thread_id).order_by("position")]
+    events = [{"event": e.name, **e.payload} for e in RecoveryEvent.objects.filter(run=run).order_by("id")]
+    attempts = [
+        {
+            "index": a.index,
+            "kind": a.kind,
+            "status_code": a.status_code,
+            "usage": {
+                "input_tokens": a.input_tokens,
+                "output_tokens": a.output_tokens,
+                "cache_creation_input_tokens": a.cache_creation_input_tokens,
+                "cache_read_input_tokens": a.cache_read_input_tokens,
+            },
+            "interrupt_cause": a.interrupt_cause or None,
+            "strategy": a.strategy or None,
+            "outcome": a.outcome,
+        }
+        for a in Attempt.objects.filter(run=run).order_by("index")
+    ]
+    error = {"kind": run.error_kind, "message": run.error_message} if run.error_kind else None
+    return {
+        "run_id": run_id,
+        "status": run.status,
+        "messages": messages,
+        "client_events": [],
+        "events": events,
+        "attempts": attempts,
+        "error": error,
+    }

@@ -1,0 +1,28 @@
+"""Celery tasks: a few lines each; the logic lives in ``services`` where tests call it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from celery import shared_task
+from django.db import close_old_connections
+
+from . import services
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, name="streamrecover.execute_run")
+def execute_run_task(self, run_id: str) -> str | None:
+    """Execute (or resume) one run. A message for a finished run is acknowledged and dropped."""
+    close_old_connections()
+    try:
+        result = asyncio.run(services.execute_run(run_id))
+    finally:
+        close_old_connections()
+    return result.status if result is not None else None
+
+
+@shared_task(name="streamrecover.sweep_stale_runs")
+def sweep_stale_runs_task() -> list[str]:
+    """Re-queue runs whose worker's heartbeat stopped (schedule it every few seconds with beat)."""
+    close_old_connections()
+    return services.sweep_stale_runs()

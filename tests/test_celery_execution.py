@@ -1,0 +1,247 @@
+"""Runs executed by real Celery worker processes on the real Redis and PostgreSQL: a run
+completes through injected cuts, a killed worker's run is finished by another worker from
+its checkpoint, cancel reaches a running worker, a poison run ends as failed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from django.db import connection
+from django.test import override_settings
+
+from streamrecover import services
+from streamrecover.conf import app_settings
+from streamrecover.models import Attempt, Message, RecoveryEvent, Run
+from streamrecover.providers.fake import FakeProviderServer
+from streamrecover.stores import RedisCheckpointStore
+
+from .harness import run as run_engine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[1]
+LONG = "Tell me a long story about a lighthouse [[words=450]]"
+
+
+@pytest.fixture(scope="module")
+def slow_fake() -> Iterator[FakeProviderServer]:
+    """A fake provider that streams visibly slowly, so a worker can be killed mid-stream."""
+    server = FakeProviderServer(event_delay=0.01)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def celery_settings(slow_fake, settings):
+    from project.celery import app
+
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()  # no stale messages
+    slow_fake.reset()
+    with override_settings(
+        STREAMRECOVER={
+            **settings.STREAMRECOVER,
+            "PROVIDERS": {
+                "fake": {"ADAPTER": "anthropic", "BASE_URL": slow_fake.base_url, "API_KEY": "sk-fake-worker-key"}
+            },
+            "EXECUTION": "celery",
+            "CHECKPOINT_STORE": "redis",
+            "HEARTBEAT_SECONDS": 0.5,
+            "STALE_AFTER_SECONDS": 2,
+        }
+    ):
+        yield app
+
+
+class Worker:
+    """A real ``celery worker`` process on the test database."""
+
+    def __init__(self, name: str, fake_url: str, log_dir: Path) -> None:
+        self.log_path = log_dir / f"{name}.log"
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings_worker",
+            "STREAMRECOVER_TEST_DB_NAME": connection.settings_dict["NAME"],
+            "STREAMRECOVER_FAKE_URL": fake_url,
+            "PYTHONPATH": str(ROOT),
+        }
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "project", "worker", "--pool=solo", "-n", f"{name}@%h",
+             "--without-mingle", "--without-gossip", "-l", "INFO"],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while b"ready." not in self.log_path.read_bytes():
+            assert self.process.poll() is None, self.log()
+            assert time.monotonic() < deadline, "worker did not start:\n" + self.log()
+            time.sleep(0.2)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+
+@pytest.fixture
+def workers(slow_fake, tmp_path) -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+
+    def start(name: str) -> Worker:
+        worker = Worker(name, slow_fake.base_url, tmp_path)
+        started.append(worker)
+        return worker
+
+    yield start  # type: ignore[misc]
+    for worker in started:
+        worker.stop()
+
+
+def wait_for(predicate, timeout: float = 60, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def status_of(run_id) -> str:
+    return Run.objects.get(pk=run_id).status
+
+
+def reference_text(fake: FakeProviderServer, prompt: str) -> str:
+    outcome = asyncio.run(run_engine(fake, prompt, model="fake-claude", max_tokens=1024))
+    return outcome.assistant[0]["content"][0]["text"]
+
+
+def assistant_text(run: Run) -> str:
+    message = Message.objects.get(thread=run.thread, role="assistant")
+    return "".join(b["text"] for b in message.content if b["type"] == "text")
+
+
+def test_worker_completes_a_run_through_injected_cuts(celery_settings, workers, slow_fake):
+    worker = workers("w1")
+    prompt = "A short tale [[words=60]]"
+    slow_fake.set_faults("default", ["cut:bytes=900", "error:events=12"])  # the worker's requests
+    run = services.create_run(prompt=prompt, provider="fake", model="fake-claude")
+    services.enqueue_run(run)
+    wait_for(lambda: status_of(run.pk) in Run.TERMINAL_STATUSES, what="the run to finish")
+    run.refresh_from_db()
+    assert run.status == "completed", worker.log()
+    assert run.worker.endswith(str(worker.process.pid))
+    assert assistant_text(run) == reference_text(slow_fake, prompt)
+    kinds = list(Attempt.objects.filter(run=run).order_by("index").values_list("kind", flat=True))
+    assert kinds == ["initial", "continuation", "continuation"]
+    names = set(RecoveryEvent.objects.filter(run=run).values_list("name", flat=True))
+    assert {"llm_stream_interrupted", "llm_stream_continuation_started", "llm_stream_continuation_completed"} <= names
+    assert Attempt.objects.filter(run=run, outcome="completed").get().output_tokens > 0
+
+
+def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(celery_settings, workers, slow_fake):
+    first = workers("w1")
+    run = services.create_run(prompt=LONG, provider="fake", model="fake-claude")
+    services.enqueue_run(run)
+    store = RedisCheckpointStore(app_settings.REDIS_URL, ttl_s=3600)
+
+    def checkpoint_text() -> str:
+        checkpoint = asyncio.run(store.get(str(run.pk)))
+        return checkpoint.blocks[0]["text"] if checkpoint and checkpoint.blocks else ""
+
+    wait_for(lambda: len(checkpoint_text()) > 300, what="a checkpoint with text")
+    first.kill()  # kill -9 in the middle of the stream
+    assert status_of(run.pk) == "running"
+    saved = checkpoint_text()
+
+    second = workers("w2")
+    time.sleep(2.2)  # the heartbeat goes stale
+    assert services.sweep_stale_runs() == [str(run.pk)]
+    wait_for(lambda: status_of(run.pk) in Run.TERMINAL_STATUSES, timeout=90, what="the resumed run to finish")
+    run.refresh_from_db()
+    assert run.status == "completed", second.log()
+    assert run.worker.endswith(str(second.process.pid))
+    assert run.claims == 2
+    # the committed answer equals the uninterrupted one
+    assert assistant_text(run) == reference_text(slow_fake, LONG)
+    # the second worker's request continued the prefix (prefill) instead of regenerating it
+    requests = slow_fake.log_for("default")  # the workers' calls (the reference used its own scenario)
+    assert [e.understood_as for e in requests] == ["fresh", "prefill"]
+    resumed = requests[-1]
+    assert resumed.understood_as == "prefill"
+    assert resumed.prefix_matched is True
+    assert resumed.prefix_chars >= len(saved.rstrip()) > 0
+    # the resume spent no continuation budget
+    kinds = list(Attempt.objects.filter(run=run).order_by("index").values_list("kind", flat=True))
+    assert kinds == ["initial", "resume"]
+    assert RecoveryEvent.objects.filter(run=run, name="llm_run_resumed").count() == 1
+    assert not RecoveryEvent.objects.filter(run=run, name="llm_stream_continuation_started").exists()
+    assert asyncio.run(store.get(str(run.pk))) is None
+
+
+def test_cancel_reaches_a_streaming_worker(celery_settings, workers, slow_fake):
+    worker = workers("w1")
+    slow_fake.set_faults("default", ["stall:events=30,seconds=30"])
+    run = services.create_run(prompt=LONG, provider="fake", model="fake-claude")
+    services.enqueue_run(run)
+    wait_for(lambda: Attempt.objects.filter(run=run).exists(), what="the first provider call")
+    time.sleep(0.5)
+    started = time.monotonic()
+    assert services.request_cancel(run.pk, "user pressed stop")
+    wait_for(lambda: status_of(run.pk) == "cancelled", timeout=10, what="the cancel")
+    assert time.monotonic() - started < 5, worker.log()
+    assert Attempt.objects.filter(run=run).count() == 1
+    assert not RecoveryEvent.objects.filter(run=run, name="llm_stream_continuation_started").exists()
+
+
+def test_cancel_during_backoff_beats_the_continuation(celery_settings, workers, slow_fake):
+    workers("w1")
+    slow_fake.set_faults("default", ["cut:bytes=900"])
+    run = services.create_run(
+        prompt="Short [[words=80]]",
+        provider="fake",
+        model="fake-claude",
+        engine={"backoff_schedule": [30], "backoff_scale": 1.0},
+    )
+    services.enqueue_run(run)
+    wait_for(lambda: status_of(run.pk) == "recovering", what="the interruption")
+    assert services.request_cancel(run.pk)
+    wait_for(lambda: status_of(run.pk) == "cancelled", timeout=10, what="the cancel during backoff")
+    assert Attempt.objects.filter(run=run).count() == 1  # the continuation never went out
+
+
+def test_a_run_claimed_too_often_fails_and_its_message_is_acknowledged(celery_settings, workers):
+    worker = workers("w1")
+    run = services.create_run(prompt="Poison [[words=10]]", provider="fake", model="fake-claude")
+    Run.objects.filter(pk=run.pk).update(claims=app_settings.MAX_CLAIMS)
+    services.enqueue_run(run)
+    wait_for(lambda: status_of(run.pk) == "failed", what="the poison run to fail")
+    run.refresh_from_db()
+    assert run.error_kind == "too_many_claims"
+    assert not Attempt.objects.filter(run=run).exists()
+    # acknowledged: nothing left in the queue or unacked, and the worker takes the next run
+    broker = redis.Redis.from_url(celery_settings.conf.broker_url)
+    wait_for(lambda: broker.llen("celery") == 0 and broker.hlen("unacked") == 0, timeout=10, what="the ack")
+    healthy = services.create_run(prompt="Fine [[words=10]]", provider="fake", model="fake-claude")
+    services.enqueue_run(healthy)
+    wait_for(lambda: status_of(healthy.pk) == "completed", what="the next run"), worker.log()
