@@ -40,9 +40,29 @@ class BlockStatus(enum.StrEnum):
     BROKEN = "broken"
 
 
+class _BlockParts:
+    """Storage behind ``Block.text`` and ``Block.arguments``: lists of received parts.
+
+    Appending a delta to a ``str`` attribute copies the whole string every time (CPython
+    can only grow a string in place when nothing else refers to it), so a long answer
+    cost time quadratic in its length. Parts are appended in O(1) and joined on the
+    first read after a change.
+    """
+
+    __slots__ = ("_arg_parts", "_text_parts")
+
+    _text_parts: list[str]
+    _arg_parts: list[str]
+
+
 @dataclass(slots=True)
-class Block:
-    """One content block as it is being received."""
+class Block(_BlockParts):
+    """One content block as it is being received.
+
+    ``text`` and ``arguments`` read and assign like plain ``str`` fields (they are
+    properties over ``_BlockParts``, installed below the class); the accumulator appends
+    to the part lists directly.
+    """
 
     index: int
     kind: str
@@ -117,6 +137,38 @@ class Block:
         return cls(index, kind, data=dict(content), closed=True)
 
 
+def _get_text(self: Block) -> str:
+    parts = self._text_parts
+    if len(parts) == 1:
+        return parts[0]
+    text = "".join(parts)
+    self._text_parts = [text]
+    return text
+
+
+def _set_text(self: Block, value: str) -> None:
+    self._text_parts = [value]
+
+
+def _get_arguments(self: Block) -> str:
+    parts = self._arg_parts
+    if len(parts) == 1:
+        return parts[0]
+    arguments = "".join(parts)
+    self._arg_parts = [arguments]
+    return arguments
+
+
+def _set_arguments(self: Block, value: str) -> None:
+    self._arg_parts = [value]
+
+
+# After the dataclass is built, so its __init__, __eq__, __repr__, replace() and asdict()
+# all go through these (the unused slots named "text" and "arguments" stay empty).
+Block.text = property(_get_text, _set_text)  # type: ignore[assignment]
+Block.arguments = property(_get_arguments, _set_arguments)  # type: ignore[assignment]
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """A copy of the accumulator's blocks at one instant, in block order."""
@@ -152,18 +204,32 @@ class Accumulator:
 
     def apply(self, event: StreamEvent) -> Block | None:
         """Apply one event; returns the block it touched, if any."""
+        # Deltas are nearly every event: handled first by exact type, without the match.
+        kind = type(event)
+        if kind is TextDelta:
+            block = self._blocks.get(event.index) or self._block(event.index, TEXT)
+            block._text_parts.append(event.text)
+            return block
+        if kind is ToolArgsDelta:
+            block = self._blocks.get(event.index) or self._block(event.index, TOOL_USE)
+            block._arg_parts.append(event.partial_json)
+            return block
+        if kind is ThinkingDelta:
+            block = self._blocks.get(event.index) or self._block(event.index, THINKING)
+            block._text_parts.append(event.thinking)
+            return block
         match event:
-            case TextDelta(index=i, text=t):
+            case TextDelta(index=i, text=t):  # subclasses of the delta types
                 block = self._block(i, TEXT)
-                block.text += t
+                block._text_parts.append(t)
                 return block
             case ToolArgsDelta(index=i, partial_json=p):
                 block = self._block(i, TOOL_USE)
-                block.arguments += p
+                block._arg_parts.append(p)
                 return block
             case ThinkingDelta(index=i, thinking=t):
                 block = self._block(i, THINKING)
-                block.text += t
+                block._text_parts.append(t)
                 return block
             case SignatureDelta(index=i, signature=s):
                 block = self._block(i, THINKING)
@@ -209,3 +275,28 @@ class Accumulator:
             usage=self.usage,
             ended=self.ended,
         )
+
+
+# ---- turn-level helpers used by the runner (kept separate from the hot path) ----------
+
+
+def _restore(self: Accumulator, blocks: list[Block]) -> None:
+    """Seed with closed blocks (a continuation's prefix or a checkpoint), keeping indices."""
+    for block in blocks:
+        copy = block.copy()
+        copy.closed = True
+        self._blocks[copy.index] = copy
+
+
+def _reopen(self: Accumulator, index: int) -> None:
+    """A continuation carries on inside this (text) block: it is open again."""
+    self._blocks[index].closed = False
+
+
+def _blocks_by_index(self: Accumulator, index: int) -> Block | None:
+    return self._blocks.get(index)
+
+
+Accumulator.restore = _restore  # type: ignore[attr-defined]
+Accumulator.reopen = _reopen  # type: ignore[attr-defined]
+Accumulator.blocks_by_index = _blocks_by_index  # type: ignore[attr-defined]

@@ -1,0 +1,1 @@
+"""Benchmarks; run them as modules (``python -m bench.bench_parse``)."""
