@@ -282,6 +282,7 @@ async def execute_run(
             start_seq=start_seq,
             resume=existing is not None,
             provider_name=run.provider,
+            first_attempt_index=consumed,
         )
     finally:
         watcher.cancel()

@@ -169,7 +169,10 @@ def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(cele
         checkpoint = asyncio.run(store.get(str(run.pk)))
         return checkpoint.blocks[0]["text"] if checkpoint and checkpoint.blocks else ""
 
-    wait_for(lambda: len(checkpoint_text()) > 300, what="a checkpoint with text")
+    try:
+        wait_for(lambda: len(checkpoint_text()) > 300, timeout=120, what="a checkpoint with text")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{first.log()}") from exc
     first.kill()  # kill -9 in the middle of the stream
     assert status_of(run.pk) == "running"
     saved = checkpoint_text()

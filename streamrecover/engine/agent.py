@@ -103,12 +103,14 @@ async def run_agent(
     start_seq: int = 0,
     resume: bool = False,
     provider_name: str = "",
+    first_attempt_index: int = 0,
 ) -> RunResult:
     """Run turns until the model stops asking for tools, a turn fails, or ``max_turns``.
 
     ``request.messages`` is the committed thread (ending with the user's message, or with
     an assistant message whose tool calls still need results, or a tool-result message).
-    With ``resume``, a fresh checkpoint for ``run_id`` continues the turn it belongs to.
+    With ``resume``, a fresh checkpoint for ``run_id`` continues the turn it belongs to;
+    ``first_attempt_index`` numbers on after the attempts an earlier process recorded.
     """
     cancel = cancel or CancelToken()
     cancel.bind()
@@ -121,7 +123,16 @@ async def run_agent(
     messages = [dict(m) for m in request.messages]
     new_messages: list[dict[str, Any]] = []
     ctx = RunContext(
-        run_id, adapter, config, sink, checkpoints, cancel, transport, seq=start_seq, provider_name=provider_name
+        run_id,
+        adapter,
+        config,
+        sink,
+        checkpoints,
+        cancel,
+        transport,
+        seq=start_seq,
+        attempts=first_attempt_index,
+        provider_name=provider_name,
     )
     result = RunResult("completed", messages)
 
