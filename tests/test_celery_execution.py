@@ -157,6 +157,9 @@ def test_worker_completes_a_run_through_injected_cuts(celery_settings, workers, 
     names = set(RecoveryEvent.objects.filter(run=run).values_list("name", flat=True))
     assert {"llm_stream_interrupted", "llm_stream_continuation_started", "llm_stream_continuation_completed"} <= names
     assert Attempt.objects.filter(run=run, outcome="completed").get().output_tokens > 0
+    # the worker's API key reached neither its log nor any stored request
+    assert "sk-fake-worker-key" not in worker.log()
+    assert all("sk-fake-worker-key" not in str(a.request) for a in Attempt.objects.filter(run=run))
 
 
 def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(celery_settings, workers, slow_fake):
