@@ -111,6 +111,11 @@ CELERY_TASK_TIME_LIMIT = 3600
 CELERY_TASK_SOFT_TIME_LIMIT = 3600 - 60
 CELERY_TASK_TRACK_STARTED = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # logging is configured below, by structlog
+# The sweeper re-queues runs whose worker died (heartbeat older than STALE_AFTER_SECONDS):
+# a dead host's run resumes within seconds instead of after the visibility timeout.
+CELERY_BEAT_SCHEDULE = {
+    "streamrecover-sweep-stale-runs": {"task": "streamrecover.sweep_stale_runs", "schedule": 5.0},
+}
 
 STREAMRECOVER = {
     "CHECKPOINT_STORE": "redis" if DISTRIBUTED else "orm",

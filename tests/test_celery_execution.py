@@ -251,3 +251,35 @@ def test_a_run_claimed_too_often_fails_and_its_message_is_acknowledged(celery_se
     healthy = services.create_run(prompt="Fine [[words=10]]", provider="fake", model="fake-claude")
     services.enqueue_run(healthy)
     wait_for(lambda: status_of(healthy.pk) == "completed", what="the next run"), worker.log()
+
+
+def test_command_line_enqueue_hands_the_run_to_a_worker(celery_settings, workers, slow_fake):
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    worker = workers("w1")
+    slow_fake.set_faults("default", ["cut:bytes=900"])
+    out = io.StringIO()
+    call_command(
+        "streamrecover_run", "--provider", "fake", "--model", "fake-claude", "--prompt", "Hi [[words=40]]",
+        "--enqueue", "--json", stdout=out,
+    )  # fmt: skip
+    doc = json.loads(out.getvalue())
+    assert doc["status"] == "completed", worker.log()
+    run = Run.objects.get(pk=doc["run_id"])
+    assert run.worker.endswith(str(worker.process.pid))
+    assert [a["kind"] for a in doc["attempts"]] == ["initial", "continuation"]
+    assert doc["messages"][-1]["role"] == "assistant"
+    assert "llm_stream_interrupted" in [e["event"] for e in doc["events"]]
+
+
+def test_cancel_command_cancels_a_queued_run(celery_settings):
+    import io
+
+    from django.core.management import call_command
+
+    run = services.create_run(prompt="never started", provider="fake", model="fake-claude")
+    call_command("streamrecover_cancel", str(run.pk), stdout=io.StringIO())
+    assert status_of(run.pk) == "cancelled"
