@@ -131,3 +131,12 @@ def test_continue_message_joiner_drops_a_repeated_tail_only():
     assert j.feed(" runs") + j.feed(" away.") == " runs away."
     j = ContinuationJoiner(overlap_with=prefix)
     assert j.feed("then") + j.flush() == "then"  # a short coincidence is not an overlap
+
+
+def test_server_tool_use_keeps_its_streamed_input():
+    snap = _acc(
+        BlockStart(0, "server_tool_use", id="srv1", name="web_search", data={"type": "server_tool_use", "input": {}}),
+        ToolArgsDelta(0, '{"query": "tides"}'),
+        BlockStop(0),
+    )
+    assert snap.blocks[0].to_content()["input"] == {"query": "tides"}

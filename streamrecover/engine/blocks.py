@@ -108,7 +108,10 @@ class Block(_BlockParts):
             return {"type": "thinking", "thinking": self.text, "signature": self.signature}
         if self.kind == REDACTED_THINKING:
             return {"type": "redacted_thinking", "data": (self.data or {}).get("data", "")}
-        return dict(self.data or {"type": self.kind})
+        content = dict(self.data or {"type": self.kind})
+        if self.arguments:  # server tool calls stream their input like tool_use does
+            content["input"] = self.parsed_input() or {}
+        return content
 
     def copy(self) -> Block:
         return replace(self, data=dict(self.data) if self.data is not None else None)
@@ -264,6 +267,20 @@ class Accumulator:
             self._blocks[index] = block
         return block
 
+    def restore(self, blocks: list[Block]) -> None:
+        """Seed with closed blocks (a continuation's prefix or a checkpoint), keeping indices."""
+        for block in blocks:
+            copy = block.copy()
+            copy.closed = True
+            self._blocks[copy.index] = copy
+
+    def reopen(self, index: int) -> None:
+        """A continuation carries on inside this (text) block: it is open again."""
+        self._blocks[index].closed = False
+
+    def block_at(self, index: int) -> Block | None:
+        return self._blocks.get(index)
+
     @property
     def blocks(self) -> list[Block]:
         return [self._blocks[i] for i in sorted(self._blocks)]
@@ -275,28 +292,3 @@ class Accumulator:
             usage=self.usage,
             ended=self.ended,
         )
-
-
-# ---- turn-level helpers used by the runner (kept separate from the hot path) ----------
-
-
-def _restore(self: Accumulator, blocks: list[Block]) -> None:
-    """Seed with closed blocks (a continuation's prefix or a checkpoint), keeping indices."""
-    for block in blocks:
-        copy = block.copy()
-        copy.closed = True
-        self._blocks[copy.index] = copy
-
-
-def _reopen(self: Accumulator, index: int) -> None:
-    """A continuation carries on inside this (text) block: it is open again."""
-    self._blocks[index].closed = False
-
-
-def _blocks_by_index(self: Accumulator, index: int) -> Block | None:
-    return self._blocks.get(index)
-
-
-Accumulator.restore = _restore  # type: ignore[attr-defined]
-Accumulator.reopen = _reopen  # type: ignore[attr-defined]
-Accumulator.blocks_by_index = _blocks_by_index  # type: ignore[attr-defined]

@@ -544,7 +544,9 @@ class TurnRunner:
                 target = mapper.target(i, TOOL_USE)
                 block = self.acc.apply(ToolArgsDelta(target, part))
                 assert block is not None
-                self._in_flight_tool = {"id": block.id, "name": block.name, "partial_input_bytes": len(block.arguments)}
+                if self._in_flight_tool is None or self._in_flight_tool.get("id") != block.id:
+                    self._in_flight_tool = {"id": block.id, "name": block.name, "partial_input_bytes": 0}
+                self._in_flight_tool["partial_input_bytes"] += len(part.encode())
                 await frame("tool_call_delta", block=target, id=block.id, name=block.name, arguments_delta=part)
                 await self._maybe_checkpoint(len(part))
             case ThinkingDelta(index=i, thinking=text):
@@ -557,7 +559,7 @@ class TurnRunner:
                 target = mapper.start(event)
                 if target is None:
                     return
-                block = self.acc.blocks_by_index(target)
+                block = self.acc.block_at(target)
                 if kind == TOOL_USE and block is not None:
                     self._in_flight_tool = {"id": block.id, "name": block.name, "partial_input_bytes": 0}
                     await frame("tool_call_delta", block=target, id=block.id, name=block.name, arguments_delta="")
