@@ -49,10 +49,8 @@ class ContinuationJoiner:
         if self._decided:
             return ""
         if self._expect:
-            out = "" if self._expect == self._buffer else self._buffer
-            if self._expect.startswith(self._buffer):
-                out = ""  # the continuation was only (part of) the expected whitespace
-            return self._release(out)
+            # still undecided: the continuation was only (part of) the expected whitespace
+            return self._release("")
         return self._release(self._drop_overlap(self._buffer))
 
     def _release(self, text: str) -> str:

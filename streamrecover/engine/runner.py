@@ -179,7 +179,8 @@ class TurnRunner:
                     )
                     if not error.permanent:
                         # The pre-stream budget of this continuation ran out: try the next one.
-                        outcome = await self._next_continuation(error.retry_after_s, self._plan_from_prefix())
+                        # same kept blocks again (the failed call never streamed)
+                        outcome = await self._next_continuation(error.retry_after_s, plan(self.acc.snapshot()))
                         if outcome is not None:
                             return outcome
                         continue
@@ -189,11 +190,6 @@ class TurnRunner:
                 outcome = await self._on_interrupted(interrupted)
                 if outcome is not None:
                     return outcome
-
-    def _plan_from_prefix(self) -> RecoveryPlan:
-        """The plan for a continuation that failed before streaming: same prefix again."""
-        current = plan(self.acc.snapshot())
-        return current
 
     async def _on_interrupted(self, interrupted: StreamInterrupted) -> TurnResult | None:
         snapshot = self.acc.snapshot()
