@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint bench venv services
+.PHONY: demo demo-cli test lint bench venv services
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,9 +17,14 @@ venv: $(VENV)/.installed
 demo: venv
 	@bash scripts/demo.sh
 
+## The one-shot command-line demo: one run with injected faults, streamed to the terminal.
+demo-cli: venv
+	@bash scripts/demo.sh cli
+
 ## Second command: the whole suite on the real PostgreSQL and Redis (started when not running).
 test: venv
 	@bash scripts/ensure_services.sh
+	@bash scripts/ensure_chromium.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest -q

@@ -5,13 +5,17 @@ and analytics queries can be reasoned about (and migrations stay stable)."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import models
+from django.db import models, router
 from django.utils import timezone
 
+from .engine.plan import PlanKind
+from .engine.sink import LLM_STREAM_CONTINUATION_COMPLETED, LLM_STREAM_INTERRUPTED
 from .querysets import ACTIVE_STATUSES, TERMINAL_STATUSES, RecoveryEventQuerySet, RunQuerySet
 from .redaction import redact
 
@@ -90,6 +94,8 @@ class Run(models.Model):
             models.Index(fields=["provider", "model", "created"], name="sr_run_provider_model_created"),
             models.Index(fields=["status", "heartbeat_at"], name="sr_run_status_heartbeat"),
             models.Index(fields=["owner", "created"], name="sr_run_owner_created"),
+            # The analytics cohort (runs created in a window) with what it groups and joins on.
+            models.Index(fields=["created", "provider", "model", "status", "id"], name="sr_run_cohort"),
         ]
 
     def __str__(self) -> str:
@@ -149,6 +155,15 @@ class RecoveredRun(Run):
     class Meta:
         proxy = True
         verbose_name = "recovered run"
+
+
+class RecoveryAnalytics(Run):
+    """Not a list: the admin app list's link to the analytics page (its admin redirects there)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "recovery analytics"
+        verbose_name_plural = "recovery analytics"
 
 
 class Message(models.Model):
@@ -223,6 +238,13 @@ class Attempt(models.Model):
         indexes = [
             models.Index(fields=["interrupt_cause", "started_at"], name="sr_attempt_cause_started"),
             models.Index(fields=["kind", "started_at"], name="sr_attempt_kind_started"),
+            # The admin's search by provider request id.
+            models.Index(fields=["provider_request_id"], name="sr_attempt_request_id"),
+            # Analytics: a window's attempts with what it sums, without reading the stored requests.
+            models.Index(
+                fields=["started_at", "run", "kind", "outcome", "input_tokens", "output_tokens"],
+                name="sr_attempt_analytics",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -252,7 +274,22 @@ class StreamCheckpoint(models.Model):
 
 
 class RecoveryEvent(models.Model):
-    """A structured event (DESIGN §5), append-only; ``payload`` holds the log line's fields."""
+    """A structured event (DESIGN §5), append-only; ``payload`` holds the log line's fields.
+
+    The columns after ``created`` exist for analytics over millions of rows, which then
+    aggregates indexed columns instead of parsing JSON or correlating events row by row:
+
+    - copied from the payload: ``cause``, ``plan``, ``continuation`` (continuation_attempt),
+      ``kept_tokens`` (kept_output_tokens_estimate), ``discarded_bytes`` (partial_input_bytes
+      or partial_bytes);
+    - derived from the run's earlier events when the row is written: ``first_in_run`` (no
+      earlier event of this name in the run), and on a ``llm_stream_continuation_completed``
+      row the facts of its turn's interruptions: ``first_break_at``, ``salvaged_tokens`` (the
+      last one's kept estimate) and ``saved_tokens`` (the sum of the kept estimates of those
+      not recovered by ``whole_restart``). Events are append-only, so these never go stale.
+
+    ``save()`` fills them all; ``from_payload`` does the same for ``bulk_create``.
+    """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     attempt = models.PositiveIntegerField(null=True, blank=True)
@@ -262,6 +299,15 @@ class RecoveryEvent(models.Model):
     model = models.CharField(max_length=200, blank=True)
     payload = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
     created = models.DateTimeField(default=timezone.now)
+    cause = models.CharField(max_length=32, blank=True)
+    plan = models.CharField(max_length=32, blank=True)
+    continuation = models.PositiveIntegerField(null=True, blank=True)
+    kept_tokens = models.PositiveIntegerField(null=True, blank=True)
+    discarded_bytes = models.PositiveIntegerField(null=True, blank=True)
+    first_in_run = models.BooleanField(default=False)
+    first_break_at = models.DateTimeField(null=True, blank=True)
+    salvaged_tokens = models.PositiveIntegerField(null=True, blank=True)
+    saved_tokens = models.PositiveIntegerField(null=True, blank=True)
 
     objects = RecoveryEventQuerySet.as_manager()
 
@@ -271,6 +317,25 @@ class RecoveryEvent(models.Model):
             models.Index(fields=["name", "created"], name="sr_event_name_created"),
             models.Index(fields=["provider", "model", "created"], name="sr_event_prov_model_created"),
             models.Index(fields=["run", "created"], name="sr_event_run_created"),
+            # Analytics reads events by time and joins them to their run: every column it needs is
+            # in this index, so PostgreSQL answers from it alone (an index-only scan), never
+            # from the wide rows with their JSON payloads.
+            models.Index(
+                fields=[
+                    "created",
+                    "run",
+                    "name",
+                    "first_in_run",
+                    "cause",
+                    "plan",
+                    "continuation",
+                    "discarded_bytes",
+                    "saved_tokens",
+                    "salvaged_tokens",
+                    "first_break_at",
+                ],
+                name="sr_event_analytics",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -279,4 +344,108 @@ class RecoveryEvent(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:
             raise ValueError("RecoveryEvent rows are append-only.")
+        self.fill_columns()
+        if self.run_id is not None:
+            using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
+            earlier = type(self)._base_manager.using(using).filter(run_id=self.run_id)
+            self.fill_from_history(earlier.values_list(*EarlierEvent._fields))
         super().save(*args, **kwargs)
+
+    @classmethod
+    def from_payload(
+        cls,
+        *,
+        run_id: Any,
+        name: str,
+        payload: dict[str, Any],
+        earlier: Iterable[tuple[Any, ...]] = (),
+        **fields: Any,
+    ) -> RecoveryEvent:
+        """An unsaved row with its columns filled, for ``bulk_create`` (which skips ``save``).
+
+        ``earlier`` holds the run's events written before this one, as ``EarlierEvent`` tuples.
+        """
+        event = cls(run_id=run_id, name=name, payload=payload, **fields)
+        event.fill_columns()
+        event.fill_from_history(earlier)
+        return event
+
+    def as_earlier(self) -> EarlierEvent:
+        """This row as the ``earlier`` entry of the run's next event."""
+        return EarlierEvent(self.name, self.turn, self.created, self.kept_tokens, self.plan)
+
+    def fill_columns(self) -> None:
+        """Copy the payload fields analytics aggregates into columns; explicit values win."""
+        for field, value in payload_columns(self.payload).items():
+            if getattr(self, field) in (None, ""):
+                setattr(self, field, value)
+
+    def fill_from_history(self, earlier: Iterable[tuple[Any, ...]]) -> None:
+        """The columns that depend on the run's earlier events (see the class docstring)."""
+        for field, value in history_columns(self.name, self.turn, earlier).items():
+            setattr(self, field, value)
+
+
+class EarlierEvent(NamedTuple):
+    """What a new event needs to know about one of its run's earlier events."""
+
+    name: str
+    turn: int | None
+    created: datetime
+    kept_tokens: int | None
+    plan: str
+
+
+PAYLOAD_COLUMNS = ("turn", "attempt", "cause", "plan", "continuation", "kept_tokens", "discarded_bytes")
+HISTORY_COLUMNS = ("first_in_run", "first_break_at", "salvaged_tokens", "saved_tokens")
+
+
+def payload_columns(payload: Any) -> dict[str, Any]:
+    """The ``PAYLOAD_COLUMNS`` of an event, read from its payload (pure: migrations use it too)."""
+    payload = payload if isinstance(payload, dict) else {}
+    return {
+        "turn": _turn_number(payload.get("turn_id", payload.get("turn"))),
+        "attempt": _count(payload.get("attempt")),
+        "cause": str(payload.get("cause") or "")[:32],
+        "plan": str(payload.get("plan") or "")[:32],
+        "continuation": _count(payload.get("continuation_attempt")),
+        "kept_tokens": _count(payload.get("kept_output_tokens_estimate")),
+        "discarded_bytes": _count(payload.get("partial_input_bytes", payload.get("partial_bytes"))),
+    }
+
+
+def history_columns(name: str, turn: int | None, earlier: Iterable[tuple[Any, ...]]) -> dict[str, Any]:
+    """The ``HISTORY_COLUMNS`` of an event, from its run's earlier events (pure, like the above)."""
+    rows = [EarlierEvent(*row) for row in earlier]
+    columns: dict[str, Any] = {
+        "first_in_run": all(row.name != name for row in rows),
+        "first_break_at": None,
+        "salvaged_tokens": None,
+        "saved_tokens": None,
+    }
+    if name != LLM_STREAM_CONTINUATION_COMPLETED or turn is None:
+        return columns
+    breaks = sorted(
+        (row for row in rows if row.name == LLM_STREAM_INTERRUPTED and row.turn == turn),
+        key=lambda row: row.created,
+    )
+    if breaks:
+        columns["first_break_at"] = breaks[0].created
+        columns["salvaged_tokens"] = breaks[-1].kept_tokens
+        columns["saved_tokens"] = sum(row.kept_tokens or 0 for row in breaks if row.plan != PlanKind.WHOLE_RESTART)
+    return columns
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative int from a payload field, or None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _turn_number(value: Any) -> int | None:
+    """``turn_id`` is ``"<run_id>:<turn>"`` in the engine's events; a bare int is accepted too."""
+    if isinstance(value, str):
+        _, _, tail = value.rpartition(":")
+        return int(tail) if tail.isdigit() else None
+    return _count(value)

@@ -1,0 +1,463 @@
+"""The admin: every model browsable, nothing editable (django-q2 style, STYLE.md point 9).
+
+Runs, attempts, messages and events are recorded facts: no add, no change, no delete here.
+What an operator may do to a run goes through ``streamrecover.services`` as an action
+(re-queue a failed run, cancel a running one). Proxy models give one-click lists of failed,
+exhausted and recovered runs, and "Recovery analytics" in the app list opens the analytics page.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.auth import get_permission_codename
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Exists, OuterRef, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html
+
+from .engine.errors import InterruptCause
+from .engine.plan import PlanKind
+from .engine.sink import (
+    DISCARDED_PARTIAL_TOOL_USE,
+    DISCARDED_THINKING,
+    LLM_REQUEST_RETRY,
+    LLM_RUN_RESUMED,
+    LLM_STREAM_CONTINUATION_COMPLETED,
+    LLM_STREAM_CONTINUATION_EXHAUSTED,
+    LLM_STREAM_CONTINUATION_FAILED,
+    LLM_STREAM_CONTINUATION_STARTED,
+    LLM_STREAM_INTERRUPTED,
+)
+from .models import (
+    Attempt,
+    ExhaustedRun,
+    FailedRun,
+    Message,
+    RecoveredRun,
+    RecoveryAnalytics,
+    RecoveryEvent,
+    Run,
+    StreamCheckpoint,
+    Thread,
+)
+
+JSON_STYLE = "white-space: pre-wrap; word-break: break-word; margin: 0; max-width: 70rem; font-size: 12px"
+
+
+def pretty_json(value: Any) -> str:
+    """A JSON value indented in a ``<pre>``, escaped by ``format_html``."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, cls=DjangoJSONEncoder)
+    return format_html('<pre class="sr-json" style="{}">{}</pre>', JSON_STYLE, text)
+
+
+def _short_json(value: Any, limit: int = 90) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, cls=DjangoJSONEncoder)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _runs_matching(term: str) -> list[uuid.UUID]:
+    """Runs whose id is ``term``, or with an attempt whose provider request id is ``term``.
+
+    Two indexed lookups (the primary key, ``sr_attempt_request_id``) instead of one query
+    with an ``OR`` that would scan every run.
+    """
+    ids = list(Attempt.objects.filter(provider_request_id=term).values_list("run_id", flat=True)[:100])
+    run_id = _uuid(term)
+    return [run_id, *ids] if run_id else ids
+
+
+def _uuid(term: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(term.strip())
+    except ValueError:
+        return None
+
+
+class ReadOnlyAdminMixin:
+    """View only: the admin never adds, changes or deletes recorded facts."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = True
+
+
+# ---- filters --------------------------------------------------------------------------------
+
+
+def _values_filter(title: str, field: str, values: tuple[str, ...]) -> type[admin.SimpleListFilter]:
+    """A filter on a column whose values are known: no ``SELECT DISTINCT`` over a big table."""
+
+    class ValuesFilter(admin.SimpleListFilter):
+        parameter_name = field
+
+        def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+            return [(value, value) for value in values]
+
+        def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+            return queryset.filter(**{field: self.value()}) if self.value() is not None else queryset
+
+    ValuesFilter.title = title
+    ValuesFilter.__name__ = f"{field.title().replace('_', '')}Filter"
+    return ValuesFilter
+
+
+CAUSES = tuple(c.value for c in InterruptCause)
+PLANS = tuple(p.value for p in PlanKind)
+EVENT_NAMES = (
+    LLM_STREAM_INTERRUPTED,
+    LLM_STREAM_CONTINUATION_STARTED,
+    LLM_STREAM_CONTINUATION_COMPLETED,
+    LLM_STREAM_CONTINUATION_FAILED,
+    LLM_STREAM_CONTINUATION_EXHAUSTED,
+    DISCARDED_PARTIAL_TOOL_USE,
+    DISCARDED_THINKING,
+    LLM_REQUEST_RETRY,
+    LLM_RUN_RESUMED,
+)
+
+
+class _InterruptedWithFilter(admin.SimpleListFilter):
+    """Runs with an ``llm_stream_interrupted`` event whose ``field`` has the chosen value."""
+
+    field = ""
+    values: tuple[str, ...] = ()
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [(value, value) for value in self.values]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() is None:
+            return queryset
+        events = RecoveryEvent.objects.filter(run=OuterRef("pk"), name=LLM_STREAM_INTERRUPTED)
+        return queryset.filter(Exists(events.filter(**{self.field: self.value()})))
+
+
+class InterruptCauseFilter(_InterruptedWithFilter):
+    title = "interrupt cause"
+    parameter_name = "cause"
+    field = "cause"
+    values = CAUSES
+
+
+class RecoveryPlanFilter(_InterruptedWithFilter):
+    title = "recovery plan"
+    parameter_name = "plan"
+    field = "plan"
+    values = PLANS
+
+
+# ---- runs -------------------------------------------------------------------------------------
+
+
+class MessageInline(ReadOnlyInline):
+    model = Message
+    fk_name = "run"
+    fields = ("position", "role", "content_pretty", "created")
+    readonly_fields = fields
+    ordering = ("position",)
+
+    @admin.display(description="content")
+    def content_pretty(self, obj: Message) -> str:
+        return pretty_json(obj.content)
+
+
+class AttemptInline(ReadOnlyInline):
+    model = Attempt
+    fields = (
+        "index",
+        "turn",
+        "kind",
+        "continuation",
+        "strategy",
+        "status_code",
+        "provider_request_id",
+        "started_at",
+        "ended_at",
+        "input_tokens",
+        "output_tokens",
+        "interrupt_cause",
+        "outcome",
+    )
+    readonly_fields = fields
+    ordering = ("index",)
+
+
+class RecoveryEventInline(ReadOnlyInline):
+    model = RecoveryEvent
+    fields = ("created", "name", "attempt", "turn", "cause", "plan", "payload_pretty")
+    readonly_fields = fields
+    ordering = ("created", "id")
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: RecoveryEvent) -> str:
+        return pretty_json(obj.payload)
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = (
+        "id",
+        "status",
+        "provider",
+        "model",
+        "created",
+        "attempt_count",
+        "continuation_count",
+        "input_tokens",
+        "output_tokens",
+        "error_kind",
+    )
+    list_filter = (
+        "status",
+        "provider",
+        "model",
+        InterruptCauseFilter,
+        RecoveryPlanFilter,
+        ("created", admin.DateFieldListFilter),
+    )
+    search_help_text = "A run id, or a provider request id of one of its attempts."
+    search_fields = ("id",)  # the search box; get_search_results does the looking
+    ordering = ("-created",)
+    show_full_result_count = False
+    inlines = (MessageInline, AttemptInline, RecoveryEventInline)
+    actions = ("requeue_failed_runs", "cancel_running_runs")
+    fieldsets = (
+        (None, {"fields": ("id", "status", "provider", "model", "thread", "owner")}),
+        ("Times", {"fields": ("created", "started_at", "finished_at", "heartbeat_at")}),
+        ("Worker", {"fields": ("worker", "claims", "cancel_requested", "cancel_reason")}),
+        ("Totals", {"fields": ("attempt_count", "continuation_count", "input_tokens", "output_tokens")}),
+        ("Error", {"fields": ("error_kind", "error_message")}),
+        ("Options", {"fields": ("options_pretty",)}),
+    )
+    readonly_fields = ("options_pretty",)
+
+    @admin.display(description="options")
+    def options_pretty(self, obj: Run) -> str:
+        return pretty_json(obj.options)
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        """A whole run id, or an attempt's provider request id; never a scan of the JSON."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return queryset.filter(pk__in=_runs_matching(term)), False
+
+    # ---- actions: through streamrecover.services, which owns the rules ----
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """Re-queue and cancel need the right to change runs (the admin still edits nothing)."""
+        codename = get_permission_codename("change", Run._meta)
+        return request.user.has_perm(f"{Run._meta.app_label}.{codename}")
+
+    @admin.action(description="Re-queue failed runs", permissions=["operate"])
+    def requeue_failed_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        from . import services
+
+        failed = queryset.filter(status__in=(Run.Status.FAILED, Run.Status.EXHAUSTED))
+        done = sum(1 for run_id in failed.values_list("pk", flat=True) if services.requeue_run(run_id))
+        self._report(request, "re-queued", done, queryset.count())
+
+    @admin.action(description="Cancel running runs", permissions=["operate"])
+    def cancel_running_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        from . import services
+
+        reason = f"cancelled in the admin by {request.user.get_username()}"
+        running = queryset.filter(status__in=Run.ACTIVE_STATUSES)
+        done = sum(1 for run_id in running.values_list("pk", flat=True) if services.request_cancel(run_id, reason))
+        self._report(request, "cancel requested for", done, queryset.count())
+
+    def _report(self, request: HttpRequest, verb: str, done: int, selected: int) -> None:
+        skipped = selected - done
+        text = f"{verb.capitalize()} {done} run{'s' if done != 1 else ''}."
+        if skipped:
+            text += f" {skipped} skipped (not in a state that allows it)."
+        self.message_user(request, text, messages.SUCCESS if done else messages.WARNING)
+
+
+@admin.register(FailedRun)
+class FailedRunAdmin(RunAdmin):
+    """Runs that failed with an error."""
+
+
+@admin.register(ExhaustedRun)
+class ExhaustedRunAdmin(RunAdmin):
+    """Runs whose continuation budget ran out."""
+
+
+@admin.register(RecoveredRun)
+class RecoveredRunAdmin(RunAdmin):
+    """Runs with at least one completed continuation."""
+
+
+@admin.register(RecoveryAnalytics)
+class RecoveryAnalyticsAdmin(admin.ModelAdmin):
+    """Not a list: the app list's entry that opens the analytics page (staff only, like the page)."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.is_staff
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_active and request.user.is_staff
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        return HttpResponseRedirect(reverse("streamrecover:analytics"))
+
+
+# ---- the other models -------------------------------------------------------------------------
+
+
+@admin.register(Attempt)
+class AttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = (
+        "id",
+        "run",
+        "index",
+        "kind",
+        "continuation",
+        "status_code",
+        "outcome",
+        "interrupt_cause",
+        "input_tokens",
+        "output_tokens",
+        "started_at",
+    )
+    list_filter = (
+        "kind",
+        "outcome",
+        _values_filter("interrupt cause", "interrupt_cause", CAUSES),
+        "run__provider",
+        "run__model",
+        ("started_at", admin.DateFieldListFilter),
+    )
+    search_help_text = "A run id or a provider request id."
+    search_fields = ("provider_request_id",)
+    ordering = ("-id",)
+    show_full_result_count = False
+    readonly_fields = ("request_pretty",)
+    exclude = ("request",)
+
+    @admin.display(description="request (as sent, secrets removed)")
+    def request_pretty(self, obj: Attempt) -> str:
+        return pretty_json(obj.request)
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        run_id = _uuid(term) if term else None
+        if run_id:
+            return queryset.filter(run_id=run_id), False
+        return queryset.filter(provider_request_id=term) if term else queryset, False
+
+
+@admin.register(RecoveryEvent)
+class RecoveryEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("id", "created", "name", "run", "provider", "model", "cause", "plan", "payload_short")
+    list_filter = (
+        _values_filter("name", "name", EVENT_NAMES),
+        _values_filter("interrupt cause", "cause", CAUSES),
+        _values_filter("recovery plan", "plan", PLANS),
+        "provider",
+        "model",
+        ("created", admin.DateFieldListFilter),
+    )
+    search_help_text = "A run id, or a provider request id of one of the run's attempts."
+    search_fields = ("run__id",)
+    ordering = ("-id",)
+    show_full_result_count = False
+    readonly_fields = ("payload_pretty",)
+    exclude = ("payload",)
+
+    @admin.display(description="payload")
+    def payload_short(self, obj: RecoveryEvent) -> str:
+        return _short_json(obj.payload)
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: RecoveryEvent) -> str:
+        return pretty_json(obj.payload)
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return queryset.filter(run_id__in=_runs_matching(term)), False
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("id", "thread", "position", "role", "run", "created")
+    list_filter = ("role", ("created", admin.DateFieldListFilter))
+    search_help_text = "A run id."
+    search_fields = ("run__id",)
+    ordering = ("-id",)
+    readonly_fields = ("content_pretty",)
+    exclude = ("content",)
+
+    @admin.display(description="content")
+    def content_pretty(self, obj: Message) -> str:
+        return pretty_json(obj.content)
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        run_id = _uuid(term)
+        return (queryset.filter(run_id=run_id) if run_id else queryset.none()), False
+
+
+class ThreadMessageInline(MessageInline):
+    fk_name = "thread"
+
+
+@admin.register(Thread)
+class ThreadAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("id", "title", "owner", "created")
+    list_filter = (("created", admin.DateFieldListFilter),)
+    search_fields = ("title",)
+    ordering = ("-created",)
+    inlines = (ThreadMessageInline,)
+
+
+@admin.register(StreamCheckpoint)
+class StreamCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("run", "turn", "attempt", "continuation", "seq", "updated_at")
+    search_help_text = "A run id."
+    search_fields = ("run__id",)
+    ordering = ("-updated_at",)
+    readonly_fields = ("data_pretty",)
+    exclude = ("data",)
+
+    @admin.display(description="data")
+    def data_pretty(self, obj: StreamCheckpoint) -> str:
+        return pretty_json(obj.data)
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        run_id = _uuid(term)
+        return (queryset.filter(run_id=run_id) if run_id else queryset.none()), False
