@@ -10,4 +10,4 @@ from django.urls import include, path
 urlpatterns = [path("admin/", admin.site.urls)]
 
 if importlib.util.find_spec("streamrecover.urls") is not None:
-    urlpatterns.append(path("", include("streamrecover.urls")))
+    urlpatterns.append(path("streamrecover/", include("streamrecover.urls")))

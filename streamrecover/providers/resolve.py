@@ -1,13 +1,15 @@
 """Turning a configured provider into something reachable.
 
 The built-in fake provider is configured as ``fake://streamrecover``: the first use in a
-process starts one fake server on loopback and every later use shares it. Its wire format
+process starts one fake server on loopback and every later use shares it (spacing its SSE
+events by ``STREAMRECOVER_FAKE_EVENT_DELAY`` seconds, so a demo streams visibly). Its wire format
 follows the model name: OpenAI-style names (``gpt-*``, ``o1``/``o3``/``o4``, ``deepseek-*``)
 get the Chat Completions format, everything else the Anthropic Messages format.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import replace
 
@@ -16,6 +18,8 @@ from .registry import get_adapter
 
 FAKE_SCHEME = "fake://"
 OPENAI_STYLE_PREFIXES = ("gpt", "o1", "o3", "o4", "deepseek", "fake-gpt", "fake-openai")
+
+EVENT_DELAY_ENV = "STREAMRECOVER_FAKE_EVENT_DELAY"
 
 _lock = threading.Lock()
 _server = None
@@ -28,7 +32,7 @@ def local_fake_base_url() -> str:
         if _server is None:
             from .fake import FakeProviderServer
 
-            server = FakeProviderServer()
+            server = FakeProviderServer(event_delay=float(os.environ.get(EVENT_DELAY_ENV) or 0))
             server.start()
             _server = server
         return _server.base_url

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The README's first command: the demo chat on embedded defaults (SQLite, the in-process
+# channel layer, runs executed in a thread of the Daphne process, the built-in fake provider).
+#   bash scripts/demo.sh       the chat on http://127.0.0.1:8000/streamrecover/ (login demo / demo)
+#   bash scripts/demo.sh cli   the one-shot command-line run with an injected fault (make demo-cli)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+unset DATABASE_URL REDIS_URL
+PY=.venv/bin/python
+HOST=${DEMO_HOST:-127.0.0.1}
+PORT=${DEMO_PORT:-8000}
+
+$PY manage.py migrate --verbosity 0
+
+if [ "${1:-}" = "cli" ]; then
+  exec $PY manage.py streamrecover_run --provider fake --model fake-claude \
+    --prompt "Tell me a story about a lighthouse keeper. [[words=160]]" \
+    --fault "cut:bytes=2500" --fault "error:events=30,type=overloaded_error" --backoff-scale 0.5
+fi
+
+$PY manage.py streamrecover_demo_user
+# The fake provider spaces its SSE events so the answer visibly streams.
+export STREAMRECOVER_FAKE_EVENT_DELAY=${STREAMRECOVER_FAKE_EVENT_DELAY:-0.03}
+echo
+echo "  streamrecover demo chat:  http://$HOST:$PORT/streamrecover/"
+echo "  log in as demo / demo, pick a fault scenario, send a message; Ctrl-C stops the server."
+echo
+# Daphne's runserver: the ASGI app (HTTP + WebSockets) plus the static files, no autoreload
+# (runs execute in threads of this process).
+exec $PY manage.py runserver --noreload "$HOST:$PORT"

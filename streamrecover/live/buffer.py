@@ -1,0 +1,346 @@
+"""The bounded per-run replay buffer: the frames a reconnecting client may have missed.
+
+Channel layers keep nothing (and channels_redis drops messages over capacity silently), so
+every published frame is also kept here, read back by ``seq`` (DESIGN §6). Beside the
+frames, each run has its ``RunState`` (the client's view at the last frame), so a snapshot
+needs one database read on connect and never one per frame.
+
+- ``RedisFrameBuffer`` (distributed): a Redis stream per run whose entry ids are the frame
+  seqs (``XADD <seq>-0 ... MAXLEN ~ REPLAY_BUFFER_FRAMES``), and a hash with the state as of
+  some seq, rewritten every few frames; a reader replays the frames after it, in one Lua
+  call so the two agree. Keys expire ``FINISHED_TTL_S`` after the run ends.
+- ``InMemoryFrameBuffer`` (embedded): the same in a dict guarded by a lock, because the
+  run's thread appends while Daphne's loop reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from .state import RunState, frame_span
+
+log = structlog.get_logger("streamrecover.live")
+
+FINISHED_TTL_S = 600  # a client reconnecting within 10 minutes of the end gets a replay
+ACTIVE_TTL_S = 86400  # safety net for a run whose worker died without finishing
+KEY_PREFIX = "streamrecover:live:"
+# Frames that change what a snapshot shows wholesale: the state is saved right after them.
+_SAVE_AFTER = frozenset({"message_committed", "stream_reset", "run_status", "tool_call_cancel", "block_cancel"})
+
+
+class FrameBuffer(Protocol):
+    """What the publisher writes and the consumer reads."""
+
+    async def append(self, run_id: str, frame: dict[str, Any]) -> None:
+        """Keep ``frame`` (seqs must increase per run; an older one is dropped)."""
+        ...
+
+    async def last_seq(self, run_id: str) -> int:
+        """The highest seq kept for the run (0: none)."""
+        ...
+
+    async def frames_after(self, run_id: str, after: int) -> list[dict[str, Any]] | None:
+        """Exactly the frames with seq > ``after``, or None when some of them are gone."""
+        ...
+
+    async def state(self, run_id: str) -> RunState | None:
+        """The client's view at the last kept frame, or None when nothing is kept."""
+        ...
+
+    async def finish(self, run_id: str) -> None:
+        """The run ended: let its frames expire after ``FINISHED_TTL_S``."""
+        ...
+
+    async def discard(self, run_id: str) -> None:
+        """Forget the run now (what expiry does later)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def _replay_complete(frames: list[dict[str, Any]], after: int, last: int) -> bool:
+    """True when ``frames`` are all the frames after ``after`` (nothing trimmed in between)."""
+    if not frames:
+        return last == after
+    return frame_span(frames[0])[0] == after + 1
+
+
+def _max_frames() -> int:
+    from ..conf import app_settings
+
+    return max(1, int(app_settings.REPLAY_BUFFER_FRAMES))
+
+
+# ---- in memory ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Kept:
+    frames: deque[dict[str, Any]]
+    state: RunState = field(default_factory=RunState)
+    expires_at: float | None = None
+
+
+class InMemoryFrameBuffer:
+    """One process: the run's thread appends, the sockets' loop reads; a lock keeps them apart."""
+
+    def __init__(
+        self,
+        max_frames: int | None = None,
+        finished_ttl_s: float = FINISHED_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._max_frames = max_frames
+        self.finished_ttl_s = finished_ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._runs: dict[str, _Kept] = {}
+
+    def _get(self, run_id: str) -> _Kept | None:
+        now = self._clock()
+        for key in [k for k, v in self._runs.items() if v.expires_at is not None and v.expires_at <= now]:
+            del self._runs[key]
+        return self._runs.get(run_id)
+
+    async def append(self, run_id: str, frame: dict[str, Any]) -> None:
+        with self._lock:
+            kept = self._get(run_id)
+            if kept is None:
+                kept = self._runs[run_id] = _Kept(deque(maxlen=self._max_frames or _max_frames()))
+            if frame_span(frame)[1] <= kept.state.seq:
+                log.warning("live_frame_out_of_order", run_id=run_id, seq=frame.get("seq"), last_seq=kept.state.seq)
+                return
+            kept.frames.append(frame)
+            kept.state.apply(frame)
+            kept.expires_at = None
+
+    async def last_seq(self, run_id: str) -> int:
+        with self._lock:
+            kept = self._get(run_id)
+            return kept.state.seq if kept else 0
+
+    async def frames_after(self, run_id: str, after: int) -> list[dict[str, Any]] | None:
+        with self._lock:
+            kept = self._get(run_id)
+            if kept is None:
+                return None
+            frames = [f for f in kept.frames if frame_span(f)[1] > after]
+            return frames if _replay_complete(frames, after, kept.state.seq) else None
+
+    async def state(self, run_id: str) -> RunState | None:
+        with self._lock:
+            kept = self._get(run_id)
+            return kept.state.copy() if kept else None
+
+    async def finish(self, run_id: str) -> None:
+        with self._lock:
+            kept = self._get(run_id)
+            if kept is not None:
+                kept.expires_at = self._clock() + self.finished_ttl_s
+
+    async def discard(self, run_id: str) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+
+    async def aclose(self) -> None:
+        return None
+
+
+# ---- Redis --------------------------------------------------------------------------------
+
+# The saved state and the frames after it, read atomically (exclusive XRANGE: Redis >= 6.2).
+_READ_STATE = """
+local seq = redis.call('HGET', KEYS[1], 'seq')
+local data = redis.call('HGET', KEYS[1], 'data')
+local start = '-'
+if seq then start = '(' .. seq .. '-0' end
+return {data, redis.call('XRANGE', KEYS[2], start, '+')}
+"""
+
+
+def _decode_entries(entries: list[Any]) -> list[dict[str, Any]]:
+    frames = []
+    for _id, fields in entries:
+        values = dict(zip(fields[::2], fields[1::2], strict=True)) if isinstance(fields, list) else fields
+        frames.append(json.loads(values[b"f"]))
+    return frames
+
+
+class RedisFrameBuffer:
+    """A Redis stream per run (ids are seqs) and a hash with its state; one client per loop."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_frames: int | None = None,
+        save_every: int | None = None,
+        finished_ttl_s: int = FINISHED_TTL_S,
+        active_ttl_s: int = ACTIVE_TTL_S,
+        prefix: str = KEY_PREFIX,
+    ) -> None:
+        self.url = url
+        self._max_frames = max_frames
+        self._save_every = save_every
+        self.finished_ttl_s = finished_ttl_s
+        self.active_ttl_s = active_ttl_s
+        self.prefix = prefix
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Redis] = weakref.WeakKeyDictionary()
+        self._writing: dict[str, RunState] = {}  # runs this instance appends to
+        self._unsaved: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"RedisFrameBuffer(prefix={self.prefix!r})"  # the URL may hold a password
+
+    def keys(self, run_id: str) -> tuple[str, str]:
+        """(state hash, frame stream); the ``{run}`` hash tag keeps both in one cluster slot."""
+        return f"{self.prefix}{{{run_id}}}:state", f"{self.prefix}{{{run_id}}}:frames"
+
+    @property
+    def max_frames(self) -> int:
+        return self._max_frames or _max_frames()
+
+    @property
+    def save_every(self) -> int:
+        """Save the state at least this often, well inside the stream's cap, so a reader
+        always finds every frame after the saved state."""
+        return self._save_every or max(1, min(64, self.max_frames // 4))
+
+    def _redis(self) -> Redis:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=5)
+            self._clients[loop] = client
+        return client
+
+    async def _writer_state(self, run_id: str) -> RunState:
+        state = self._writing.get(run_id)
+        if state is None:
+            state = await self.state(run_id) or RunState()
+            self._writing[run_id] = state
+            self._unsaved[run_id] = self.save_every  # save with the first frame
+        return state
+
+    async def append(self, run_id: str, frame: dict[str, Any]) -> None:
+        state = await self._writer_state(run_id)
+        first, seq = frame_span(frame)
+        if seq <= state.seq:
+            log.warning("live_frame_out_of_order", run_id=run_id, seq=seq, last_seq=state.seq)
+            return
+        state.apply(frame)
+        self._unsaved[run_id] += 1
+        state_key, frames_key = self.keys(run_id)
+        pipe = self._redis().pipeline(transaction=True)
+        pipe.xadd(
+            frames_key,
+            {"f": json.dumps(frame, separators=(",", ":"), ensure_ascii=False)},
+            id=f"{seq}-0",
+            maxlen=self.max_frames,
+            approximate=True,
+        )
+        if self._unsaved[run_id] >= self.save_every or frame.get("type") in _SAVE_AFTER:
+            pipe.hset(state_key, mapping={"seq": state.seq, "data": state.to_json()})
+            self._unsaved[run_id] = 0
+        pipe.expire(frames_key, self.active_ttl_s)
+        pipe.expire(state_key, self.active_ttl_s)
+        try:
+            await pipe.execute()
+        except ResponseError as exc:  # another worker wrote a later seq for this run
+            log.warning("live_buffer_append_refused", run_id=run_id, seq=seq, first_seq=first, error=str(exc))
+
+    async def last_seq(self, run_id: str) -> int:
+        if run_id in self._writing:
+            return self._writing[run_id].seq
+        _, frames_key = self.keys(run_id)
+        last = await self._redis().xrevrange(frames_key, count=1)
+        return frame_span(_decode_entries(last)[0])[1] if last else 0
+
+    async def frames_after(self, run_id: str, after: int) -> list[dict[str, Any]] | None:
+        _, frames_key = self.keys(run_id)
+        pipe = self._redis().pipeline(transaction=True)
+        pipe.xrange(frames_key, min=f"{after + 1}-0", max="+")
+        pipe.xrevrange(frames_key, count=1)
+        entries, last = await pipe.execute()
+        if not last:
+            return None
+        frames = _decode_entries(entries)
+        last_seq = frame_span(_decode_entries(last)[0])[1]
+        return frames if _replay_complete(frames, after, last_seq) else None
+
+    async def state(self, run_id: str) -> RunState | None:
+        client = self._redis()
+        data, entries = await client.eval(_READ_STATE, 2, *self.keys(run_id))
+        if data is None and not entries:
+            return None
+        state = RunState.from_json(data) if data is not None else RunState()
+        for frame in _decode_entries(entries):
+            state.apply(frame)
+        return state
+
+    async def finish(self, run_id: str) -> None:
+        self._writing.pop(run_id, None)
+        self._unsaved.pop(run_id, None)
+        pipe = self._redis().pipeline(transaction=True)
+        for key in self.keys(run_id):
+            pipe.expire(key, self.finished_ttl_s)
+        await pipe.execute()
+
+    async def discard(self, run_id: str) -> None:
+        self._writing.pop(run_id, None)
+        self._unsaved.pop(run_id, None)
+        await self._redis().delete(*self.keys(run_id))
+
+    async def aclose(self) -> None:
+        """Close this loop's client (other loops close theirs)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+
+# ---- choosing by settings -------------------------------------------------------------------
+
+_memory = InMemoryFrameBuffer()
+_readers: dict[str, RedisFrameBuffer] = {}
+
+
+def uses_redis() -> bool:
+    """Redis when frames cross processes: a channels_redis layer, or runs on Celery workers."""
+    from django.conf import settings
+
+    from ..conf import app_settings
+
+    backend = str(getattr(settings, "CHANNEL_LAYERS", {}).get("default", {}).get("BACKEND", ""))
+    return backend.startswith("channels_redis") or app_settings.EXECUTION == "celery"
+
+
+def writer_buffer() -> FrameBuffer:
+    """For one run's publisher: its own Redis client (closed with the publisher), or the
+    process's in-memory buffer."""
+    from ..conf import app_settings
+
+    return RedisFrameBuffer(app_settings.REDIS_URL) if uses_redis() else _memory
+
+
+def reader_buffer() -> FrameBuffer:
+    """For consumers: one per process (per Redis URL), shared by every socket."""
+    from ..conf import app_settings
+
+    if not uses_redis():
+        return _memory
+    url = app_settings.REDIS_URL
+    if url not in _readers:
+        _readers[url] = RedisFrameBuffer(url)
+    return _readers[url]

@@ -1,0 +1,162 @@
+"""The run's WebSocket: a snapshot (or the missed frames) on connect, then live frames.
+
+Thin on purpose (DESIGN §6, STYLE 6-7): the database is read once per connect or resync,
+through one private helper, never per frame, because dispatch is serial per socket and
+one slow handler would stall every later frame. A frame with a seq the client already has
+(it was in the snapshot or the replay) is dropped, so nothing arrives twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+from urllib.parse import parse_qs
+
+import structlog
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from .. import services
+from ..models import Message, Run
+from .buffer import FrameBuffer, reader_buffer
+from .delivery import bind_home_loop, group_name
+from .snapshot import RunRecord, build_snapshot
+from .state import frame_span
+
+FORBIDDEN_CLOSE_CODE = 4403
+T = TypeVar("T")
+log = structlog.get_logger("streamrecover.live")
+
+
+def _after(scope: dict[str, Any]) -> int | None:
+    """``?after=<seq>``: the last seq the reconnecting client applied (None: not given or bad)."""
+    values = parse_qs((scope.get("query_string") or b"").decode("latin-1")).get("after")
+    if not values:
+        return None
+    try:
+        after = int(values[-1])
+    except ValueError:
+        return None
+    return after if after >= 0 else None
+
+
+class RunConsumer(AsyncJsonWebsocketConsumer):
+    """``ws/streamrecover/runs/<run_id>/``: the run's owner or staff only."""
+
+    run_id: str
+    group: str
+    last_seq: int = 0
+    joined: bool = False
+
+    @property
+    def buffer(self) -> FrameBuffer:
+        return reader_buffer()
+
+    async def connect(self) -> None:
+        self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
+        self.group = group_name(self.run_id)
+        await self.accept()
+        record = await self._load()
+        if record is None:  # someone else's run or no such run: the same answer for both
+            await self.send_error("forbidden", "You may not watch this run.")
+            await self.close(code=FORBIDDEN_CLOSE_CODE)
+            return
+        if self.channel_layer is not None:
+            bind_home_loop(self.channel_layer)
+            await self.channel_layer.group_add(self.group, self.channel_name)
+            self.joined = True
+        after = _after(self.scope)
+        if after is not None:
+            frames = await self._buffered(self.buffer.frames_after(self.run_id, after))
+            if frames is not None:
+                self.last_seq = after
+                for frame in frames:
+                    await self._forward(frame)
+                return
+        await self._send_snapshot(record)
+
+    async def disconnect(self, code: int) -> None:
+        if self.joined and self.channel_layer is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.joined = False
+
+    # ---- from the group -----------------------------------------------------------------
+
+    async def run_frame(self, event: dict[str, Any]) -> None:
+        """``run.frame``: one published frame."""
+        await self._forward(event["frame"])
+
+    async def _forward(self, frame: dict[str, Any]) -> None:
+        _, seq = frame_span(frame)
+        if seq <= self.last_seq:
+            return  # already in the snapshot or the replay
+        self.last_seq = seq
+        await self.send_json(frame)
+
+    # ---- from the client ----------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        if text_data is None:
+            await self.send_error("bad_message", "Send JSON text messages.")
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError:
+            await self.send_error("bad_json", "The message is not JSON.")
+            return
+        await self.receive_json(content)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        if kind == "cancel":
+            if not await self._cancel():
+                await self.send_error("not_cancellable", "The run has already ended.")
+        elif kind == "resync":
+            record = await self._load()
+            if record is None:
+                await self.send_error("forbidden", "You may not watch this run.")
+                await self.close(code=FORBIDDEN_CLOSE_CODE)
+                return
+            await self._send_snapshot(record)
+        else:
+            await self.send_error("unknown_type", 'Expected {"type": "cancel"} or {"type": "resync"}.')
+
+    # ---- sending --------------------------------------------------------------------------
+
+    async def _buffered(self, read: Awaitable[T]) -> T | None:
+        """A buffer read, or None when the buffer fails: the database alone still gives a
+        correct snapshot (without the in-flight blocks)."""
+        try:
+            return await read
+        except Exception:
+            log.exception("live_buffer_read_failed", run_id=self.run_id)
+            return None
+
+    async def _send_snapshot(self, record: RunRecord) -> None:
+        snapshot = build_snapshot(record, await self._buffered(self.buffer.state(self.run_id)))
+        self.last_seq = snapshot["seq"]
+        await self.send_json(snapshot)
+
+    async def send_error(self, code: str, message: str) -> None:
+        """Outside the frame sequence: carries the seq of the last frame sent."""
+        await self.send_json(
+            {"type": "error", "run_id": self.run_id, "seq": self.last_seq, "code": code, "message": message}
+        )
+
+    # ---- the database (once per connect, resync or cancel) ----------------------------------
+
+    @database_sync_to_async
+    def _load(self) -> RunRecord | None:
+        run = Run.objects.visible_to(self.scope.get("user")).filter(pk=self.run_id).first()
+        if run is None:
+            return None
+        messages = {m.position: m.as_canonical() for m in Message.objects.filter(thread_id=run.thread_id)}
+        error = {"kind": run.error_kind, "message": run.error_message} if run.error_kind else None
+        return RunRecord(str(run.pk), run.status, error, messages)
+
+    @database_sync_to_async
+    def _cancel(self) -> bool:
+        if not Run.objects.visible_to(self.scope.get("user")).filter(pk=self.run_id).exists():
+            return False
+        return services.request_cancel(self.run_id, "cancelled by user")

@@ -1,0 +1,212 @@
+"""The run's live publisher: a ``RunSink`` that coalesces deltas and sends frames out.
+
+A per-token ``group_send`` cannot serve even a few busy streams (DESIGN §6), so consecutive
+deltas of one block are merged into one frame until ``FRAME_COALESCE_MS`` has passed since
+the first of them or the text reaches ``FRAME_MAX_CHARS``. A merged frame keeps the last
+seq and says where it starts (``first_seq``), so a client can still tell a gap from a
+merge. Strings are joined whole: nothing is ever split, so no character is. Any other frame
+first flushes the pending delta, so the order never changes.
+
+Each frame goes into the replay buffer, then to the run's group: one ``group_send`` per
+frame, from the engine's event loop (one per run).
+
+With ``STREAMRECOVER_FRAME_TIMESTAMPS=1`` in the worker's environment every frame carries
+``debug_ts``: when its first delta reached the publisher (``in``) and when it was published
+(``out``), in Unix seconds; the delivery benchmark measures latency with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from channels.layers import get_channel_layer
+
+from ..engine.sink import AttemptRecord, StructuredEvent
+from .buffer import FrameBuffer, writer_buffer
+from .delivery import FRAME_EVENT, group_name, group_send
+from .state import DELTA_FIELDS
+
+log = structlog.get_logger("streamrecover.live")
+
+TIMESTAMPS_ENV = "STREAMRECOVER_FRAME_TIMESTAMPS"
+PAUSE_AFTER_FAILURE_S = 5.0  # after a failed buffer write or group_send, skip it this long
+
+
+def _mergeable(pending: dict[str, Any] | None, frame: dict[str, Any]) -> bool:
+    return (
+        pending is not None
+        and pending["type"] == frame["type"]
+        and pending.get("block") == frame.get("block")
+        and pending.get("id") == frame.get("id")
+    )
+
+
+def _merged(pending: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any]:
+    name = DELTA_FIELDS[frame["type"]]
+    first = pending.get("first_seq", pending["seq"])
+    return {**pending, name: pending.get(name, "") + frame.get(name, ""), "seq": frame["seq"], "first_seq": first}
+
+
+class Publisher:
+    """``RunSink`` for one run's frames; ``last_seq`` is the last frame number kept."""
+
+    def __init__(
+        self,
+        run_id: str,
+        buffer: FrameBuffer,
+        layer: Any,
+        *,
+        coalesce_s: float,
+        max_chars: int,
+        last_seq: int = 0,
+        own_buffer: bool = False,
+        timestamps: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.run_id = run_id
+        self.group = group_name(run_id)
+        self.buffer = buffer
+        self.layer = layer
+        self.coalesce_s = coalesce_s
+        self.max_chars = max(1, max_chars)
+        self.last_seq = last_seq
+        self.sent = 0  # frames published
+        self._own_buffer = own_buffer
+        self.timestamps = timestamps
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._pending: dict[str, Any] | None = None
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._buffer_down_until = 0.0
+        self._layer_down_until = 0.0
+
+    # ---- RunSink ------------------------------------------------------------------------
+
+    async def on_event(self, event: StructuredEvent) -> None:
+        return None
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        return None
+
+    async def on_message(self, message: dict[str, Any], position: int) -> None:
+        return None
+
+    async def on_frame(self, frame: dict[str, Any]) -> None:
+        if self.timestamps:
+            frame = {**frame, "debug_ts": {"in": time.time()}}
+        async with self._lock:
+            if frame.get("type") not in DELTA_FIELDS:
+                await self._flush()
+                await self._send(frame)
+                return
+            text = frame.get(DELTA_FIELDS[frame["type"]], "")
+            if _mergeable(self._pending, frame):
+                assert self._pending is not None
+                name = DELTA_FIELDS[frame["type"]]
+                if len(self._pending.get(name, "")) + len(text) <= self.max_chars:
+                    self._pending = _merged(self._pending, frame)
+                    if self._clock() >= self._deadline or len(self._pending[name]) >= self.max_chars:
+                        await self._flush()
+                    return
+            await self._flush()
+            if self.coalesce_s <= 0 or len(text) >= self.max_chars:
+                await self._send(frame)
+                return
+            self._pending = dict(frame)
+            self._deadline = self._clock() + self.coalesce_s
+            self._timer = asyncio.get_running_loop().call_later(self.coalesce_s, self._on_timer)
+
+    # ---- flushing -----------------------------------------------------------------------
+
+    def _on_timer(self) -> None:
+        task = asyncio.ensure_future(self._flush_when_due())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush_when_due(self) -> None:
+        async with self._lock:
+            if self._pending is not None and self._clock() >= self._deadline - 0.001:
+                await self._flush()
+
+    async def _flush(self) -> None:
+        """Send the pending delta (caller holds the lock)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            await self._send(pending)
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        if self.timestamps:
+            frame = {**frame, "debug_ts": {**frame.get("debug_ts", {}), "out": time.time()}}
+        self.last_seq = max(self.last_seq, int(frame.get("seq") or 0))
+        self.sent += 1
+        now = self._clock()
+        if now >= self._buffer_down_until:
+            try:
+                await self.buffer.append(self.run_id, frame)
+            except Exception:
+                # Live delivery must never stall the run: skip the buffer for a while. A client
+                # that misses frames sees the gap and gets a snapshot from the database.
+                self._buffer_down_until = self._clock() + PAUSE_AFTER_FAILURE_S
+                log.exception("live_buffer_append_failed", run_id=self.run_id, seq=frame.get("seq"))
+        if self.layer is None or now < self._layer_down_until:
+            return
+        try:
+            await group_send(self.layer, self.group, {"type": FRAME_EVENT, "frame": frame})
+        except Exception:
+            self._layer_down_until = self._clock() + PAUSE_AFTER_FAILURE_S
+            log.exception("live_group_send_failed", run_id=self.run_id, seq=frame.get("seq"))
+
+    async def flush(self) -> None:
+        async with self._lock:
+            await self._flush()
+
+    async def aclose(self) -> None:
+        """Flush, let the buffered frames expire in a while, release the connections."""
+        await self.flush()
+        for task in list(self._tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        try:
+            await self.buffer.finish(self.run_id)
+        except Exception:
+            log.exception("live_buffer_finish_failed", run_id=self.run_id)
+        finally:
+            if self._own_buffer:
+                await self.buffer.aclose()
+
+
+async def make_publisher(run_id: str, *, buffer: FrameBuffer | None = None, layer: Any = None) -> Publisher:
+    """The publisher for ``run_id`` on the configured buffer and channel layer; numbering goes
+    on from the highest seq already kept (a run resumed by another worker)."""
+    from ..conf import app_settings
+
+    own = buffer is None
+    buffer = buffer or writer_buffer()
+    layer = layer if layer is not None else get_channel_layer()
+    try:
+        last_seq = await buffer.last_seq(run_id)
+    except Exception:  # no buffer: the run goes on, clients get snapshots
+        log.exception("live_buffer_unavailable", run_id=run_id)
+        last_seq = 0
+    return Publisher(
+        run_id,
+        buffer,
+        layer,
+        coalesce_s=float(app_settings.FRAME_COALESCE_MS) / 1000.0,
+        max_chars=int(app_settings.FRAME_MAX_CHARS),
+        last_seq=last_seq,
+        own_buffer=own,
+        timestamps=os.environ.get(TIMESTAMPS_ENV) == "1",
+    )

@@ -1,0 +1,249 @@
+/*
+ * The demo chat page: starts runs through the JSON API and renders what StreamRecoverClient
+ * rebuilds from the run's WebSocket. Model output and user text go in as textContent only.
+ * window.__streamrecover exposes the client and what happened, for people and tests.
+ */
+(function () {
+  "use strict";
+
+  var config = JSON.parse(document.getElementById("sr-config").textContent);
+  var el = {
+    transcript: document.getElementById("sr-transcript"),
+    status: document.getElementById("sr-status"),
+    recovery: document.getElementById("sr-recovery"),
+    connection: document.getElementById("sr-connection"),
+    error: document.getElementById("sr-error"),
+    form: document.getElementById("sr-form"),
+    prompt: document.getElementById("sr-prompt"),
+    scenario: document.getElementById("sr-scenario"),
+    send: document.getElementById("sr-send"),
+    cancel: document.getElementById("sr-cancel"),
+    threads: document.getElementById("sr-thread-list"),
+  };
+  var page = (window.__streamrecover = {
+    client: null,
+    runId: config.runId,
+    threadId: config.threadId,
+    status: null,
+    recoveries: [],
+    snapshots: [],
+    errors: [],
+  });
+  var renderQueued = false;
+
+  function node(tag, className, text) {
+    var n = document.createElement(tag);
+    if (className) n.className = className;
+    if (text !== undefined) n.textContent = text;
+    return n;
+  }
+
+  function toolText(block) {
+    var args = block.input !== undefined ? JSON.stringify(block.input) : block.partial_json || "";
+    return "\u{1F527} " + (block.name || "tool") + "(" + args + ")";
+  }
+
+  function blockNode(block) {
+    var kind = block.type;
+    if (kind === "text") return node("div", "sr-text", block.text);
+    if (kind === "thinking") {
+      var details = node("details", "sr-thinking");
+      details.appendChild(node("summary", "", "thinking"));
+      details.appendChild(node("div", "", block.thinking));
+      return details;
+    }
+    if (kind === "tool_use") return node("div", "sr-tool", toolText(block));
+    if (kind === "tool_result") {
+      var content = typeof block.content === "string" ? block.content : JSON.stringify(block.content);
+      return node("div", "sr-tool-result", "\u21B3 " + content);
+    }
+    if (kind === "redacted_thinking") return node("div", "sr-thinking", "[redacted thinking]");
+    return node("div", "sr-thinking", "[" + kind + "]");
+  }
+
+  /* state: "committed", "streaming", or the run's final status for blocks never committed. */
+  function messageNode(message, state) {
+    var li = node("li", "sr-msg");
+    li.dataset.role = message.role;
+    li.dataset.streaming = state === "streaming" ? "true" : "false";
+    li.dataset.committed = state === "committed" ? "true" : "false";
+    var label = message.role;
+    if (state === "streaming") label += " \u00b7 streaming";
+    else if (state !== "committed") label += " \u00b7 " + state + " (not kept)";
+    li.appendChild(node("div", "sr-role", label));
+    (message.content || []).forEach(function (block) {
+      li.appendChild(blockNode(block));
+    });
+    return li;
+  }
+
+  function partialBlock(block) {
+    if (block.kind === "tool_use") return { type: "tool_use", name: block.name, partial_json: block.arguments };
+    return StreamRecoverClient.blockToContent(block);
+  }
+
+  function render() {
+    renderQueued = false;
+    var client = page.client;
+    if (!client) return;
+    var items = client.messages.map(function (m) {
+      return messageNode(m, "committed");
+    });
+    var partial = client.partialBlocks();
+    if (partial.length) {
+      var content = partial.map(function (e) { return partialBlock(e[1]); });
+      items.push(messageNode({ role: "assistant", content: content }, client.isTerminal() ? client.status : "streaming"));
+    }
+    el.transcript.replaceChildren.apply(el.transcript, items);
+  }
+
+  function scheduleRender() {
+    if (renderQueued) return;
+    renderQueued = true;
+    (window.requestAnimationFrame || setTimeout)(render);
+  }
+
+  function setStatus(status) {
+    page.status = status;
+    el.status.dataset.status = status || "";
+    el.status.textContent = status || "idle";
+    var active = status === "queued" || status === "running" || status === "recovering";
+    el.cancel.disabled = !active;
+    el.send.disabled = active;
+    if (!active && el.recovery.dataset.phase !== "exhausted" && el.recovery.dataset.phase !== "recovered") {
+      el.recovery.hidden = true;
+    }
+  }
+
+  function showRecovery(frame) {
+    page.recoveries.push({ phase: frame.phase, plan: frame.plan, attempt: frame.attempt });
+    var phase = frame.phase;
+    var text;
+    if (phase === "backoff") {
+      text = "Stream interrupted \u2014 reconnecting\u2026 (attempt " + frame.attempt + ", plan " + frame.plan +
+        ", retry in " + Number(frame.backoff_s || 0).toFixed(1) + " s)";
+      setStatus("recovering");
+    } else if (phase === "continuing") {
+      text = "Reconnected \u2014 continuing from where it stopped (attempt " + frame.attempt + ", " + frame.plan + ")";
+    } else {
+      text = "Gave up after " + frame.attempt + " attempts (" + frame.plan + ")";
+    }
+    el.recovery.dataset.phase = phase;
+    el.recovery.textContent = text;
+    el.recovery.hidden = false;
+  }
+
+  function onFrame(frame) {
+    if (frame.type === "snapshot") {
+      page.snapshots.push({ seq: frame.seq, status: frame.status, partial: (frame.partial || []).length });
+    }
+    if (el.recovery.dataset.phase === "continuing" && /_delta$/.test(frame.type)) {
+      el.recovery.dataset.phase = "recovered";
+      el.recovery.textContent = "Recovered: the answer went on after the break.";
+      if (page.status === "recovering") setStatus("running");
+    }
+  }
+
+  function showConnection(state, attempt) {
+    if (state === "reconnecting") {
+      el.connection.textContent = "Connection to the server lost \u2014 reconnecting\u2026 (" + attempt + ")";
+      el.connection.hidden = false;
+    } else if (state === "open" || state === "closed") {
+      el.connection.hidden = true;
+    }
+  }
+
+  function showError(message) {
+    if (message) page.errors.push(message);
+    el.error.textContent = message;
+    el.error.hidden = !message;
+  }
+
+  function follow(runId, wsPath) {
+    if (page.client) page.client.close();
+    var url = new URL(wsPath, window.location.href);
+    url.protocol = window.location.protocol === "https:" ? "wss:" : "ws:";
+    page.runId = runId;
+    var client = new StreamRecoverClient(url.toString(), {
+      onRender: scheduleRender,
+      onStatus: function (status, error) {
+        setStatus(status);
+        if (error && error.message && status !== "cancelled") showError(error.kind + ": " + error.message);
+      },
+      onRecovery: showRecovery,
+      onFrame: onFrame,
+      onError: function (frame) {
+        showError(frame.message || frame.code);
+      },
+      onConnection: showConnection,
+    });
+    page.client = client;
+    client.connect();
+  }
+
+  function csrfToken() {
+    var input = el.form.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+
+  function addThreadLink(threadId, title) {
+    var empty = document.getElementById("sr-no-threads");
+    if (empty) empty.remove();
+    var li = node("li");
+    var a = node("a", "", title);
+    a.href = config.urls.thread.replace("{id}", threadId);
+    a.setAttribute("aria-current", "page");
+    li.appendChild(a);
+    el.threads.prepend(li);
+  }
+
+  el.form.addEventListener("submit", function (event) {
+    event.preventDefault();
+    var text = el.prompt.value.trim();
+    if (!text) return;
+    var scenario = config.scenarios.find(function (s) { return s.key === el.scenario.value; }) || config.scenarios[0];
+    var body = {
+      prompt: text + scenario.suffix,
+      faults: scenario.faults,
+      demo_tools: scenario.demo_tools,
+    };
+    if (scenario.max_tokens) body.max_tokens = scenario.max_tokens;
+    if (scenario.thinking_budget) body.thinking_budget = scenario.thinking_budget;
+    if (scenario.max_continuations !== null) body.max_continuations = scenario.max_continuations;
+    if (page.threadId) body.thread_id = page.threadId;
+    showError("");
+    el.recovery.hidden = true;
+    el.recovery.dataset.phase = "";
+    el.send.disabled = true;
+    fetch(config.urls.runs, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+      body: JSON.stringify(body),
+    })
+      .then(function (response) {
+        return response.json().then(function (data) {
+          if (!response.ok) throw new Error(data.error || "HTTP " + response.status);
+          return data;
+        });
+      })
+      .then(function (data) {
+        if (!page.threadId) addThreadLink(data.thread_id, body.prompt.slice(0, 80));
+        page.threadId = data.thread_id;
+        window.history.replaceState(null, "", config.urls.thread.replace("{id}", data.thread_id));
+        el.prompt.value = "";
+        setStatus(data.status);
+        follow(data.run_id, data.ws_url);
+      })
+      .catch(function (err) {
+        el.send.disabled = false;
+        showError(err.message);
+      });
+  });
+
+  el.cancel.addEventListener("click", function () {
+    if (page.client) page.client.cancel();
+  });
+
+  if (config.runId) follow(config.runId, config.wsUrl);
+})();

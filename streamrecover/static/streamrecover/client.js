@@ -1,0 +1,279 @@
+/*
+ * streamrecover client: follows one run over its WebSocket and rebuilds what to show.
+ *
+ * Frames are applied with exactly the rules of streamrecover/engine/client_view.py (the
+ * reference client the tests check against): deltas append to the in-flight block they
+ * name, tool_call_cancel / block_cancel drop one block, stream_reset drops them all,
+ * message_committed moves the turn into the committed messages, a snapshot replaces
+ * everything. A coalesced frame covers seqs first_seq..seq; any other jump means a frame
+ * was lost, and the client asks for a fresh snapshot ("resync"). A dropped socket is
+ * reopened with backoff and ?after=<last seq>, so the server replays only what was missed.
+ *
+ * No dependencies, no build step. Nothing here touches the DOM: render in the callbacks,
+ * and put model output into the page as text (textContent), never as HTML.
+ *
+ *   const client = new StreamRecoverClient("wss://host/ws/streamrecover/runs/<id>/", {
+ *     onRender(client) {}, onStatus(status, error) {}, onRecovery(frame) {},
+ *     onError(frame) {}, onConnection(state, attempt) {},
+ *   });
+ *   client.connect();  client.cancel();  client.close();
+ */
+(function (root) {
+  "use strict";
+
+  var TERMINAL = ["completed", "failed", "exhausted", "cancelled"];
+  var FORBIDDEN = 4403; // the server's "not yours": reconnecting would not help
+  var DELAYS_MS = [250, 500, 1000, 2000, 4000, 8000];
+
+  function noop() {}
+
+  function blockFromContent(content) {
+    var kind = content.type || "";
+    if (kind === "text") return { kind: "text", text: content.text || "" };
+    if (kind === "thinking") return { kind: "thinking", text: content.thinking || "" };
+    if (kind === "tool_use") {
+      var args = typeof content.partial_json === "string" ? content.partial_json : JSON.stringify(content.input);
+      return { kind: "tool_use", id: content.id, name: content.name, arguments: args };
+    }
+    return { kind: kind, content: content };
+  }
+
+  function blockToContent(block) {
+    if (block.kind === "text") return { type: "text", text: block.text };
+    if (block.kind === "thinking") return { type: "thinking", thinking: block.text };
+    if (block.kind === "tool_use") {
+      var parsed;
+      try {
+        parsed = block.arguments.trim() ? JSON.parse(block.arguments) : {};
+      } catch (e) {
+        parsed = { __unparsed__: block.arguments };
+      }
+      return { type: "tool_use", id: block.id, name: block.name, input: parsed };
+    }
+    return Object.assign({}, block.content || { type: block.kind });
+  }
+
+  /* A block without what the client is never sent (thinking signatures). */
+  function comparable(block) {
+    if (block.type === "thinking") return { type: "thinking", thinking: block.thinking || "" };
+    return block;
+  }
+
+  /* JSON with sorted keys, to compare blocks whatever their key order. */
+  function canonical(value) {
+    if (Array.isArray(value)) return "[" + value.map(canonical).join(",") + "]";
+    if (value && typeof value === "object") {
+      return "{" + Object.keys(value).sort().filter(function (k) { return value[k] !== undefined; })
+        .map(function (k) { return JSON.stringify(k) + ":" + canonical(value[k]); }).join(",") + "}";
+    }
+    return JSON.stringify(value === undefined ? null : value);
+  }
+
+  function StreamRecoverClient(url, options) {
+    options = options || {};
+    this.url = url;
+    this.onRender = options.onRender || noop;
+    this.onStatus = options.onStatus || noop;
+    this.onRecovery = options.onRecovery || noop;
+    this.onError = options.onError || noop;
+    this.onConnection = options.onConnection || noop;
+    this.onFrame = options.onFrame || noop;
+    this.WebSocketImpl = options.WebSocket || root.WebSocket;
+    this.delays = options.delaysMs || DELAYS_MS;
+    this.messages = [];
+    this.partial = new Map();
+    this.status = null;
+    this.error = null;
+    this.lastSeq = 0;
+    this.synced = false; // a snapshot (or a replay on top of one) has been applied
+    this.awaitingSnapshot = false;
+    this.closed = false;
+    this.socket = null;
+    this.attempt = 0;
+    this.timer = null;
+    // What the page (and the tests) can check: every committed assistant turn is compared
+    // with what this client rebuilt from the frames.
+    this.stats = { frames: 0, gaps: 0, resyncs: 0, reconnects: 0, checked: 0, mismatches: 0 };
+  }
+
+  StreamRecoverClient.prototype.connect = function () {
+    var self = this;
+    this.closed = false;
+    var url = this.url;
+    if (this.synced) url += (url.indexOf("?") >= 0 ? "&" : "?") + "after=" + this.lastSeq;
+    var socket = new this.WebSocketImpl(url);
+    this.socket = socket;
+    this.awaitingSnapshot = false;
+    this.onConnection(this.attempt ? "reconnecting" : "connecting", this.attempt);
+    socket.onopen = function () {
+      if (socket !== self.socket) return;
+      self.attempt = 0;
+      self.onConnection("open", 0);
+    };
+    socket.onmessage = function (event) {
+      if (socket !== self.socket) return;
+      var frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch (e) {
+        return;
+      }
+      self.handle(frame);
+    };
+    socket.onclose = function (event) {
+      if (socket !== self.socket) return;
+      self.socket = null;
+      // Only close() or a refusal ends the client; any other close (1000 included: that is
+      // what servers echo to a close they did not start) is a connection to get back.
+      if (self.closed || event.code === FORBIDDEN || self.isTerminal()) {
+        self.onConnection("closed", 0, event.code);
+        return;
+      }
+      self.scheduleReconnect();
+    };
+  };
+
+  StreamRecoverClient.prototype.scheduleReconnect = function () {
+    var self = this;
+    var base = this.delays[Math.min(this.attempt, this.delays.length - 1)];
+    var delay = base * (0.8 + Math.random() * 0.4);
+    this.attempt += 1;
+    this.stats.reconnects += 1;
+    this.onConnection("reconnecting", this.attempt, delay);
+    this.timer = setTimeout(function () {
+      self.timer = null;
+      if (!self.closed) self.connect();
+    }, delay);
+  };
+
+  StreamRecoverClient.prototype.send = function (message) {
+    if (this.socket && this.socket.readyState === 1) {
+      this.socket.send(JSON.stringify(message));
+      return true;
+    }
+    return false;
+  };
+
+  StreamRecoverClient.prototype.cancel = function () {
+    return this.send({ type: "cancel" });
+  };
+
+  StreamRecoverClient.prototype.resync = function () {
+    if (this.send({ type: "resync" })) {
+      this.awaitingSnapshot = true;
+      this.stats.resyncs += 1;
+    }
+  };
+
+  /* Close the socket the way a network failure would: the client reconnects with ?after=. */
+  StreamRecoverClient.prototype.dropConnection = function () {
+    if (this.socket) this.socket.close(4000, "dropped by client");
+  };
+
+  StreamRecoverClient.prototype.close = function () {
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    if (this.socket) this.socket.close(1000);
+    this.socket = null;
+  };
+
+  StreamRecoverClient.prototype.isTerminal = function () {
+    return TERMINAL.indexOf(this.status) >= 0;
+  };
+
+  StreamRecoverClient.prototype.handle = function (frame) {
+    var kind = frame.type;
+    if (kind === "error") {
+      this.onError(frame);
+      return;
+    }
+    if (kind === "snapshot") {
+      this.awaitingSnapshot = false;
+      this.apply(frame);
+      this.synced = true;
+      this.stats.frames += 1;
+      this.onFrame(frame);
+      this.onStatus(this.status, this.error);
+      this.onRender(this);
+      return;
+    }
+    if (this.awaitingSnapshot) return; // the snapshot on its way already includes it
+    var seq = frame.seq || 0;
+    var first = frame.first_seq || seq;
+    if (seq <= this.lastSeq) return; // already applied
+    if (first !== this.lastSeq + 1) {
+      this.stats.gaps += 1;
+      this.resync();
+      return;
+    }
+    this.apply(frame);
+    this.stats.frames += 1;
+    this.onFrame(frame);
+    if (kind === "recovery") this.onRecovery(frame);
+    if (kind === "run_status") this.onStatus(this.status, this.error);
+    this.onRender(this);
+  };
+
+  /* The reference rules (engine/client_view.py ClientView.apply). */
+  StreamRecoverClient.prototype.apply = function (frame) {
+    var kind = frame.type;
+    var block = frame.block;
+    var partial = this.partial;
+    this.lastSeq = frame.seq || 0;
+    if (kind === "text_delta") {
+      if (!partial.has(block)) partial.set(block, { kind: "text", text: "" });
+      partial.get(block).text += frame.text;
+    } else if (kind === "thinking_delta") {
+      if (!partial.has(block)) partial.set(block, { kind: "thinking", text: "" });
+      partial.get(block).text += frame.thinking;
+    } else if (kind === "tool_call_delta") {
+      if (!partial.has(block)) partial.set(block, { kind: "tool_use", id: frame.id, name: frame.name, arguments: "" });
+      partial.get(block).arguments += frame.arguments_delta || "";
+    } else if (kind === "block") {
+      partial.set(block, { kind: frame.content.type || "block", content: frame.content });
+    } else if (kind === "tool_call_cancel" || kind === "block_cancel") {
+      partial.delete(block);
+    } else if (kind === "stream_reset") {
+      partial.clear();
+    } else if (kind === "message_committed") {
+      var message = frame.message;
+      if (message.role === "assistant") this.check(message);
+      this.messages.push(message);
+      partial.clear();
+    } else if (kind === "snapshot") {
+      this.messages = (frame.messages || []).slice();
+      this.partial = new Map();
+      var items = frame.partial || [];
+      for (var i = 0; i < items.length; i++) this.partial.set(items[i].block, blockFromContent(items[i].content));
+      this.status = frame.status;
+      this.error = frame.error || null;
+    } else if (kind === "run_status") {
+      this.status = frame.status;
+      this.error = frame.error || null;
+    }
+  };
+
+  StreamRecoverClient.prototype.check = function (message) {
+    var rebuilt = canonical(this.reconstructed());
+    var committed = canonical((message.content || []).map(comparable));
+    this.stats.checked += 1;
+    if (rebuilt !== committed) this.stats.mismatches += 1;
+  };
+
+  /* The in-flight blocks in order, as [index, block]. */
+  StreamRecoverClient.prototype.partialBlocks = function () {
+    return Array.from(this.partial.entries()).sort(function (a, b) { return a[0] - b[0]; });
+  };
+
+  /* The in-flight blocks as canonical content (what the committed message should be). */
+  StreamRecoverClient.prototype.reconstructed = function () {
+    return this.partialBlocks().map(function (entry) { return comparable(blockToContent(entry[1])); });
+  };
+
+  StreamRecoverClient.blockToContent = blockToContent;
+  StreamRecoverClient.TERMINAL = TERMINAL;
+
+  root.StreamRecoverClient = StreamRecoverClient;
+  if (typeof module !== "undefined" && module.exports) module.exports = StreamRecoverClient;
+})(typeof window !== "undefined" ? window : globalThis);

@@ -1,0 +1,274 @@
+"""A small JSON API for the chat page and scripts: start, watch, cancel runs; list threads.
+
+Session authentication and CSRF exactly as Django does them (no exemption): a browser page
+sends the ``X-CSRFToken`` header. Anonymous callers get a JSON 403; a thread or run that is
+not the caller's is a 404, so nobody learns what exists.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.http import HttpRequest, JsonResponse
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from . import services
+from .conf import FAKE_BASE_URL, app_settings
+from .models import Attempt, Message, Run, Thread
+
+JsonView = Callable[..., JsonResponse]
+
+
+class BadRequest(Exception):
+    """Turned into a 400 with ``message``."""
+
+
+def error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+def login_required_json(view: JsonView) -> JsonView:
+    """403 with a JSON body: a script has no login form to follow."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+        if not request.user.is_authenticated:
+            return error(403, "Authentication required: log in first.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def ws_url(run: Run) -> str:
+    return f"/ws/streamrecover/runs/{run.pk}/"
+
+
+def _messages(thread_id: int) -> list[dict[str, Any]]:
+    return [
+        {"position": m.position, **m.as_canonical()}
+        for m in Message.objects.filter(thread_id=thread_id).order_by("position")
+    ]
+
+
+def _run_summary(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": str(run.pk),
+        "thread_id": run.thread_id,
+        "status": run.status,
+        "provider": run.provider,
+        "model": run.model,
+        "created": run.created.isoformat(),
+        "url": reverse("streamrecover:api-run", args=[run.pk]),
+        "ws_url": ws_url(run),
+    }
+
+
+def _visible_threads(request: HttpRequest) -> Any:
+    return Thread.objects.filter(owner=request.user)
+
+
+# ---- parsing the body of POST api/runs/ ------------------------------------------------------
+
+
+def _json_body(request: HttpRequest) -> dict[str, Any]:
+    if request.content_type != "application/json":
+        raise BadRequest(f"Send the body as application/json (got {request.content_type or 'no content type'}).")
+    try:
+        body = json.loads(request.body or b"")
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("The body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    return body
+
+
+def _optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    """``body[key]`` when it has the type ``kind`` (JSON true is not an integer), else 400."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+        raise BadRequest(f"{key!r} must be {what}.")
+    return value
+
+
+def _run_options(body: dict[str, Any]) -> dict[str, Any]:
+    """``create_run`` keyword arguments from the body (the thread is checked separately)."""
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise BadRequest("'prompt' is required: a non-empty string.")
+    provider = _optional(body, "provider", str, "a provider name") or app_settings.DEFAULT_PROVIDER
+    if provider not in app_settings.PROVIDERS:
+        raise BadRequest(f"Unknown provider {provider!r}. Configured: {', '.join(sorted(app_settings.PROVIDERS))}.")
+    try:
+        app_settings.provider_config(provider)
+    except ImproperlyConfigured as exc:
+        raise BadRequest(str(exc)) from None
+    options: dict[str, Any] = {
+        "prompt": prompt,
+        "provider": provider,
+        "model": _optional(body, "model", str, "a model name") or None,
+        "demo_tools": bool(_optional(body, "demo_tools", bool, "true or false")),
+        "thinking_budget": _optional(body, "thinking_budget", int, "an integer (tokens)"),
+        "faults": _faults(body.get("faults"), provider),
+    }
+    max_tokens = _optional(body, "max_tokens", int, "an integer (tokens)")
+    if max_tokens is not None:
+        if max_tokens < 1:
+            raise BadRequest("'max_tokens' must be positive.")
+        options["max_tokens"] = max_tokens
+    if options["thinking_budget"] is not None and options["thinking_budget"] >= options.get("max_tokens", 1024):
+        raise BadRequest("'thinking_budget' must be below 'max_tokens' (default 1024).")
+    limit = _optional(body, "max_continuations", int, "an integer")
+    if limit is not None:
+        if not 0 <= limit <= app_settings.MAX_CONTINUATIONS:
+            raise BadRequest(f"'max_continuations' must be between 0 and {app_settings.MAX_CONTINUATIONS}.")
+        options["engine"] = {"max_continuations": limit}
+    return options
+
+
+def _faults(value: Any, provider: str) -> list[str]:
+    """Fault specs for the built-in fake provider (``cut:bytes=1500``...), validated here."""
+    if value is None or value == []:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BadRequest("'faults' must be a list of fault strings such as \"cut:bytes=1500\".")
+    if app_settings.PROVIDERS[provider].get("BASE_URL") != FAKE_BASE_URL:
+        raise BadRequest("'faults' work with the built-in fake provider only.")
+    from .providers.fake import Fault
+
+    for spec in value:
+        try:
+            Fault.parse(spec)
+        except ValueError as exc:
+            raise BadRequest(f"Bad fault {spec!r}: {exc}.") from None
+    return value
+
+
+# ---- views -------------------------------------------------------------------------------------
+
+
+@require_POST
+@login_required_json
+def create_run(request: HttpRequest) -> JsonResponse:
+    """``POST api/runs/`` ``{prompt, thread_id?, provider?, model?, faults?, demo_tools?,
+    max_tokens?, thinking_budget?, max_continuations?}``: a follow-up when ``thread_id`` is given."""
+    try:
+        body = _json_body(request)
+        options = _run_options(body)
+        thread_id = _optional(body, "thread_id", int, "an integer")
+    except BadRequest as exc:
+        return error(400, str(exc))
+    thread = None
+    if thread_id is not None:
+        thread = _visible_threads(request).filter(pk=thread_id).first()
+        if thread is None:
+            return error(404, f"No thread {thread_id} of yours.")
+    with transaction.atomic():
+        if thread is not None:
+            Thread.objects.select_for_update().filter(pk=thread.pk).first()  # one run at a time per thread
+            if Run.objects.filter(thread=thread).active().exists():
+                return error(409, "This thread has a run in progress: wait for it or cancel it.")
+        run = services.create_run(owner=request.user, thread=thread, **options)
+        services.enqueue_run(run)
+    return JsonResponse(
+        {"run_id": str(run.pk), "thread_id": run.thread_id, "status": run.status, "ws_url": ws_url(run)}, status=201
+    )
+
+
+def _run_or_404(request: HttpRequest, run_id: Any) -> Run | None:
+    return Run.objects.visible_to(request.user).filter(pk=run_id).first()
+
+
+@require_POST
+@login_required_json
+def cancel_run(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """``POST api/runs/<id>/cancel/``: a queued run stops at once, a running one within a tick."""
+    run = _run_or_404(request, run_id)
+    if run is None:
+        return error(404, f"No run {run_id} of yours.")
+    cancelled = services.request_cancel(run.pk, "cancelled by user")
+    run.refresh_from_db(fields=["status"])
+    return JsonResponse({"run_id": str(run.pk), "cancel_requested": cancelled, "status": run.status}, status=202)
+
+
+@require_GET
+@login_required_json
+def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """``GET api/runs/<id>/``: status, error, the thread's messages, the attempts."""
+    run = _run_or_404(request, run_id)
+    if run is None:
+        return error(404, f"No run {run_id} of yours.")
+    attempts = list(Attempt.objects.filter(run=run).order_by("index"))
+    kinds: dict[str, int] = {}
+    for attempt in attempts:
+        kinds[attempt.kind] = kinds.get(attempt.kind, 0) + 1
+    return JsonResponse(
+        {
+            **_run_summary(run),
+            "error": {"kind": run.error_kind, "message": run.error_message} if run.error_kind else None,
+            "messages": _messages(run.thread_id),
+            "attempts": {
+                "count": len(attempts),
+                "by_kind": kinds,
+                "interrupt_causes": sorted({a.interrupt_cause for a in attempts if a.interrupt_cause}),
+                "items": [
+                    {
+                        "index": a.index,
+                        "kind": a.kind,
+                        "continuation": a.continuation,
+                        "strategy": a.strategy,
+                        "status_code": a.status_code,
+                        "outcome": a.outcome,
+                        "interrupt_cause": a.interrupt_cause,
+                        "output_tokens": a.output_tokens,
+                    }
+                    for a in attempts
+                ],
+            },
+        }
+    )
+
+
+@require_GET
+@login_required_json
+def thread_list(request: HttpRequest) -> JsonResponse:
+    """``GET api/threads/``: the caller's threads, newest first, with their latest run."""
+    threads = []
+    for thread in _visible_threads(request).order_by("-created")[:200]:
+        last = Run.objects.filter(thread=thread).order_by("-created").first()
+        threads.append(
+            {
+                "id": thread.pk,
+                "title": thread.title,
+                "created": thread.created.isoformat(),
+                "url": reverse("streamrecover:api-thread", args=[thread.pk]),
+                "last_run": _run_summary(last) if last else None,
+            }
+        )
+    return JsonResponse({"threads": threads})
+
+
+@require_GET
+@login_required_json
+def thread_detail(request: HttpRequest, thread_id: int) -> JsonResponse:
+    """``GET api/threads/<id>/``: the committed messages and the runs of one thread."""
+    thread = _visible_threads(request).filter(pk=thread_id).first()
+    if thread is None:
+        return error(404, f"No thread {thread_id} of yours.")
+    runs = Run.objects.filter(thread=thread).order_by("created")
+    return JsonResponse(
+        {
+            "id": thread.pk,
+            "title": thread.title,
+            "created": thread.created.isoformat(),
+            "messages": _messages(thread.pk),
+            "runs": [_run_summary(run) for run in runs],
+        }
+    )

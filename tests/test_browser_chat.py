@@ -1,0 +1,260 @@
+"""The demo chat in Debian's Chromium against a real Daphne in embedded mode (what ``make
+demo`` runs): whatever breaks, the text on the page ends equal to the committed message,
+with no character missing or doubled, and model output is only ever text."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamrecover.engine.client_view import ClientView
+
+from .e2e_helpers import ChatPage, base_env, chromium, daphne, free_port, manage
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def demo_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh SQLite demo (migrated, demo user) served by Daphne on a free port."""
+    tmp: Path = tmp_path_factory.mktemp("browser")
+    env = base_env(
+        DJANGO_SETTINGS_MODULE="tests.settings_browser",
+        STREAMRECOVER_BROWSER_DB=str(tmp / "demo.sqlite3"),
+        STREAMRECOVER_FAKE_EVENT_DELAY="0.01",
+    )
+    manage("migrate", "--verbosity", "0", env=env)
+    manage("streamrecover_demo_user", env=env)
+    port = free_port()
+    server = daphne(port, env, tmp / "daphne.log")
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as browser:
+        yield browser
+
+
+@pytest.fixture
+def chat(browser: Any, demo_site: str) -> Iterator[ChatPage]:
+    context = browser.new_context()
+    chat = ChatPage(context.new_page(), demo_site)
+    chat.login()
+    yield chat
+    context.close()
+    assert chat.errors == []
+
+
+def assert_page_shows_the_committed_answer(chat: ChatPage, run_id: str) -> dict[str, Any]:
+    shown = chat.shown_assistant_texts()
+    committed = chat.committed_assistant_texts(run_id)
+    assert committed
+    assert all(committed)
+    assert shown == committed
+    state = chat.state()
+    assert state["stats"]["mismatches"] == 0  # every rebuilt turn equalled the committed one
+    assert state["stats"]["checked"] >= 1
+    return state
+
+
+@pytest.mark.parametrize(
+    ("scenario", "plan"),
+    [("r1", "continue_text"), ("r3", "truncate_before_tool"), ("r4", "whole_restart")],
+)
+def test_each_recovery_plan_ends_with_the_committed_text_on_the_page(chat: ChatPage, scenario: str, plan: str) -> None:
+    run_id = chat.send("Tell me about lighthouses and the sea. [[words=120]]", scenario)
+    assert chat.wait_until_finished() == "completed"
+    state = assert_page_shows_the_committed_answer(chat, run_id)
+    assert {(r["phase"], r["plan"]) for r in state["recoveries"]} == {("backoff", plan), ("continuing", plan)}
+    recovery = chat.page.locator("#sr-recovery")
+    assert recovery.is_visible()
+    assert recovery.get_attribute("data-phase") == "recovered"
+    if scenario == "r3":
+        assert "get_weather" in chat.page.locator("#sr-transcript .sr-tool").first.text_content()
+        assert len(chat.shown_assistant_texts()) == 2  # the tool call's turn and the answer after the result
+    if scenario == "r4":
+        assert chat.page.locator("#sr-transcript .sr-thinking").count() == 1  # the restarted turn's only
+
+
+def test_a_reload_in_the_middle_of_a_stream_loses_and_doubles_nothing(chat: ChatPage) -> None:
+    run_id = chat.send("A long story about the northern sea. [[words=260]]", "r1")
+    chat.page.wait_for_function("window.__streamrecover.recoveries.some(r => r.phase === 'continuing')")
+    chat.wait_for_streamed_text(400)
+    chat.page.reload()  # the URL is the thread's now: the page follows its latest run
+    assert chat.wait_until_finished() == "completed"
+    state = assert_page_shows_the_committed_answer(chat, run_id)
+    first = state["snapshots"][0]  # after the reload (a lost frame would add a resync's)
+    assert first["status"] in ("running", "recovering")
+    assert first["partial"] == 1
+
+
+def test_a_dropped_socket_and_a_lost_frame_are_caught_up(chat: ChatPage) -> None:
+    run_id = chat.send("Another long story, about rivers. [[words=260]]")
+    chat.wait_for_streamed_text(100)
+    chat.page.evaluate("window.__streamrecover.client.dropConnection()")  # reconnects with ?after=
+    chat.wait_for_streamed_text(600)
+    chat.page.evaluate("window.__streamrecover.client.lastSeq -= 1")  # the next frame looks like a gap
+    assert chat.wait_until_finished() == "completed"
+    state = assert_page_shows_the_committed_answer(chat, run_id)
+    assert state["stats"]["reconnects"] >= 1
+    assert state["stats"]["gaps"] >= 1
+    assert state["stats"]["resyncs"] >= 1
+    assert len(state["snapshots"]) >= 2  # the first one, then the resync's
+
+
+def test_a_follow_up_in_the_same_thread(chat: ChatPage) -> None:
+    first = chat.send("Hello there. [[words=20]]")
+    chat.wait_until_finished()
+    second = chat.send("And again. [[words=25]]", "r1")
+    assert chat.wait_until_finished() == "completed"
+    assert chat.run_detail(first)["thread_id"] == chat.run_detail(second)["thread_id"]
+    assert len(assert_page_shows_the_committed_answer(chat, second))
+    assert len(chat.shown_assistant_texts()) == 2
+
+
+def test_model_output_is_shown_as_text_never_run_as_html(chat: ChatPage) -> None:
+    payload = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+    run_id = chat.send(f"Say it [[text={payload}]]")
+    assert chat.wait_until_finished() == "completed"
+    assert chat.shown_assistant_texts() == [payload]
+    assert chat.committed_assistant_texts(run_id) == [payload]
+    assert chat.page.evaluate("typeof window.__pwned") == "undefined"
+    assert chat.page.locator("#sr-transcript script, #sr-transcript img").count() == 0
+    chat.page.reload()  # rendered again from the snapshot: still text
+    chat.wait_until_finished()
+    assert chat.shown_assistant_texts() == [payload]
+    assert chat.page.evaluate("typeof window.__pwned") == "undefined"
+
+
+def test_cancel_stops_the_run(chat: ChatPage) -> None:
+    run_id = chat.send("A very long story. [[words=2000]]")
+    chat.wait_for_streamed_text(50)
+    chat.page.click("#sr-cancel")
+    assert chat.wait_until_finished() == "cancelled"
+    assert chat.run_detail(run_id)["status"] == "cancelled"
+
+
+# ---- client.js applies frames exactly like engine/client_view.py ---------------------------------
+
+CLIENT_JS = Path(__file__).resolve().parent.parent / "streamrecover" / "static" / "streamrecover" / "client.js"
+JS_TRACE = """frames => {
+  const client = new StreamRecoverClient("ws://unused", {});
+  const trace = frames.map(frame => {
+    client.handle(frame);
+    return [client.messages.length, client.reconstructed()];
+  });
+  return {trace, messages: client.messages, stats: client.stats};
+}"""
+
+
+def _run_async(make: Any) -> Any:
+    """``asyncio.run`` in another thread: Playwright's sync API owns this thread's loop."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
+
+
+def _engine_frames(fake_server: Any, prompt: str, **kwargs: Any) -> list[dict[str, Any]]:
+    from .harness import run
+
+    outcome = _run_async(lambda: run(fake_server, prompt, **kwargs))
+    assert outcome.status == "completed"
+    return outcome.sink.frames
+
+
+def _coalesced(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same frames through a publisher that merges deltas up to 16 characters."""
+    from streamrecover.live.buffer import InMemoryFrameBuffer
+    from streamrecover.live.publisher import Publisher
+
+    sent: list[dict[str, Any]] = []
+
+    class Layer:
+        async def group_send(self, group: str, message: dict[str, Any]) -> None:
+            sent.append(message["frame"])
+
+    async def publish() -> None:
+        publisher = Publisher(str(uuid.uuid4()), InMemoryFrameBuffer(), Layer(), coalesce_s=60, max_chars=16)
+        for frame in frames:
+            await publisher.on_frame(frame)
+        await publisher.aclose()
+
+    _run_async(publish)
+    assert len(sent) < len(frames)
+    return sent
+
+
+def _python_trace(frames: list[dict[str, Any]]) -> list[list[Any]]:
+    view = ClientView()
+    trace = []
+    for frame in frames:
+        view.apply(frame)
+        trace.append([len(view.messages), view.reconstructed()])
+    return trace
+
+
+@pytest.fixture(scope="module")
+def client_page(browser: Any) -> Iterator[Any]:
+    page = browser.new_page()
+    page.set_content("<!doctype html><title>client.js</title>")
+    page.add_script_tag(path=str(CLIENT_JS))
+    yield page
+    page.close()
+
+
+@pytest.mark.parametrize(
+    ("prompt", "kwargs"),
+    [
+        ("R1 [[words=80]]", {"faults": ["cut:bytes=1500"]}),
+        ("R3 [[text=Let me check the weather for you.]] [[tool=get_weather]]", {"faults": ["cut:events=15"]}),
+        ("R4 [[words=40]]", {"faults": ["cut:events=6"], "thinking_budget": 2048}),
+        ("Tools [[tools=2]]", {"faults": ["error:events=40,type=overloaded_error"]}),
+    ],
+)
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_client_js_rebuilds_exactly_what_the_reference_client_does(
+    client_page: Any, fake_server: Any, prompt: str, kwargs: dict[str, Any], coalesce: bool
+) -> None:
+    from streamrecover.demo_tools import demo_registry
+
+    frames = _engine_frames(fake_server, prompt, tools=demo_registry(), **kwargs)
+    if coalesce:
+        frames = _coalesced(frames)
+    result = client_page.evaluate(JS_TRACE, frames)
+    assert result["trace"] == _python_trace(frames)
+    assert result["stats"]["gaps"] == 0
+    assert result["stats"]["mismatches"] == 0
+    assert result["stats"]["checked"] == sum(
+        1 for f in frames if f["type"] == "message_committed" and f["message"]["role"] == "assistant"
+    )
+
+
+def test_client_js_goes_on_from_a_snapshot_taken_inside_a_tool_call(client_page: Any, fake_server: Any) -> None:
+    from streamrecover.demo_tools import demo_registry
+    from streamrecover.live.snapshot import RunRecord, build_snapshot
+    from streamrecover.live.state import RunState
+
+    frames = _engine_frames(fake_server, "Weather? [[tool=get_weather]]", tools=demo_registry())
+    arguments = [i for i, f in enumerate(frames) if f["type"] == "tool_call_delta" and f["arguments_delta"]]
+    cut = arguments[1]  # the arguments' first delta arrived, the rest did not
+    state = RunState()
+    for frame in frames[:cut]:
+        state.apply(frame)
+    user = {"role": "user", "content": [{"type": "text", "text": "Weather? [[tool=get_weather]]"}]}
+    snapshot = build_snapshot(RunRecord(frames[0]["run_id"], "running", None, {0: user}), state)
+    assert snapshot["partial"][-1]["content"]["partial_json"]  # the half-received arguments, verbatim
+    result = client_page.evaluate(JS_TRACE, [snapshot, *frames[cut:]])
+    view = ClientView()
+    view.messages = [user]
+    for frame in frames:
+        view.apply(frame)
+    assert result["messages"] == view.messages
+    assert result["stats"]["mismatches"] == 0
+    assert result["stats"]["checked"] == 2
