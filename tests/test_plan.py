@@ -140,3 +140,18 @@ def test_server_tool_use_keeps_its_streamed_input():
         BlockStop(0),
     )
     assert snap.blocks[0].to_content()["input"] == {"query": "tides"}
+
+
+def test_client_view_accepts_coalesced_frames_and_a_mid_tool_snapshot():
+    from streamrecover.engine.client_view import ClientView
+
+    view = ClientView()
+    view.apply({"type": "snapshot", "seq": 4, "messages": [], "partial": [
+        {"block": 0, "content": {"type": "tool_use", "id": "t", "name": "f", "partial_json": '{"a": '}},
+    ]})  # fmt: skip
+    view.last_seq = 4
+    view.apply({"type": "tool_call_delta", "seq": 7, "first_seq": 5, "block": 0, "arguments_delta": "1}"})
+    assert view.gaps == 0
+    assert view.reconstructed() == [{"type": "tool_use", "id": "t", "name": "f", "input": {"a": 1}}]
+    view.apply({"type": "text_delta", "seq": 9, "block": 1, "text": "x"})
+    assert view.gaps == 1

@@ -48,7 +48,8 @@ class ClientView:
 
     def apply(self, frame: dict[str, Any]) -> None:
         seq = frame.get("seq", 0)
-        if seq != self.last_seq + 1 and frame.get("type") != "snapshot":
+        first = frame.get("first_seq", seq)  # a coalesced frame covers first_seq..seq
+        if first != self.last_seq + 1 and frame.get("type") != "snapshot":
             self.gaps += 1
         self.last_seq = seq
         kind = frame["type"]
@@ -105,9 +106,10 @@ def _from_content(content: dict[str, Any]) -> _ClientBlock:
     if kind == "thinking":
         return _ClientBlock("thinking", text=content.get("thinking", ""))
     if kind == "tool_use":
-        return _ClientBlock(
-            "tool_use", id=content.get("id"), name=content.get("name"), arguments=json.dumps(content.get("input"))
-        )
+        # a half-received call carries its raw arguments, so later deltas can be appended
+        raw = content.get("partial_json")
+        arguments = raw if isinstance(raw, str) else json.dumps(content.get("input"))
+        return _ClientBlock("tool_use", id=content.get("id"), name=content.get("name"), arguments=arguments)
     return _ClientBlock(kind, content=content)
 
 
