@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
+def header_value(headers: Mapping[str, str], name: str) -> str | None:
+    """A header by lower-case name, whatever its case in ``headers``."""
     for key, value in headers.items():
         if key.lower() == name:
             return value
@@ -23,7 +24,7 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
 
     Returns None when absent, unparseable or not in the future (the SDKs' order).
     """
-    ms = _header(headers, "retry-after-ms")
+    ms = header_value(headers, "retry-after-ms")
     if ms is not None:
         try:
             value = float(ms) / 1000.0
@@ -31,7 +32,7 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
             value = -1.0
         if value > 0:
             return value
-    raw = _header(headers, "retry-after")
+    raw = header_value(headers, "retry-after")
     if raw is None:
         return None
     raw = raw.strip()
@@ -47,7 +48,7 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
 
 def should_retry_header(headers: Mapping[str, str]) -> bool | None:
     """``x-should-retry: true|false`` overrides the status policy; None when absent."""
-    raw = _header(headers, "x-should-retry")
+    raw = header_value(headers, "x-should-retry")
     if raw is None:
         return None
     raw = raw.strip().lower()

@@ -28,9 +28,10 @@ from ..engine.events import (
     Usage,
     UsageUpdate,
 )
-from ..engine.retry import RETRYABLE_STATUSES, parse_retry_after, should_retry_header
+from ..engine.retry import header_value, parse_retry_after, should_retry_header
 from ..engine.sse import SSEEvent
 from .base import HTTPRequest, ModelRequest, ProviderConfig, Strategy
+from .common import as_int, excerpt, status_policy, strategy_override
 
 __all__ = [
     "NO_PREFILL_MODELS",
@@ -39,7 +40,6 @@ __all__ = [
     "AnthropicStreamParser",
 ]
 
-_EXCERPT = 160
 # Bound once: json.loads re-checks its arguments on every call, and this runs per token.
 _decode = json.JSONDecoder().decode
 
@@ -111,23 +111,15 @@ _SPEND_LIMIT_MARKERS = ("specified api usage limits",)
 _SPEND_LIMIT_CODE = "enforced_spend_limit_reached"
 
 
-def _excerpt(text: str) -> str:
-    return repr(text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…")
-
-
-def _int(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
 def _usage(raw: Any) -> Usage:
     """Anthropic usage (cumulative values) -> Usage; absent fields stay None."""
     if not raw:
         return Usage()
     return Usage(
-        input_tokens=_int(raw.get("input_tokens")),
-        output_tokens=_int(raw.get("output_tokens")),
-        cache_creation_input_tokens=_int(raw.get("cache_creation_input_tokens")),
-        cache_read_input_tokens=_int(raw.get("cache_read_input_tokens")),
+        input_tokens=as_int(raw.get("input_tokens")),
+        output_tokens=as_int(raw.get("output_tokens")),
+        cache_creation_input_tokens=as_int(raw.get("cache_creation_input_tokens")),
+        cache_read_input_tokens=as_int(raw.get("cache_read_input_tokens")),
     )
 
 
@@ -157,13 +149,13 @@ class AnthropicStreamParser:
         try:
             obj = _decode(data)
         except ValueError as exc:
-            raise ParseError(f"anthropic {event.event!r} event: data is not JSON ({exc}): {_excerpt(data)}") from None
+            raise ParseError(f"anthropic {event.event!r} event: data is not JSON ({exc}): {excerpt(data)}") from None
         if type(obj) is not dict:
-            raise ParseError(f"anthropic {event.event!r} event: data is not a JSON object: {_excerpt(data)}")
+            raise ParseError(f"anthropic {event.event!r} event: data is not a JSON object: {excerpt(data)}")
         etype = obj.get("type")
         if type(etype) is not str:
             if etype is not None or event.event == "message":  # unnamed: nothing to fall back on
-                raise ParseError(f"anthropic {event.event!r} event: no string 'type': {_excerpt(data)}")
+                raise ParseError(f"anthropic {event.event!r} event: no string 'type': {excerpt(data)}")
             etype = event.event
         handler = _HANDLERS.get(etype)
         if handler is None:
@@ -171,7 +163,7 @@ class AnthropicStreamParser:
         try:
             return handler(self, obj)
         except (_ShapeError, KeyError, TypeError, AttributeError) as exc:
-            raise ParseError(f"anthropic {etype!r} event has the wrong shape ({exc!r}): {_excerpt(data)}") from None
+            raise ParseError(f"anthropic {etype!r} event has the wrong shape ({exc!r}): {excerpt(data)}") from None
 
     # -- handlers: each takes the decoded object, returns the events ------------------
 
@@ -326,24 +318,6 @@ def _message(message: dict[str, Any]) -> dict[str, Any]:
 # -- errors ---------------------------------------------------------------------------
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    for key, value in headers.items():
-        if key.lower() == name:
-            return value
-    return None
-
-
-def _policy(status: int) -> tuple[str, ErrorClass]:
-    policy = _STATUS_POLICY.get(status)
-    if policy is not None:
-        return policy
-    if status in RETRYABLE_STATUSES or status >= 500:
-        return "server_error", ErrorClass.RETRYABLE
-    if status >= 400:
-        return "invalid_request", ErrorClass.PERMANENT
-    return "unexpected_status", ErrorClass.PERMANENT
-
-
 def _refine(status: int, kind: str, error_class: ErrorClass, message: str, code: str) -> tuple[str, ErrorClass]:
     """Body rules on top of the status policy (PROVIDERS.md §A.7, §A.8, §0 item 12)."""
     text = message.lower()
@@ -404,7 +378,7 @@ class AnthropicAdapter:
         """Classify a non-2xx response by status, refined by the body, overridden by
         ``x-should-retry`` (except a prefill refusal, which is a fallback signal)."""
         text = body.decode("utf-8", errors="replace")
-        request_id = _header(headers, "request-id")
+        request_id = header_value(headers, "request-id")
         message = ""
         code = ""
         try:
@@ -420,8 +394,8 @@ class AnthropicAdapter:
                 if isinstance(details, dict):
                     code = str(details.get("error_code") or "")
         if not message:
-            message = f"HTTP {status} with an unexpected body: {_excerpt(text)}" if text.strip() else f"HTTP {status}"
-        kind, error_class = _refine(status, *_policy(status), message, code)
+            message = f"HTTP {status} with an unexpected body: {excerpt(text)}" if text.strip() else f"HTTP {status}"
+        kind, error_class = _refine(status, *status_policy(status, _STATUS_POLICY), message, code)
         override = should_retry_header(headers)
         if override is not None and error_class is not ErrorClass.PREFILL_REFUSED:
             error_class = ErrorClass.RETRYABLE if override else ErrorClass.PERMANENT
@@ -439,7 +413,7 @@ class AnthropicAdapter:
         Unknown types count as ``api_error``: new types are more likely transient than
         not, and the continuation budget bounds the cost of being wrong."""
         status = _ERROR_TYPE_STATUS.get(event.error_type, 500)
-        kind, error_class = _refine(status, *_policy(status), event.message, "")
+        kind, error_class = _refine(status, *status_policy(status, _STATUS_POLICY), event.message, "")
         return ProviderError(
             error_class=error_class,
             kind=kind,
@@ -463,17 +437,3 @@ class AnthropicAdapter:
     def echoes_prefix(self) -> bool:
         """A prefill continuation never repeats the prefill (PROVIDERS.md §A.8)."""
         return False
-
-
-def strategy_override(overrides: Mapping[str, str], model: str) -> Strategy | None:
-    """The first ``model glob -> strategy`` setting that matches, if any."""
-    for pattern, value in overrides.items():
-        if fnmatchcase(model, pattern):
-            try:
-                return Strategy(value)
-            except ValueError:
-                known = ", ".join(s.value for s in Strategy)
-                raise ValueError(
-                    f"strategy override {pattern!r} -> {value!r} is not a strategy (known: {known})"
-                ) from None
-    return None

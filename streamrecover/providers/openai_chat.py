@@ -25,14 +25,13 @@ from ..engine.events import (
     Usage,
     UsageUpdate,
 )
-from ..engine.retry import RETRYABLE_STATUSES, parse_retry_after, should_retry_header
+from ..engine.retry import header_value, parse_retry_after, should_retry_header
 from ..engine.sse import SSEEvent
-from .anthropic import strategy_override
 from .base import HTTPRequest, ModelRequest, ProviderConfig, Strategy
+from .common import as_int, excerpt, status_policy, strategy_override
 
 __all__ = ["FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStreamParser"]
 
-_EXCERPT = 160
 # Bound once: json.loads re-checks its arguments on every call, and this runs per token.
 _decode = json.JSONDecoder().decode
 TEXT_INDEX = 0  # the message's text (content or refusal) is block 0; tool call i is block 1 + i
@@ -69,24 +68,16 @@ _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "contex
 _RETRYABLE_STREAM_MARKERS = ("server_error", "overload", "rate_limit", "timeout", "unavailable", "api_error")
 
 
-def _excerpt(text: str) -> str:
-    return repr(text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…")
-
-
-def _int(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
 def _usage(raw: dict[str, Any]) -> Usage:
     """Chat usage -> Usage. ``prompt_tokens`` includes cached tokens (OpenAI's meaning);
     DeepSeek reports cache hits as ``prompt_cache_hit_tokens``."""
     details = raw.get("prompt_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+    cached = as_int(details.get("cached_tokens")) if isinstance(details, dict) else None
     if cached is None:
-        cached = _int(raw.get("prompt_cache_hit_tokens"))
+        cached = as_int(raw.get("prompt_cache_hit_tokens"))
     return Usage(
-        input_tokens=_int(raw.get("prompt_tokens")),
-        output_tokens=_int(raw.get("completion_tokens")),
+        input_tokens=as_int(raw.get("prompt_tokens")),
+        output_tokens=as_int(raw.get("completion_tokens")),
         cache_read_input_tokens=cached,
     )
 
@@ -119,13 +110,13 @@ class OpenAIChatStreamParser:
         try:
             chunk = _decode(data)
         except ValueError as exc:
-            raise ParseError(f"openai {event.event!r} event: data is not JSON ({exc}): {_excerpt(data)}") from None
+            raise ParseError(f"openai {event.event!r} event: data is not JSON ({exc}): {excerpt(data)}") from None
         if type(chunk) is not dict:
-            raise ParseError(f"openai {event.event!r} event: data is not a JSON object: {_excerpt(data)}")
+            raise ParseError(f"openai {event.event!r} event: data is not a JSON object: {excerpt(data)}")
         try:
             return self._chunk(chunk)
         except (KeyError, TypeError, AttributeError) as exc:
-            raise ParseError(f"openai chunk has the wrong shape ({exc!r}): {_excerpt(data)}") from None
+            raise ParseError(f"openai chunk has the wrong shape ({exc!r}): {excerpt(data)}") from None
 
     def _chunk(self, chunk: dict[str, Any]) -> list[StreamEvent]:
         error = chunk.get("error")
@@ -301,24 +292,6 @@ def _messages(request: ModelRequest, prefix_flag: bool) -> list[dict[str, Any]]:
 # -- errors ---------------------------------------------------------------------------
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    for key, value in headers.items():
-        if key.lower() == name:
-            return value
-    return None
-
-
-def _policy(status: int) -> tuple[str, ErrorClass]:
-    policy = _STATUS_POLICY.get(status)
-    if policy is not None:
-        return policy
-    if status in RETRYABLE_STATUSES or status >= 500:
-        return "server_error", ErrorClass.RETRYABLE
-    if status >= 400:
-        return "invalid_request", ErrorClass.PERMANENT  # 422 and other 4xx
-    return "unexpected_status", ErrorClass.PERMANENT
-
-
 class OpenAIChatAdapter:
     """Translates between the canonical conversation and Chat Completions."""
 
@@ -379,8 +352,8 @@ class OpenAIChatAdapter:
             elif isinstance(error, str):
                 message = error
         if not message:
-            message = f"HTTP {status} with an unexpected body: {_excerpt(text)}" if text.strip() else f"HTTP {status}"
-        kind, error_class = _policy(status)
+            message = f"HTTP {status} with an unexpected body: {excerpt(text)}" if text.strip() else f"HTTP {status}"
+        kind, error_class = status_policy(status, _STATUS_POLICY)
         haystack = f"{markers} {message}".lower()
         if status == 429 and any(m in haystack for m in _QUOTA_MARKERS):
             kind, error_class = "spend_limit", ErrorClass.PERMANENT
@@ -395,7 +368,7 @@ class OpenAIChatAdapter:
             message=message,
             status=status,
             retry_after_s=parse_retry_after(headers),
-            request_id=_header(headers, "x-request-id"),
+            request_id=header_value(headers, "x-request-id"),
         )
 
     def classify_stream_error(self, event: ProviderErrorEvent) -> ProviderError:
