@@ -406,3 +406,28 @@ async def test_usage_is_recorded_per_attempt_including_the_interrupted_one(fake_
     assert second.usage.output_tokens > 0
     # the continuation's request carried the prefix as input, larger than the original prompt
     assert second.usage.input_tokens > first.usage.input_tokens
+
+
+async def test_a_failing_checkpoint_store_is_logged_and_never_kills_the_run(fake_server, caplog):
+    class BrokenStore(InMemoryCheckpointStore):
+        async def put(self, checkpoint):
+            raise ConnectionError("checkpoint store is down")
+
+    reference = await run(fake_server, STORY)
+    out = await run(fake_server, STORY, faults=["cut:bytes=1500"], checkpoints=BrokenStore())
+    assert_invariants(out, reference)
+    assert "checkpoint_put_failed" in caplog.text
+    assert "checkpoint store is down" in caplog.text
+
+
+def test_http2_goaway_and_other_transport_errors_are_classified():
+    import httpx
+
+    from streamrecover.engine.transport import classify_transport_error
+
+    goaway = httpx.RemoteProtocolError("<ConnectionTerminated error_code:0, last_stream_id:1, additional_data:None>")
+    assert classify_transport_error(goaway).value == "goaway"
+    assert classify_transport_error(httpx.RemoteProtocolError("peer closed connection")).value == "connection_reset"
+    assert classify_transport_error(httpx.ReadTimeout("timed out")).value == "idle_stall"
+    assert classify_transport_error(httpx.ReadError("[Errno 104] Connection reset by peer")).value == "connection_reset"
+    assert classify_transport_error(httpx.DecodingError("bad gzip")).value == "body_decode"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,6 +53,8 @@ from .retry import backoff_delay
 from .sink import AttemptRecord, RunSink, StructuredEvent
 from .sse import SSEDecoder
 from .transport import ConnectFailed, HttpxTransport
+
+log = logging.getLogger(__name__)
 
 NEVER_CONTINUE_STOPS = frozenset({"refusal", "content_filter", "context_overflow"})
 
@@ -681,7 +684,9 @@ class TurnRunner:
         await self.writer.write(checkpoint)
 
     def _store_failed(self, what: str, exc: BaseException) -> None:
+        """A checkpoint store outage is logged and the run goes on without it."""
         self.store_errors.append(f"{what}: {type(exc).__name__}: {exc}")
+        log.warning("%s run_id=%s error=%s: %s", what, self.ctx.run_id, type(exc).__name__, exc)
 
     def _last_error_kind(self) -> str:
         record = self._current_attempt
