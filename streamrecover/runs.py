@@ -75,7 +75,9 @@ def execute_cli_run(options: RunOptions, live: TextIO | None = None, wait_s: flo
     from . import services
 
     overridden = bool(options.base_url or options.api_key)
-    override = provider_config_for(options.provider, options.base_url, options.api_key) if overridden else None
+    # resolve the provider before anything is stored: a missing key fails here, clearly
+    resolved = provider_config_for(options.provider, options.base_url, options.api_key)
+    override = resolved if overridden else None
     if options.enqueue and overridden:
         raise ValueError("--base-url/--api-key cannot be handed to a worker: configure the provider in settings")
     if options.faults and override is not None and not override.base_url.startswith(FAKE_SCHEME):

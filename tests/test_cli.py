@@ -100,3 +100,15 @@ def test_fault_flag_needs_the_fake_provider():
             "streamrecover_run", "--provider", "anthropic", "--api-key", "k", "--model", "m", "--prompt", "x",
             "--fault", "cut:bytes=1", "--json", stdout=io.StringIO(),
         )  # fmt: skip
+
+
+def test_a_provider_without_a_key_is_a_clear_error_and_stores_nothing(monkeypatch):
+    from django.core.management.base import CommandError
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(CommandError, match="ANTHROPIC_API_KEY"):
+        call_command(
+            "streamrecover_run", "--provider", "anthropic", "--model", "claude-3", "--prompt", "x", "--json",
+            stdout=io.StringIO(),
+        )  # fmt: skip
+    assert not Run.objects.exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...runs import RunOptions, execute_cli_run
@@ -58,7 +59,7 @@ class Command(BaseCommand):
         )
         try:
             output = execute_cli_run(options, live=None if opts["json"] else self.stdout._out)
-        except ValueError as exc:
+        except (ValueError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from exc
         if opts["json"]:
             self.stdout.write(json.dumps(output, ensure_ascii=False, default=str))
