@@ -78,6 +78,20 @@ def _uuid(term: str) -> uuid.UUID | None:
         return None
 
 
+class RunIdSearchMixin:
+    """Search rows of one run by its id: an exact, indexed lookup; anything else finds nothing."""
+
+    search_help_text = "A run id."
+    search_fields = ("run__id",)
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        run_id = _uuid(term)
+        return (queryset.filter(run_id=run_id) if run_id else queryset.none()), False
+
+
 class ReadOnlyAdminMixin:
     """View only: the admin never adds, changes or deletes recorded facts."""
 
@@ -408,11 +422,9 @@ class RecoveryEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Message)
-class MessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class MessageAdmin(RunIdSearchMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "thread", "position", "role", "run", "created")
     list_filter = ("role", ("created", admin.DateFieldListFilter))
-    search_help_text = "A run id."
-    search_fields = ("run__id",)
     ordering = ("-id",)
     readonly_fields = ("content_pretty",)
     exclude = ("content",)
@@ -420,13 +432,6 @@ class MessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="content")
     def content_pretty(self, obj: Message) -> str:
         return pretty_json(obj.content)
-
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        run_id = _uuid(term)
-        return (queryset.filter(run_id=run_id) if run_id else queryset.none()), False
 
 
 class ThreadMessageInline(MessageInline):
@@ -443,10 +448,8 @@ class ThreadAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(StreamCheckpoint)
-class StreamCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class StreamCheckpointAdmin(RunIdSearchMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("run", "turn", "attempt", "continuation", "seq", "updated_at")
-    search_help_text = "A run id."
-    search_fields = ("run__id",)
     ordering = ("-updated_at",)
     readonly_fields = ("data_pretty",)
     exclude = ("data",)
@@ -454,10 +457,3 @@ class StreamCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="data")
     def data_pretty(self, obj: StreamCheckpoint) -> str:
         return pretty_json(obj.data)
-
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        run_id = _uuid(term)
-        return (queryset.filter(run_id=run_id) if run_id else queryset.none()), False
