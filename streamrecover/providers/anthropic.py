@@ -28,10 +28,10 @@ from ..engine.events import (
     Usage,
     UsageUpdate,
 )
-from ..engine.retry import header_value, parse_retry_after, should_retry_header
+from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
 from .base import HTTPRequest, ModelRequest, ProviderConfig, Strategy
-from .common import as_int, excerpt, status_policy, strategy_override
+from .common import as_int, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
 
 __all__ = [
     "NO_PREFILL_MODELS",
@@ -377,28 +377,13 @@ class AnthropicAdapter:
     def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
         """Classify a non-2xx response by status, refined by the body, overridden by
         ``x-should-retry`` (except a prefill refusal, which is a fallback signal)."""
-        text = body.decode("utf-8", errors="replace")
-        request_id = header_value(headers, "request-id")
-        message = ""
+        document, error, message = read_error_body(status, body)
+        request_id = header_value(headers, "request-id") or document.get("request_id")
         code = ""
-        try:
-            parsed = json.loads(text) if text.strip() else None
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            request_id = request_id or parsed.get("request_id")
-            error = parsed.get("error")
-            if isinstance(error, dict):
-                message = str(error.get("message") or "")
-                details = error.get("details")
-                if isinstance(details, dict):
-                    code = str(details.get("error_code") or "")
-        if not message:
-            message = f"HTTP {status} with an unexpected body: {excerpt(text)}" if text.strip() else f"HTTP {status}"
+        if isinstance(error, dict) and isinstance(error.get("details"), dict):
+            code = str(error["details"].get("error_code") or "")
         kind, error_class = _refine(status, *status_policy(status, _STATUS_POLICY), message, code)
-        override = should_retry_header(headers)
-        if override is not None and error_class is not ErrorClass.PREFILL_REFUSED:
-            error_class = ErrorClass.RETRYABLE if override else ErrorClass.PERMANENT
+        error_class = with_should_retry(headers, error_class)
         return ProviderError(
             error_class=error_class,
             kind=kind,

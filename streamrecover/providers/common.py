@@ -3,12 +3,13 @@ the ``STRATEGY_OVERRIDES`` lookup."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
 from ..engine.errors import ErrorClass
-from ..engine.retry import RETRYABLE_STATUSES
+from ..engine.retry import RETRYABLE_STATUSES, should_retry_header
 from .base import Strategy
 
 EXCERPT_CHARS = 160
@@ -48,3 +49,32 @@ def strategy_override(overrides: Mapping[str, str], model: str) -> Strategy | No
                     f"strategy override {pattern!r} -> {value!r} is not a strategy (known: {known})"
                 ) from None
     return None
+
+
+def read_error_body(status: int, body: bytes) -> tuple[dict[str, Any], Any, str]:
+    """An error response's JSON object (or ``{}``), its ``error`` member, and a message:
+    the error's own, or a clear one built from the status and an excerpt of the body."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        parsed = json.loads(text) if text.strip() else None
+    except ValueError:
+        parsed = None
+    document = parsed if isinstance(parsed, dict) else {}
+    error = document.get("error")
+    message = ""
+    if isinstance(error, dict):
+        message = str(error.get("message") or "")
+    elif isinstance(error, str):
+        message = error
+    if not message:
+        message = f"HTTP {status} with an unexpected body: {excerpt(text)}" if text.strip() else f"HTTP {status}"
+    return document, error, message
+
+
+def with_should_retry(headers: Mapping[str, str], error_class: ErrorClass) -> ErrorClass:
+    """``x-should-retry`` overrides the status policy (never a prefill refusal: that is the
+    signal to fall back to a continue message)."""
+    override = should_retry_header(headers)
+    if override is None or error_class is ErrorClass.PREFILL_REFUSED:
+        return error_class
+    return ErrorClass.RETRYABLE if override else ErrorClass.PERMANENT

@@ -25,10 +25,10 @@ from ..engine.events import (
     Usage,
     UsageUpdate,
 )
-from ..engine.retry import header_value, parse_retry_after, should_retry_header
+from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
 from .base import HTTPRequest, ModelRequest, ProviderConfig, Strategy
-from .common import as_int, excerpt, status_policy, strategy_override
+from .common import as_int, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
 
 __all__ = ["FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStreamParser"]
 
@@ -337,31 +337,15 @@ class OpenAIChatAdapter:
     def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
         """Status policy, refined by the body's ``code``/``type``/message (quota 429s and
         context overflows are permanent), overridden by ``x-should-retry``."""
-        text = body.decode("utf-8", errors="replace")
-        message = ""
-        markers = ""
-        try:
-            parsed = json.loads(text) if text.strip() else None
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            error = parsed.get("error")
-            if isinstance(error, dict):
-                message = str(error.get("message") or "")
-                markers = f"{error.get('code') or ''} {error.get('type') or ''}"
-            elif isinstance(error, str):
-                message = error
-        if not message:
-            message = f"HTTP {status} with an unexpected body: {excerpt(text)}" if text.strip() else f"HTTP {status}"
+        _, error, message = read_error_body(status, body)
+        markers = f"{error.get('code') or ''} {error.get('type') or ''}" if isinstance(error, dict) else ""
         kind, error_class = status_policy(status, _STATUS_POLICY)
         haystack = f"{markers} {message}".lower()
         if status == 429 and any(m in haystack for m in _QUOTA_MARKERS):
             kind, error_class = "spend_limit", ErrorClass.PERMANENT
         elif status == 400 and any(m in haystack for m in _CONTEXT_MARKERS):
             kind = "context_overflow"
-        override = should_retry_header(headers)
-        if override is not None:
-            error_class = ErrorClass.RETRYABLE if override else ErrorClass.PERMANENT
+        error_class = with_should_retry(headers, error_class)
         return ProviderError(
             error_class=error_class,
             kind=kind,
