@@ -91,6 +91,7 @@ RUN_COLUMNS = [
     "created",
     "started_at",
     "finished_at",
+    "analytics_folded",
 ]
 ATTEMPT_COLUMNS = [
     "run_id",
@@ -319,6 +320,7 @@ class RunBuilder:
                 t0,
                 t0 + timedelta(milliseconds=50),
                 self.later(0.01, 0.2),
+                False,  # folded into the rollup after the COPY, as `streamrecover_rollup` does
             )
         )
 
@@ -426,7 +428,8 @@ def generate(runs: int, seed: int, end: datetime, batch: int = 40_000) -> dict[s
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE streamrecover_recoveryevent, streamrecover_attempt, streamrecover_message, "
-            "streamrecover_streamcheckpoint, streamrecover_run, streamrecover_thread RESTART IDENTITY CASCADE"
+            "streamrecover_streamcheckpoint, streamrecover_run, streamrecover_thread, "
+            "streamrecover_analyticsrollup RESTART IDENTITY CASCADE"
         )
     raw = connection.connection  # psycopg 3 connection
     with raw.cursor() as cur:
@@ -500,17 +503,41 @@ def explain(queryset: Any) -> str:
 
 def query_parts(window: Any) -> Iterator[tuple[str, Callable[[], Any], Any]]:
     """Each query of one report: its name, a call that runs it, and a queryset to EXPLAIN."""
-    from django.db.models import DurationField
-
     from streamrecover import analytics as a
 
-    percentile = a.PercentileCont("duration", 0.5, output_field=DurationField())
-    by_group = a._recoveries(window).values("run__provider", "run__model").annotate(p50=percentile)
-    yield "runs by group and bucket", lambda: list(a._run_rows(window)), a._run_rows(window)
-    yield "events by group and bucket", lambda: list(a._event_rows(window)), a._event_rows(window)
-    yield "attempts by group", lambda: list(a._attempt_rows(window)), a._attempt_rows(window)
-    yield "recovery percentiles by group", lambda: a._recovery_rows(window, grouped=True), by_group
-    yield "recovery percentiles in total", lambda: a._recovery_rows(window, grouped=False), None
+    plan = a.Plan.of(window)
+    yield "rollup by group and bucket", lambda: list(a._rollup_rows(window, plan)), a._rollup_rows(window, plan)
+    runs = a._run_rows(window, plan.rows)
+    yield "runs row by row (edges, unfolded)", lambda: list(a._run_rows(window, plan.rows)), runs
+    yield "events row by row", lambda: list(a._event_rows(window, plan.rows)), a._event_rows(window, plan.rows)
+    yield "attempts row by row", lambda: list(a._attempt_rows(plan.rows)), a._attempt_rows(plan.rows)
+    yield "percentiles over both parts", lambda: a._percentile_rows(window, plan, "default"), None
+
+
+def fold_history(batch: int) -> tuple[int, float]:
+    """Fold every settled run (what ``manage.py streamrecover_rollup`` does on an existing history)."""
+    from streamrecover import rollup
+
+    t = time.perf_counter()
+    folded = rollup.fold_all(batch=batch)
+    return folded, time.perf_counter() - t
+
+
+def time_single_folds(count: int) -> tuple[float, float]:
+    """(median unfold, median fold) seconds for one run at a time: the worker's cost as a run settles."""
+    from streamrecover import rollup
+    from streamrecover.models import Run
+
+    ids = list(Run.objects.filter(analytics_folded=True).order_by("-created").values_list("pk", flat=True)[:count])
+    unfolds, folds = [], []
+    for run_id in ids:
+        t = time.perf_counter()
+        rollup.unfold_run(run_id)
+        unfolds.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        assert rollup.fold_runs([run_id]) == 1
+        folds.append(time.perf_counter() - t)
+    return statistics.median(unfolds), statistics.median(folds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -520,6 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--regenerate", action="store_true", help="drop the stored history and make a new one")
     parser.add_argument("--explain", action="store_true", help="add EXPLAIN ANALYZE of each query (30d window)")
+    parser.add_argument("--fold-batch", type=int, default=2000, help="runs per fold transaction")
     args = parser.parse_args(argv)
 
     load_before = os.getloadavg()
@@ -530,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.test import Client
 
     from streamrecover import analytics
-    from streamrecover.models import Attempt, RecoveryEvent, Run
+    from streamrecover.models import AnalyticsRollup, Attempt, RecoveryEvent, Run
 
     have = RecoveryEvent.objects.count()
     generated = None
@@ -552,6 +580,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     end = Run.objects.aggregate(last=Max("created"))["last"] + timedelta(seconds=1)
     print(f"history: {sizes['runs']:,} runs, {sizes['attempts']:,} attempts, {sizes['events']:,} events", flush=True)
+    folding = None
+    if Run.objects.filter(analytics_folded=False).exists():
+        print("folding the history into the rollup ...", flush=True)
+        folded, t_fold = fold_history(args.fold_batch)
+        vacuum_analyze()
+        folding = (folded, t_fold)
+        print(f"  folded {folded:,} runs in {t_fold:,.1f} s", flush=True)
+    single = time_single_folds(200)
+    sizes["rollup_rows"] = AnalyticsRollup.objects.count()
 
     windows = [("24h", timedelta(hours=24)), ("7d", timedelta(days=7)), ("30d", timedelta(days=30))]
     windows.append((f"{SPAN_DAYS}d (everything)", timedelta(days=SPAN_DAYS, hours=1)))
@@ -567,6 +604,12 @@ def main(argv: list[str] | None = None) -> int:
             first, best, median = timed(lambda window=window: analytics.build_report(window), args.repeat)
             rows.append(("build_report", name, first, best, median, cohort(window)))
             print(f"  build_report {name:<45} median {median * 1000:8.1f} ms", flush=True)
+    raw_rows = []
+    for label, span in windows[2:]:  # what the rollup saves: the same reports, every row read
+        window = analytics.Window(end - span, end)
+        first, best, median = timed(lambda window=window: analytics.build_report(window, rollup=False), 3)
+        raw_rows.append((label, first, best, median))
+        print(f"  build_report(rollup=False) {label:<30} median {median * 1000:8.1f} ms", flush=True)
 
     staff, _ = get_user_model().objects.get_or_create(username="bench-staff", defaults={"is_staff": True})
     client = Client()
@@ -613,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
         part_rows.append((name, first, best, median))
 
     load = (load_before, os.getloadavg())
-    write_results(sizes, generated, rows, endpoint_rows, part_rows, plans, args, load)
+    write_results(sizes, generated, rows, endpoint_rows, part_rows, plans, args, load, folding, single, raw_rows)
     print(f"wrote {RESULTS}")
     return 0
 
@@ -627,6 +670,9 @@ def write_results(
     plans: list[tuple[str, str]],
     args: argparse.Namespace,
     load: tuple[tuple[float, ...], tuple[float, ...]],
+    folding: tuple[int, float] | None,
+    single: tuple[float, float],
+    raw_rows: list[tuple[str, float, float, float]],
 ) -> None:
     from django.db import connection
 
@@ -658,16 +704,35 @@ def write_results(
             f"({(counts['runs'] + counts['attempts'] + counts['events']) / t_copy:,.0f} rows/s), "
             f"VACUUM ANALYZE {t_vacuum:,.1f} s"
         )
+    if folding:
+        folded, t_fold = folding
+        lines.append(
+            f"- folded into the rollup (`rollup.fold_all(batch={args.fold_batch})`, what `manage.py "
+            f"streamrecover_rollup` does on an existing history): {folded:,} runs in {t_fold:,.1f} s "
+            f"({folded / t_fold:,.0f} runs/s)"
+        )
     lines += [
+        f"- rollup: {sizes['rollup_rows']:,} rows (15-minute slots x provider/model)",
+        f"- one run at a time, as a worker folds the run it just finished (median of 200): fold "
+        f"{ms(single[1])} ms, unfold (re-queue) {ms(single[0])} ms",
         "",
         "## The query layer: `analytics.build_report(window)`",
         "",
-        "Every figure, per provider/model and in total, plus the time series (at most 5 queries).",
+        "Every figure, per provider/model and in total, plus the time series (5 queries). Windows end at",
+        "the newest run (not on a slot boundary), so both edges are read row by row.",
         "",
         "| window | runs in cohort | first | best | median |",
         "|---|---:|---:|---:|---:|",
     ]
     lines += [f"| {name} | {n:,} | {ms(f)} | {ms(b)} | {ms(m)} |" for _, name, f, b, m, n in rows]
+    lines += [
+        "",
+        "Without the rollup (`build_report(window, rollup=False)`: every row of the window read, 3 calls):",
+        "",
+        "| window | first | best | median |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {label} | {ms(f)} | {ms(b)} | {ms(m)} |" for label, f, b, m in raw_rows]
     lines += [
         "",
         "## The JSON endpoint, the page and the stats command",

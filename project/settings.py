@@ -115,6 +115,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # logging is configured below, by stru
 # a dead host's run resumes within seconds instead of after the visibility timeout.
 CELERY_BEAT_SCHEDULE = {
     "streamrecover-sweep-stale-runs": {"task": "streamrecover.sweep_stale_runs", "schedule": 5.0},
+    # Workers fold their finished runs into the analytics rollup; this folds whatever is left.
+    "streamrecover-fold-analytics": {"task": "streamrecover.fold_analytics", "schedule": 60.0},
 }
 
 STREAMRECOVER = {

@@ -34,6 +34,7 @@ from .engine.sink import (
     LLM_STREAM_INTERRUPTED,
 )
 from .models import (
+    AnalyticsRollup,
     Attempt,
     ExhaustedRun,
     FailedRun,
@@ -457,3 +458,19 @@ class StreamCheckpointAdmin(RunIdSearchMixin, ReadOnlyAdminMixin, admin.ModelAdm
     @admin.display(description="data")
     def data_pretty(self, obj: StreamCheckpoint) -> str:
         return pretty_json(obj.data)
+
+
+@admin.register(AnalyticsRollup)
+class AnalyticsRollupAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The rollup is derived data: shown for checking, maintained only by ``streamrecover.rollup``."""
+
+    list_display = ("slot", "provider", "model", "runs", "interrupted_runs", "recovered_runs", "interruptions")
+    list_filter = ("provider", "model", ("slot", admin.DateFieldListFilter))
+    date_hierarchy = "slot"
+    ordering = ("-slot", "provider", "model")
+    readonly_fields = ("recover_seconds_pretty",)
+    exclude = ("recover_seconds",)
+
+    @admin.display(description="recover seconds")
+    def recover_seconds_pretty(self, obj: AnalyticsRollup) -> str:
+        return pretty_json(obj.recover_seconds)

@@ -5,14 +5,16 @@ one provider and model). Every figure counts those runs and their attempts and e
 whenever the attempts and events happened, so rates never mix populations and the time
 series adds up to the totals. Groups are the run's ``(provider, model)``.
 
-Nothing here loops over event rows in Python: five ``values().annotate()`` / ``aggregate``
-queries with ``Count``/``Sum`` filters answer everything, whatever the number of rows. They
-read columns that ``RecoveryEvent.save()`` fills from the payload and from the run's earlier
-events (``first_in_run`` counts a run once; a completion event carries its turn's first
-break and kept tokens), so no query correlates events row by row. Time-to-recover
-percentiles use PostgreSQL's ``percentile_cont`` through ``PercentileCont``; on other
-databases (SQLite, the embedded mode) one aggregated query returns the per-recovery
-durations and the same interpolated percentile is computed from that list in Python.
+Nothing here loops over event rows in Python: a handful of ``values().annotate()`` queries
+with ``Count``/``Sum`` filters answer everything, whatever the number of rows. Settled runs
+are read from ``AnalyticsRollup`` (their figures summed per 15-minute slot when they
+settled, by ``streamrecover.rollup``); the others, and the partial slots at a window's edges,
+row by row from columns that ``RecoveryEvent.save()`` fills from the payload and from the
+run's earlier events (``first_in_run`` counts a run once; a completion event carries its
+turn's first break and kept tokens), so no query correlates events row by row.
+Time-to-recover percentiles are exact: the rollup keeps every duration, and PostgreSQL's
+``percentile_cont`` runs over both parts in one query; on other databases (SQLite, the
+embedded mode) the durations come back and the same interpolation runs in Python.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from typing import Any
 
 from django.db import connections, router, transaction
 from django.db.models import (
-    Aggregate,
     Case,
     Count,
     DateTimeField,
-    DurationField,
     F,
+    FloatField,
+    Func,
     Q,
     QuerySet,
     Sum,
@@ -49,7 +51,7 @@ from .engine.sink import (
     LLM_STREAM_CONTINUATION_COMPLETED,
     LLM_STREAM_INTERRUPTED,
 )
-from .models import Attempt, RecoveryEvent, Run
+from .models import AnalyticsRollup, Attempt, RecoveryEvent, Run
 
 # ---- definitions ------------------------------------------------------------------------
 
@@ -266,20 +268,7 @@ class Window:
         }
 
 
-# ---- PostgreSQL percentile ----------------------------------------------------------------
-
-
-class PercentileCont(Aggregate):
-    """PostgreSQL's ordered-set aggregate ``percentile_cont(f) WITHIN GROUP (ORDER BY x)``."""
-
-    function = "PERCENTILE_CONT"
-    name = "PercentileCont"
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
-
-    def __init__(self, expression: Any, fraction: float, **extra: Any) -> None:
-        if not 0.0 <= fraction <= 1.0:
-            raise ValueError("fraction must be within [0, 1]")
-        super().__init__(expression, fraction=repr(float(fraction)), **extra)
+# ---- percentiles ---------------------------------------------------------------------------
 
 
 def percentile_cont(values: Iterable[float], fraction: float) -> float | None:
@@ -293,31 +282,94 @@ def percentile_cont(values: Iterable[float], fraction: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-# ---- the queries ----------------------------------------------------------------------------
+# ---- what a report reads ---------------------------------------------------------------------
 #
-# Five queries at most, whatever the number of rows: runs by (provider, model, bucket);
-# events by (provider, model, bucket), joined to their run for the cohort; attempts by
-# (provider, model); recovery durations by (provider, model) and in total (skipped when
-# there is one group), for the percentiles. Counts and sums are additive (run counts too: a run is
-# counted by its ``first_in_run`` event, and belongs to one group and one bucket), so the
-# grand total and the series are sums of those few aggregated rows.
+# A report adds two parts. The *rollup*: ``AnalyticsRollup`` rows, the figures of the settled
+# runs created in whole 15-minute slots inside the window, already summed (a few thousand
+# rows for 90 days). The *rows*: everything else, read row by row from runs, events and
+# attempts: the runs not folded into the rollup (still going, or settled a moment ago) and
+# every run created in the partial slots at the window's edges. A run is in exactly one part
+# (``Run.analytics_folded`` says which, and flips in the same transaction that adds or
+# removes its counts), so the parts add up to the cohort whatever the folder has done yet.
+#
+# Queries, whatever the number of rows: rollup by (provider, model, bucket); runs by
+# (provider, model, bucket); events by (provider, model, bucket) joined to their run; attempts
+# by (provider, model); and one for the time-to-recover percentiles over both parts. Every
+# count is additive (a run is counted by its ``first_in_run`` event and belongs to one group
+# and one bucket), so the grand total and the series are sums of those aggregated rows.
 
+SLOT = timedelta(minutes=15)
 # Events and attempts happen after their run is created, so rows older than the window start
 # cannot belong to the cohort; the bound (less an hour of clock skew between machines) only
-# lets an index skip them.
+# lets an index skip them when a report reads a whole window row by row.
 CLOCK_SKEW = timedelta(hours=1)
 
 
-def _cohort(window: Window, prefix: str = "", own_time: str | None = None) -> Q:
-    """The window's runs, seen from a model whose path to ``Run`` is ``prefix``."""
-    q = Q(**{f"{prefix}created__gte": window.start, f"{prefix}created__lt": window.end})
-    if own_time:
-        q &= Q(**{f"{own_time}__gte": window.start - CLOCK_SKEW})
+def slot_floor(moment: datetime) -> datetime:
+    """The start of the 15-minute slot (UTC) holding ``moment``."""
+    step = SLOT.total_seconds()
+    return datetime.fromtimestamp(math.floor(moment.timestamp() / step) * step, UTC)
+
+
+def slot_ceil(moment: datetime) -> datetime:
+    floor = slot_floor(moment)
+    return floor if floor == moment else floor + SLOT
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which runs the row-by-row queries read: a filter on ``Run``, and optionally a lower bound
+    on their attempts' and events' own time (only there to let an index skip older rows)."""
+
+    runs: Q
+    since: datetime | None = None
+
+    def on(self, prefix: str, own_time: str | None = None) -> Q:
+        """The filter seen from a model whose path to ``Run`` is ``prefix``."""
+        q = _prefixed(self.runs, prefix)
+        if own_time and self.since is not None:
+            q &= Q(**{f"{own_time}__gte": self.since})
+        return q
+
+
+def _prefixed(q: Q, prefix: str) -> Q:
+    if not prefix:
+        return q
+    children = [_prefixed(c, prefix) if isinstance(c, Q) else (f"{prefix}{c[0]}", c[1]) for c in q.children]
+    return Q(*children, _connector=q.connector, _negated=q.negated)
+
+
+def _cohort(window: Window) -> Q:
+    """The window's runs, as a filter on ``Run``."""
+    q = Q(created__gte=window.start, created__lt=window.end)
     if window.provider:
-        q &= Q(**{f"{prefix}provider": window.provider})
+        q &= Q(provider=window.provider)
     if window.model:
-        q &= Q(**{f"{prefix}model": window.model})
+        q &= Q(model=window.model)
     return q
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How a report splits its window: rollup slots ``[slots_start, slots_end)`` and the rest."""
+
+    rows: Scope
+    slots_start: datetime | None = None
+    slots_end: datetime | None = None
+
+    @classmethod
+    def of(cls, window: Window, rollup: bool = True) -> Plan:
+        cohort = _cohort(window)
+        start, end = slot_ceil(window.start), slot_floor(window.end)
+        if not rollup or start >= end:
+            return cls(Scope(cohort, since=window.start - CLOCK_SKEW))
+        rest = Q(created__lt=start) | Q(created__gte=end) | Q(analytics_folded=False)
+        # Unfolded runs may be old (a run that never ended): no time bound on their rows.
+        return cls(Scope(cohort & rest), start, end)
+
+    @property
+    def uses_rollup(self) -> bool:
+        return self.slots_start is not None
 
 
 def _bucket(window: Window, field: str) -> TruncHour | TruncDay:
@@ -333,9 +385,27 @@ def _local(value: datetime | str) -> datetime:
     return timezone.make_aware(value.replace(tzinfo=None), timezone.get_current_timezone())
 
 
-def _run_rows(window: Window) -> QuerySet:
+def _rollup(window: Window, plan: Plan) -> QuerySet:
+    q = Q(slot__gte=plan.slots_start, slot__lt=plan.slots_end)
+    if window.provider:
+        q &= Q(provider=window.provider)
+    if window.model:
+        q &= Q(model=window.model)
+    return AnalyticsRollup.objects.filter(q).order_by()
+
+
+def _rollup_rows(window: Window, plan: Plan) -> QuerySet:
     return (
-        Run.objects.filter(_cohort(window))
+        _rollup(window, plan)
+        .annotate(bucket=_bucket(window, "slot"))
+        .values("provider", "model", "bucket")
+        .annotate(**{column: Sum(column) for column in ROLLUP_COUNTERS})
+    )
+
+
+def _run_rows(window: Window, scope: Scope) -> QuerySet:
+    return (
+        Run.objects.filter(scope.runs)
         .order_by()
         .annotate(bucket=_bucket(window, "created"))
         .values("provider", "model", "bucket")
@@ -364,14 +434,7 @@ COUNTED_EVENTS = (
 )
 
 
-def _event_rows(window: Window) -> QuerySet:
-    """The event figures by (provider, model, bucket), in one pass over the window's events.
-
-    Only the events that count a run (``INTERRUPTED_RUN``, ``RECOVERED_RUN``) get a bucket,
-    their run's; the others share a ``None`` bucket. So the rows sum to the group figures,
-    and the bucketed rows alone give the series' interrupted and recovered runs, without
-    truncating every row's time.
-    """
+def _event_figures() -> dict[str, Any]:
     interrupted = Q(name=LLM_STREAM_INTERRUPTED)
     completed = Q(name=LLM_STREAM_CONTINUATION_COMPLETED)
     figures: dict[str, Any] = {
@@ -395,41 +458,67 @@ def _event_rows(window: Window) -> QuerySet:
         for value in values:
             figures[f"{field}_{value}"] = Count("name", filter=interrupted & Q(**{field: value}))
         figures[f"{field}_{OTHER}"] = Count("name", filter=interrupted & ~Q(**{f"{field}__in": values}))
+    return figures
+
+
+def _events(scope: Scope) -> QuerySet:
+    return RecoveryEvent.objects.filter(scope.on("run__", own_time="created"), name__in=COUNTED_EVENTS).order_by()
+
+
+def _event_rows(window: Window, scope: Scope) -> QuerySet:
+    """The event figures by (provider, model, bucket), in one pass over the scope's events.
+
+    Only the events that count a run (``INTERRUPTED_RUN``, ``RECOVERED_RUN``) get a bucket,
+    their run's; the others share a ``None`` bucket. So the rows sum to the group figures,
+    and the bucketed rows alone give the series' interrupted and recovered runs, without
+    truncating every row's time.
+    """
     bucket = Case(
         When(INTERRUPTED_RUN | RECOVERED_RUN, then=_bucket(window, "run__created")),
         default=None,
         output_field=DateTimeField(),
     )
     return (
-        RecoveryEvent.objects.filter(_cohort(window, "run__", own_time="created"), name__in=COUNTED_EVENTS)
-        .order_by()
+        _events(scope)
         .annotate(bucket=bucket)
         .values("run__provider", "run__model", "bucket")
-        .annotate(**figures)
+        .annotate(**_event_figures())
     )
 
 
-def _attempt_rows(window: Window) -> QuerySet:
+def event_rows_by_run(scope: Scope) -> QuerySet:
+    """The event figures of each run of the scope (what the rollup folds in)."""
+    return _events(scope).values("run_id").annotate(**_event_figures())
+
+
+def _attempt_figures() -> dict[str, Any]:
     continuing = Q(kind__in=(Attempt.Kind.CONTINUATION, Attempt.Kind.RESUME))
-    return (
-        Attempt.objects.filter(_cohort(window, "run__", own_time="started_at"))
-        .order_by()
-        .values("run__provider", "run__model")
-        .annotate(
-            attempts=Count("pk"),
-            pre_stream_retries=Count("pk", filter=Q(kind=Attempt.Kind.PRE_STREAM_RETRY)),
-            output_tokens_billed=Sum("output_tokens", default=0),
-            completed_output_tokens=Sum("output_tokens", filter=Q(outcome="completed"), default=0),
-            continuation_input_tokens=Sum("input_tokens", filter=continuing, default=0),
-        )
-    )
+    return {
+        "attempts": Count("pk"),
+        "pre_stream_retries": Count("pk", filter=Q(kind=Attempt.Kind.PRE_STREAM_RETRY)),
+        "output_tokens_billed": Sum("output_tokens", default=0),
+        "completed_output_tokens": Sum("output_tokens", filter=Q(outcome="completed"), default=0),
+        "continuation_input_tokens": Sum("input_tokens", filter=continuing, default=0),
+    }
 
 
-def _recoveries(window: Window) -> QuerySet:
+def _attempts(scope: Scope) -> QuerySet:
+    return Attempt.objects.filter(scope.on("run__", own_time="started_at")).order_by()
+
+
+def _attempt_rows(scope: Scope) -> QuerySet:
+    return _attempts(scope).values("run__provider", "run__model").annotate(**_attempt_figures())
+
+
+def attempt_rows_by_run(scope: Scope) -> QuerySet:
+    return _attempts(scope).values("run_id").annotate(**_attempt_figures())
+
+
+def recoveries(scope: Scope) -> QuerySet:
     """One row per recovery (completion event) whose turn's first interruption is known."""
     return (
         RecoveryEvent.objects.filter(
-            _cohort(window, "run__", own_time="created"),
+            scope.on("run__", own_time="created"),
             name=LLM_STREAM_CONTINUATION_COMPLETED,
             first_break_at__isnull=False,
         )
@@ -438,44 +527,79 @@ def _recoveries(window: Window) -> QuerySet:
     )
 
 
-def _uses_percentile_cont(queryset: QuerySet) -> bool:
-    return connections[router.db_for_read(queryset.model)].vendor == "postgresql"
+class _Epoch(Func):
+    """PostgreSQL: an interval in seconds, as a float."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::float8"
+    output_field = FloatField()
 
 
-def _recovery_rows(window: Window, grouped: bool) -> list[dict[str, Any]]:
-    """Time-to-recover percentiles per group, or in total."""
-    base = _recoveries(window)
-    if _uses_percentile_cont(base):
-        percentiles = {
-            "p50": PercentileCont("duration", 0.5, output_field=DurationField()),
-            "p95": PercentileCont("duration", 0.95, output_field=DurationField()),
-        }
-        if grouped:
-            rows = list(base.values("run__provider", "run__model").annotate(**percentiles))
-        else:
-            rows = [base.aggregate(**percentiles)]
+def _percentiles_in_postgresql(window: Window, plan: Plan) -> list[dict[str, Any]]:
+    """Percentiles per group and in total (``GROUPING SETS``) over both parts, in one query:
+    the rollup's kept durations (``jsonb_array_elements_text``) and the rows' own."""
+    rows = (
+        recoveries(plan.rows).annotate(seconds=_Epoch("duration")).values_list("run__provider", "run__model", "seconds")
+    )
+    rows_sql, params = rows.query.sql_with_params()
+    parts = [f"SELECT * FROM ({rows_sql}) AS row_part (provider, model, seconds)"]
+    params = list(params)
+    if plan.uses_rollup:
+        qn = connections[router.db_for_read(AnalyticsRollup)].ops.quote_name
+        filters = ["r.slot >= %s", "r.slot < %s"]
+        params += [plan.slots_start, plan.slots_end]
+        for field in ("provider", "model"):
+            if getattr(window, field):
+                filters.append(f"r.{qn(field)} = %s")
+                params.append(getattr(window, field))
+        parts.append(
+            f"SELECT r.provider, r.model, v.value::float8 FROM {qn(AnalyticsRollup._meta.db_table)} r "
+            f"CROSS JOIN LATERAL jsonb_array_elements_text(r.recover_seconds) v WHERE {' AND '.join(filters)}"
+        )
+    sql = (
+        "SELECT d.provider, d.model, GROUPING(d.provider, d.model), "
+        "percentile_cont(0.5) WITHIN GROUP (ORDER BY d.seconds), "
+        "percentile_cont(0.95) WITHIN GROUP (ORDER BY d.seconds) "
+        f"FROM ({' UNION ALL '.join(parts)}) d GROUP BY GROUPING SETS ((d.provider, d.model), ())"
+    )
+    with connections[router.db_for_read(RecoveryEvent)].cursor() as cursor:
+        cursor.execute(sql, params)
         return [
             {
-                **{key: row[key] for key in ("run__provider", "run__model") if key in row},
-                "time_to_recover_p50_s": _seconds(row["p50"]),
-                "time_to_recover_p95_s": _seconds(row["p95"]),
+                "group": None if grouping else (provider, model),
+                "time_to_recover_p50_s": p50,
+                "time_to_recover_p95_s": p95,
             }
-            for row in rows
+            for provider, model, grouping, p50, p95 in cursor.fetchall()
         ]
-    # No percentile_cont (SQLite): one query returns the per-recovery durations; percentiles here.
-    durations: dict[tuple[str, str] | None, list[float]] = {}
-    for provider, model, duration in base.values_list("run__provider", "run__model", "duration"):
-        durations.setdefault((provider, model) if grouped else None, []).append(_seconds(duration) or 0.0)
-    if not grouped:
-        durations.setdefault(None, [])
+
+
+def _percentiles_in_python(window: Window, plan: Plan) -> list[dict[str, Any]]:
+    """Other databases (SQLite, the embedded mode): the durations come back, percentiles here."""
+    durations: dict[tuple[str, str], list[float]] = {}
+    for provider, model, duration in recoveries(plan.rows).values_list("run__provider", "run__model", "duration"):
+        durations.setdefault((provider, model), []).append(seconds(duration) or 0.0)
+    if plan.uses_rollup:
+        for provider, model, kept in _rollup(window, plan).values_list("provider", "model", "recover_seconds"):
+            durations.setdefault((provider, model), []).extend(kept or ())
+    everything = [value for values in durations.values() for value in values]
     return [
         {
-            **({"run__provider": key[0], "run__model": key[1]} if key else {}),
+            "group": key,
             "time_to_recover_p50_s": percentile_cont(values, 0.5),
             "time_to_recover_p95_s": percentile_cont(values, 0.95),
         }
-        for key, values in durations.items()
+        for key, values in [*durations.items(), (None, everything)]
     ]
+
+
+def _uses_percentile_cont(using: str) -> bool:
+    return connections[using].vendor == "postgresql"
+
+
+def _percentile_rows(window: Window, plan: Plan, using: str) -> list[dict[str, Any]]:
+    if _uses_percentile_cont(using):
+        return _percentiles_in_postgresql(window, plan)
+    return _percentiles_in_python(window, plan)
 
 
 def _buckets(window: Window) -> list[datetime]:
@@ -503,14 +627,20 @@ def _buckets(window: Window) -> list[datetime]:
 def _tuned(using: str) -> Iterator[None]:
     """On PostgreSQL, one transaction whose settings suit a report, and only it.
 
-    JIT compilation costs ~100 ms per query here and buys nothing; the default 4 MB of
-    ``work_mem`` makes the grouping of a month of events sort on disk.
+    One snapshot for all the queries (``REPEATABLE READ``, when the report opens the
+    transaction): a run folded into the rollup between two queries is then neither counted
+    twice nor missed. JIT compilation costs ~100 ms per query here and buys nothing; the
+    default 4 MB of ``work_mem`` makes the grouping of a month of rows sort on disk.
     """
     connection = connections[using]
     if connection.vendor != "postgresql":
-        yield
+        with transaction.atomic(using=using):  # one snapshot on SQLite too
+            yield
         return
+    outermost = not connection.in_atomic_block
     with transaction.atomic(using=using), connection.cursor() as cursor:
+        if outermost:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         cursor.execute("SET LOCAL jit = off")
         cursor.execute("SET LOCAL work_mem = '64MB'")
         yield
@@ -541,6 +671,11 @@ _SUMMED = (
     "continuation_input_tokens",
 )
 _BREAKDOWNS = (("cause", CAUSES, "interruptions_by_cause"), ("plan", PLANS, "interruptions_by_plan"))
+# The additive figures with the breakdowns flat (``cause_goaway``): the columns of ``AnalyticsRollup``.
+ROLLUP_COUNTERS: tuple[str, ...] = (
+    *_SUMMED,
+    *(f"{field}_{value}" for field, values, _ in _BREAKDOWNS for value in (*values, OTHER)),
+)
 
 
 def _empty() -> dict[str, Any]:
@@ -566,7 +701,7 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def _seconds(value: timedelta | float | None) -> float | None:
+def seconds(value: timedelta | float | None) -> float | None:
     if value is None:
         return None
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
@@ -592,9 +727,14 @@ def _point(bucket: datetime, row: Mapping[str, Any]) -> dict[str, Any]:
     return point
 
 
-def build_report(window: Window) -> dict[str, Any]:
-    """Every figure per (provider, model), in total, and over time: JSON-ready."""
+def build_report(window: Window, *, rollup: bool = True) -> dict[str, Any]:
+    """Every figure per (provider, model), in total, and over time: JSON-ready.
+
+    ``rollup=False`` reads every run of the window row by row (what the rollup must agree
+    with; the benchmark compares the two).
+    """
     using = router.db_for_read(RecoveryEvent)
+    plan = Plan.of(window, rollup)
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     series: dict[datetime, dict[str, Any]] = {bucket: _empty() for bucket in _buckets(window)}
     total = _empty()
@@ -603,25 +743,28 @@ def build_report(window: Window) -> dict[str, Any]:
         return groups.setdefault((provider, model), _empty())
 
     with _tuned(using):
-        for row in _run_rows(window):
+        if plan.uses_rollup:
+            for row in _rollup_rows(window, plan):
+                _add(group(row["provider"], row["model"]), row)
+                _add(series.setdefault(row["bucket"], _empty()), row)
+        for row in _run_rows(window, plan.rows):
             _add(group(row["provider"], row["model"]), row)
             _add(series.setdefault(row["bucket"], _empty()), row)
-        for row in _event_rows(window):
+        for row in _event_rows(window, plan.rows):
             _add(group(row["run__provider"], row["run__model"]), row)
             if row["bucket"] is not None:
                 point = series.setdefault(_local(row["bucket"]), _empty())
                 point["interrupted_runs"] += row["interrupted_runs"]
                 point["recovered_runs"] += row["recovered_runs"]
-        for row in _attempt_rows(window):
+        for row in _attempt_rows(plan.rows):
             _add(group(row["run__provider"], row["run__model"]), row)
-        for row in _recovery_rows(window, grouped=True):
-            group(row.pop("run__provider"), row.pop("run__model")).update(row)
-        # One group: its percentiles are the total's, no need to ask again.
-        [overall] = list(groups.values()) if len(groups) == 1 else _recovery_rows(window, grouped=False)
+        for row in _percentile_rows(window, plan, using):
+            key = row.pop("group")
+            (group(*key) if key else total).update(row)
+    overall = {key: total[key] for key in ("time_to_recover_p50_s", "time_to_recover_p95_s")}
     for row in groups.values():
         _add(total, row)
-    total["time_to_recover_p50_s"] = overall["time_to_recover_p50_s"]
-    total["time_to_recover_p95_s"] = overall["time_to_recover_p95_s"]
+    total.update(overall)
     return {
         "window": window.as_dict(),
         "definitions": [
@@ -637,8 +780,11 @@ def build_report(window: Window) -> dict[str, Any]:
 
 def choices(window: Window) -> dict[str, list[str]]:
     """Providers and models of the window's runs (whatever the provider/model filter), for the page."""
-    runs = Run.objects.filter(created__gte=window.start, created__lt=window.end).order_by()
-    pairs = list(runs.values_list("provider", "model").distinct())
+    plan = Plan.of(Window(window.start, window.end))
+    pairs = set(Run.objects.filter(plan.rows.runs).order_by().values_list("provider", "model").distinct())
+    if plan.uses_rollup:
+        rolled = _rollup(Window(window.start, window.end), plan).filter(runs__gt=0)
+        pairs |= set(rolled.values_list("provider", "model").distinct())
     return {
         "providers": sorted({provider for provider, _ in pairs}),
         "models": sorted({model for _, model in pairs}),

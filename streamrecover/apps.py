@@ -9,12 +9,13 @@ class StreamRecoverConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Only registrations: system checks and the settings reload receiver."""
+        """Only registrations: system checks, the settings reload receiver, the rollup's delete receiver."""
         from django.core import checks
         from django.core.signals import setting_changed
 
         from .checks import ALL_CHECKS
         from .conf import reload_app_settings
+        from .rollup import _unfold_deleted_run  # noqa: F401  (connects with @receiver)
 
         for check in ALL_CHECKS:
             checks.register(check, "streamrecover")

@@ -84,6 +84,9 @@ class Run(models.Model):
     created = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # True while this run's figures are counted in ``AnalyticsRollup`` (and so nowhere else).
+    # Written only by ``streamrecover.rollup``, with ``update()``: ``save()`` never writes it.
+    analytics_folded = models.BooleanField(default=False, editable=False)
 
     objects = RunQuerySet.as_manager()
 
@@ -96,6 +99,8 @@ class Run(models.Model):
             models.Index(fields=["owner", "created"], name="sr_run_owner_created"),
             # The analytics cohort (runs created in a window) with what it groups and joins on.
             models.Index(fields=["created", "provider", "model", "status", "id"], name="sr_run_cohort"),
+            # The runs analytics still reads row by row: going, or settled but not yet folded.
+            models.Index(fields=["created"], condition=models.Q(analytics_folded=False), name="sr_run_unfolded"),
         ]
 
     def __str__(self) -> str:
@@ -105,6 +110,12 @@ class Run(models.Model):
         """Options and the error are shown on pages: scrub secrets whoever wrote them."""
         self.options = redact(self.options)
         self.error_message = redact(self.error_message)
+        if not self._state.adding and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
+            # An instance read before a fold must not write the flag back: the run would then be
+            # counted twice (rolled up and row by row). Only the rollup writes it.
+            kwargs["update_fields"] = [
+                f.name for f in self._meta.concrete_fields if not f.primary_key and f.name != "analytics_folded"
+            ]
         super().save(*args, **kwargs)
 
     @property
@@ -449,3 +460,66 @@ def _turn_number(value: Any) -> int | None:
         _, _, tail = value.rpartition(":")
         return int(tail) if tail.isdigit() else None
     return _count(value)
+
+
+class AnalyticsRollup(models.Model):
+    """The analytics figures of the settled runs created in one 15-minute slot, per provider/model.
+
+    Maintained on write by ``streamrecover.rollup``: a run is *folded* in (its counts added,
+    ``Run.analytics_folded`` set, in one transaction) once it is terminal, and folded out
+    again if it is re-queued. Reports add these rows to what they read row by row (the runs
+    not folded, and the partial slots at a window's edges), so they read a few thousand rows
+    for 90 days whatever the number of events. A slot is 15 minutes so that every time zone's
+    hours and days (UTC+05:30, +05:45 ...) are whole slots. The counters are the additive
+    figures of ``streamrecover.analytics`` (see ``analytics.ROLLUP_COUNTERS``);
+    ``recover_seconds`` keeps every recovery's duration so that percentiles stay exact.
+    """
+
+    slot = models.DateTimeField(help_text="Start (UTC) of the 15 minutes its runs were created in.")
+    provider = models.CharField(max_length=64)
+    model = models.CharField(max_length=200)
+    runs = models.BigIntegerField(default=0)
+    attempts = models.BigIntegerField(default=0)
+    pre_stream_retries = models.BigIntegerField(default=0)
+    interrupted_runs = models.BigIntegerField(default=0)
+    interruptions = models.BigIntegerField(default=0)
+    recovered_runs = models.BigIntegerField(default=0)
+    exhausted_runs = models.BigIntegerField(default=0)
+    failed_runs = models.BigIntegerField(default=0)
+    recoveries = models.BigIntegerField(default=0)
+    continuations_in_recovered = models.BigIntegerField(default=0)
+    discarded_tool_uses = models.BigIntegerField(default=0)
+    discarded_tool_bytes = models.BigIntegerField(default=0)
+    discarded_thinking_blocks = models.BigIntegerField(default=0)
+    discarded_thinking_bytes = models.BigIntegerField(default=0)
+    output_tokens_billed = models.BigIntegerField(default=0)
+    completed_output_tokens = models.BigIntegerField(default=0)
+    kept_tokens_delivered = models.BigIntegerField(default=0)
+    tokens_saved = models.BigIntegerField(default=0)
+    continuation_input_tokens = models.BigIntegerField(default=0)
+    cause_connection_reset = models.BigIntegerField(default=0)
+    cause_idle_stall = models.BigIntegerField(default=0)
+    cause_goaway = models.BigIntegerField(default=0)
+    cause_provider_error_mid_stream = models.BigIntegerField(default=0)
+    cause_sse_parse = models.BigIntegerField(default=0)
+    cause_body_decode = models.BigIntegerField(default=0)
+    cause_unknown = models.BigIntegerField(default=0)
+    cause_other = models.BigIntegerField(default=0)
+    plan_continue_text = models.BigIntegerField(default=0)
+    plan_synthesize_tool_use = models.BigIntegerField(default=0)
+    plan_truncate_before_tool = models.BigIntegerField(default=0)
+    plan_whole_restart = models.BigIntegerField(default=0)
+    plan_other = models.BigIntegerField(default=0)
+    recover_seconds = models.JSONField(
+        default=list, blank=True, help_text="Time to recover of every recovery, in seconds."
+    )
+
+    class Meta:
+        ordering = ["-slot", "provider", "model"]
+        constraints = [
+            models.UniqueConstraint(fields=["slot", "provider", "model"], name="sr_rollup_slot_group_uniq"),
+        ]
+        verbose_name = "analytics rollup"
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model} @ {self.slot:%Y-%m-%d %H:%M}"

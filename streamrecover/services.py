@@ -25,6 +25,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
+from . import rollup
 from .conf import app_settings
 from .demo_tools import demo_registry
 from .engine.agent import RunResult, ToolRegistry, run_agent
@@ -147,12 +148,14 @@ def claim_run(run_id: str, worker: str = WORKER_ID) -> Run | None:
             run.error_message = f"claimed {run.claims} times without finishing; giving up (MAX_CLAIMS)"
             run.finished_at = now
             run.save()
+            _fold_on_commit(run)
             log.error("run_claims_exceeded", run_id=str(run.pk), claims=run.claims)
             return None
         if run.cancel_requested:
             run.status = Run.Status.CANCELLED
             run.finished_at = now
             run.save()
+            _fold_on_commit(run)
             return None
         run.status = Run.Status.RUNNING
         run.worker = worker
@@ -330,6 +333,13 @@ def _finish_sync(run_id: str, status: str, error_kind: str, error_message: str) 
         run.error_message = error_message
         run.finished_at = timezone.now()
         run.save()
+        _fold_on_commit(run)
+
+
+def _fold_on_commit(run: Run) -> None:
+    """A run that just settled goes into the analytics rollup once its transaction commits."""
+    run_id = run.pk
+    transaction.on_commit(lambda: rollup.fold_settled(run_id))
 
 
 # ---- cancelling, re-queueing, sweeping ----------------------------------------------------
@@ -346,6 +356,7 @@ def request_cancel(run_id: str | uuid.UUID, reason: str = "cancelled by user") -
         if run.status == Run.Status.QUEUED:
             run.status = Run.Status.CANCELLED
             run.finished_at = timezone.now()
+            _fold_on_commit(run)
         run.save()
     log.info("run_cancel_requested", run_id=str(run_id), reason=reason)
     return True
@@ -357,6 +368,7 @@ def requeue_run(run_id: str | uuid.UUID) -> bool:
         run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.status in (Run.Status.COMPLETED, Run.Status.CANCELLED, Run.Status.QUEUED):
             return False
+        rollup.unfold_run(run.pk)  # its figures are about to change: counted row by row again
         run.status = Run.Status.QUEUED
         run.claims = 0
         run.worker = ""

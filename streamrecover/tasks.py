@@ -7,7 +7,7 @@ import asyncio
 from celery import shared_task
 from django.db import close_old_connections
 
-from . import services
+from . import rollup, services
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, name="streamrecover.execute_run")
@@ -26,3 +26,15 @@ def sweep_stale_runs_task() -> list[str]:
     """Re-queue runs whose worker's heartbeat stopped (schedule it every few seconds with beat)."""
     close_old_connections()
     return services.sweep_stale_runs()
+
+
+@shared_task(name="streamrecover.fold_analytics")
+def fold_analytics_task(limit: int = 50_000) -> int:
+    """Fold settled runs into the analytics rollup (schedule it every minute or so with beat).
+
+    Workers fold their runs as they finish them; this catches the rest (runs cancelled
+    while queued, runs that hit ``MAX_CLAIMS``, a fold that failed, a history from before
+    the rollup existed). Bounded by ``limit`` so one call never runs for long.
+    """
+    close_old_connections()
+    return rollup.fold_all(limit=limit)

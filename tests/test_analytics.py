@@ -21,7 +21,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from streamrecover import analytics
+from streamrecover import analytics, rollup
 from streamrecover.analytics import Window, build_report, parse_span, percentile_cont
 from streamrecover.models import Attempt, RecoveryEvent, Run
 
@@ -269,9 +269,13 @@ def record_history(start: datetime | None = None) -> History:
     return History(start, runs)
 
 
-@pytest.fixture
-def history() -> History:
-    return record_history()
+@pytest.fixture(params=["rows", "rollup"])
+def history(request: pytest.FixtureRequest) -> History:
+    """Every figure test twice: read row by row, and with the settled runs folded into the rollup."""
+    recorded = record_history()
+    if request.param == "rollup":
+        assert rollup.fold_all() == Run.objects.count()  # every run of the history is settled
+    return recorded
 
 
 # ---- the expected figures, by hand ------------------------------------------------------------
