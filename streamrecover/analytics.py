@@ -23,10 +23,11 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections, router, transaction
 from django.db.models import (
     Case,
@@ -292,13 +293,15 @@ def percentile_cont(values: Iterable[float], fraction: float) -> float | None:
 # (``Run.analytics_folded`` says which, and flips in the same transaction that adds or
 # removes its counts), so the parts add up to the cohort whatever the folder has done yet.
 #
-# Queries, whatever the number of rows: rollup by (provider, model, bucket); runs by
-# (provider, model, bucket); events by (provider, model, bucket) joined to their run; attempts
-# by (provider, model); and one for the time-to-recover percentiles over both parts. Every
+# Queries, whatever the number of rows: rollup by (provider, model, bucket); the ids of the
+# runs read row by row (``Plan.pinned``); those runs by (provider, model, bucket); their events
+# by (provider, model, bucket); their attempts by (provider, model); and one for the
+# time-to-recover percentiles over both parts. Every
 # count is additive (a run is counted by its ``first_in_run`` event and belongs to one group
 # and one bucket), so the grand total and the series are sums of those aggregated rows.
 
 SLOT = timedelta(minutes=15)
+PIN_UP_TO = 10_000  # runs read row by row that a report names by id (see ``Plan.pinned``)
 # Events and attempts happen after their run is created, so rows older than the window start
 # cannot belong to the cohort; the bound (less an hour of clock skew between machines) only
 # lets an index skip them when a report reads a whole window row by row.
@@ -370,6 +373,20 @@ class Plan:
     @property
     def uses_rollup(self) -> bool:
         return self.slots_start is not None
+
+    def pinned(self) -> Plan:
+        """The rows part as the list of its runs' ids, when it is small (it is, by design).
+
+        PostgreSQL misjudges how many runs the edges-or-unfolded filter matches (by a factor of
+        a thousand), and so scans every event and attempt to join them; with the ids spelled
+        out it probes their indexes for those runs only. One cheap query, in the report's snapshot.
+        """
+        if not self.uses_rollup:
+            return self
+        ids = list(Run.objects.filter(self.rows.runs).order_by().values_list("pk", flat=True)[: PIN_UP_TO + 1])
+        if len(ids) > PIN_UP_TO:  # a backlog of unfolded runs: let the planner join
+            return self
+        return replace(self, rows=Scope(Q(pk__in=ids)))
 
 
 def _bucket(window: Window, field: str) -> TruncHour | TruncDay:
@@ -540,9 +557,14 @@ def _percentiles_in_postgresql(window: Window, plan: Plan) -> list[dict[str, Any
     rows = (
         recoveries(plan.rows).annotate(seconds=_Epoch("duration")).values_list("run__provider", "run__model", "seconds")
     )
-    rows_sql, params = rows.query.sql_with_params()
-    parts = [f"SELECT * FROM ({rows_sql}) AS row_part (provider, model, seconds)"]
-    params = list(params)
+    parts, params = [], []
+    try:
+        rows_sql, rows_params = rows.query.sql_with_params()
+    except EmptyResultSet:  # no run is read row by row
+        pass
+    else:
+        parts.append(f"SELECT * FROM ({rows_sql}) AS row_part (provider, model, seconds)")
+        params += rows_params
     if plan.uses_rollup:
         qn = connections[router.db_for_read(AnalyticsRollup)].ops.quote_name
         filters = ["r.slot >= %s", "r.slot < %s"]
@@ -552,9 +574,11 @@ def _percentiles_in_postgresql(window: Window, plan: Plan) -> list[dict[str, Any
                 filters.append(f"r.{qn(field)} = %s")
                 params.append(getattr(window, field))
         parts.append(
-            f"SELECT r.provider, r.model, v.value::float8 FROM {qn(AnalyticsRollup._meta.db_table)} r "
+            f"SELECT r.provider, r.model, v.value::float8 AS seconds FROM {qn(AnalyticsRollup._meta.db_table)} r "
             f"CROSS JOIN LATERAL jsonb_array_elements_text(r.recover_seconds) v WHERE {' AND '.join(filters)}"
         )
+    if not parts:
+        return [{"group": None, "time_to_recover_p50_s": None, "time_to_recover_p95_s": None}]
     sql = (
         "SELECT d.provider, d.model, GROUPING(d.provider, d.model), "
         "percentile_cont(0.5) WITHIN GROUP (ORDER BY d.seconds), "
@@ -743,6 +767,7 @@ def build_report(window: Window, *, rollup: bool = True) -> dict[str, Any]:
         return groups.setdefault((provider, model), _empty())
 
     with _tuned(using):
+        plan = plan.pinned()
         if plan.uses_rollup:
             for row in _rollup_rows(window, plan):
                 _add(group(row["provider"], row["model"]), row)

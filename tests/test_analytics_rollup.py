@@ -168,7 +168,7 @@ def test_the_number_of_queries_stays_small_with_both_parts(history_both: History
     with CaptureQueriesContext(connection) as queries:
         build_report(window)
     selects = [q for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(("SELECT", "WITH"))]
-    assert len(selects) == 5  # rollup, runs, events, attempts, percentiles
+    assert len(selects) == 6  # rollup, the ids read row by row, runs, events, attempts, percentiles
 
 
 @pytest.fixture
@@ -250,3 +250,28 @@ def test_a_run_the_worker_finishes_is_folded_as_it_settles() -> None:
     assert report["totals"]["recovered_runs"] == 1
     assert report["totals"]["tokens_saved"] > 0
     _same(report, build_report(window, rollup=False))
+
+
+@pytest.mark.django_db(transaction=True)  # the task closes stale connections, as Celery tasks must
+def test_the_periodic_task_folds_what_the_workers_did_not() -> None:
+    """Runs settled without a fold (a history from before the rollup, a fold that failed): the beat task."""
+    from streamrecover.tasks import fold_analytics_task
+
+    history = record_history()
+    queued = make_run(provider=A[0], model=A[1], created=history.start + timedelta(minutes=30))
+    Run.objects.filter(pk=queued.pk).update(status="cancelled")  # as MAX_CLAIMS or a crash may leave it
+    assert fold_analytics_task(limit=5) == 5
+    assert fold_analytics_task() == Run.objects.count() - 5
+    assert fold_analytics_task() == 0
+    assert Run.objects.get(pk=queued.pk).analytics_folded
+    _same(build_report(history.window()), build_report(history.window(), rollup=False))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_cancelled_while_queued_is_folded_once_the_cancel_commits() -> None:
+    queued = make_run(provider=A[0], model=A[1])
+    assert services.request_cancel(queued.pk)
+    queued.refresh_from_db()
+    assert queued.status == "cancelled"
+    assert queued.analytics_folded
+    assert AnalyticsRollup.objects.get().runs == 1
