@@ -296,9 +296,9 @@ def percentile_cont(values: Iterable[float], fraction: float) -> float | None:
 # Queries, whatever the number of rows: rollup by (provider, model, bucket); the ids of the
 # runs read row by row (``Plan.pinned``); those runs by (provider, model, bucket); their events
 # by (provider, model, bucket); their attempts by (provider, model); and one for the
-# time-to-recover percentiles over both parts. Every
-# count is additive (a run is counted by its ``first_in_run`` event and belongs to one group
-# and one bucket), so the grand total and the series are sums of those aggregated rows.
+# time-to-recover percentiles over both parts. Every count is additive (a run is counted by
+# its ``first_in_run`` event and belongs to one group and one bucket), so the grand total and
+# the series are sums of those aggregated rows.
 
 SLOT = timedelta(minutes=15)
 PIN_UP_TO = 10_000  # runs read row by row that a report names by id (see ``Plan.pinned``)
