@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from streamrecover import models
+from streamrecover import models, rollup
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run, StreamCheckpoint, Thread
 
 from .factories import make_attempt, make_event, make_message, make_run, make_thread, make_user
@@ -29,6 +29,7 @@ BROWSABLE = (
     models.Message,
     models.Thread,
     models.StreamCheckpoint,
+    models.AnalyticsRollup,
 )
 
 
@@ -41,7 +42,9 @@ def superuser_client() -> Client:
 
 @pytest.fixture
 def history() -> History:
-    return record_history()
+    recorded = record_history()
+    rollup.fold_all()  # rollup rows to browse
+    return recorded
 
 
 def _url(model: type, view: str, *args: Any) -> str:
@@ -87,6 +90,7 @@ def test_read_only(superuser_client: Client, model: type) -> None:
         make_event(run, "llm_stream_continuation_completed")
         make_message(run.thread, run=run)
         _checkpoint(run)
+    rollup.fold_all()
     obj = model._default_manager.first()
     assert obj is not None
     model_admin = admin.site._registry[model]
