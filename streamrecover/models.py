@@ -32,6 +32,9 @@ class Thread(models.Model):
     )
     title = models.CharField(max_length=200, blank=True)
     created = models.DateTimeField(default=timezone.now)
+    # NOTIFY_MODEL_OF_DISCARDED_TOOLS: tool calls cut off in a turn that ended without tools to
+    # run ({"id", "name", "reason"}); the thread's next user message carries them, explicitly.
+    pending_notices = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
 
     class Meta:
         ordering = ["-created"]

@@ -28,7 +28,7 @@ from django.utils import timezone
 from . import rollup
 from .conf import app_settings
 from .demo_tools import demo_registry
-from .engine.agent import RunResult, ToolRegistry, run_agent
+from .engine.agent import RunResult, ToolRegistry, notice_blocks, run_agent
 from .engine.cancel import CancelToken
 from .engine.sink import FanOutSink, RunSink, StructuredEvent
 from .models import Message, Run, Thread
@@ -65,8 +65,14 @@ def create_run(
     if provider not in app_settings.PROVIDERS:
         raise ValueError(f"unknown provider {provider!r}; configured: {', '.join(sorted(app_settings.PROVIDERS))}")
     with transaction.atomic():
+        notices: list[dict[str, Any]] = []
         if thread is None:
             thread = Thread.objects.create(owner=owner, title=prompt[:80])
+        else:
+            thread = Thread.objects.select_for_update().get(pk=thread.pk)
+            notices, thread.pending_notices = thread.pending_notices, []
+            if notices:
+                thread.save(update_fields=["pending_notices"])
         position = Message.objects.filter(thread=thread).count()
         run = Run.objects.create(
             thread=thread,
@@ -87,7 +93,7 @@ def create_run(
             run=run,
             position=position,
             role="user",
-            content=[{"type": "text", "text": prompt}],
+            content=[*notice_blocks(notices), {"type": "text", "text": prompt}],
         )
     return run
 
@@ -321,11 +327,15 @@ async def _publisher(run_id: str) -> Any:
 
 async def _finish(run_id: str, result: RunResult) -> None:
     error = result.error or {}
-    await sync_to_async(_finish_sync)(run_id, result.status, error.get("kind", ""), error.get("message", ""))
+    await sync_to_async(_finish_sync)(
+        run_id, result.status, error.get("kind", ""), error.get("message", ""), result.undelivered_notices
+    )
     log.info("run_finished", run_id=run_id, status=result.status, error_kind=error.get("kind"))
 
 
-def _finish_sync(run_id: str, status: str, error_kind: str, error_message: str) -> None:
+def _finish_sync(
+    run_id: str, status: str, error_kind: str, error_message: str, notices: Sequence[dict[str, Any]] = ()
+) -> None:
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         run.status = status
@@ -333,6 +343,11 @@ def _finish_sync(run_id: str, status: str, error_kind: str, error_message: str) 
         run.error_message = error_message
         run.finished_at = timezone.now()
         run.save()
+        if notices:  # for the thread's next user message (create_run)
+            thread = Thread.objects.select_for_update().get(pk=run.thread_id)
+            kept = [{key: notice.get(key) for key in ("id", "name", "reason")} for notice in notices]
+            thread.pending_notices = [*thread.pending_notices, *kept]
+            thread.save(update_fields=["pending_notices"])
         _fold_on_commit(run)
 
 

@@ -364,22 +364,41 @@ async def test_turn_bound_is_enforced(fake_server):
     assert out.result.error["kind"] == "max_turns"
 
 
+async def _cut_with_tools(fake_server, prompt: str, cut: int, *, notify: bool):
+    """The demo tools offered, the stream cut after ``cut`` events, notices on or off."""
+    config = with_config(notify_model_of_discarded_tools=notify)
+    return await run(fake_server, prompt, tools=demo_registry(), faults=[f"cut:events={cut}"], config=config)
+
+
 async def test_model_is_told_about_a_discarded_tool_call_only_when_enabled(fake_server):
     prompt = "Weather in Paris and Rome? [[tools=2]]"
     reference = await run(fake_server, prompt, tools=demo_registry())
     cut = await events_until(fake_server, reference, "tool") + 4
-    quiet = await run(fake_server, prompt, tools=demo_registry(), faults=[f"cut:events={cut}"])
+    quiet = await _cut_with_tools(fake_server, prompt, cut, notify=False)
     assert all(b["type"] == "tool_result" for b in quiet.result.messages[2]["content"])
-    told = await run(
-        fake_server,
-        prompt,
-        tools=demo_registry(),
-        faults=[f"cut:events={cut}"],
-        config=with_config(notify_model_of_discarded_tools=True),
-    )
+    told = await _cut_with_tools(fake_server, prompt, cut, notify=True)
     notices = [b for b in told.result.messages[2]["content"] if b["type"] == "text"]
     assert len(notices) == 1
     assert "was not executed" in notices[0]["text"]
+    assert told.result.undelivered_notices == []  # delivered with the tool results
+
+
+async def test_a_notice_the_run_could_not_deliver_is_handed_back(fake_server):
+    """R3, and the model ends its turn instead of calling the tool again: no tool-results
+    message follows, so the notice is returned for the thread's next user message."""
+    prompt = "Weather in Paris? [[tool]] [[no_tool_after_break]]"
+    reference = await run(fake_server, prompt, tools=demo_registry())
+    cut = await events_until(fake_server, reference, "tool") - 2  # inside the arguments JSON
+    quiet = await _cut_with_tools(fake_server, prompt, cut, notify=False)
+    told = await _cut_with_tools(fake_server, prompt, cut, notify=True)
+    for out in (quiet, told):
+        assert out.status == "completed"
+        assert out.events("llm_stream_interrupted")[0]["plan"] == "truncate_before_tool"
+        assert [b["type"] for b in out.assistant[-1]["content"]] == ["text"]  # the turn ended, no call
+    assert quiet.result.undelivered_notices == []
+    (discarded,) = told.events("discarded_partial_tool_use")
+    (notice,) = told.result.undelivered_notices
+    assert (notice["id"], notice["name"]) == (discarded["tool_call_id"], "get_weather")
 
 
 def _first(outcome, kind: str) -> int:

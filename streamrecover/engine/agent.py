@@ -87,6 +87,10 @@ class RunResult:
     continuations: int = 0
     recovered: bool = False
     seq: int = 0
+    # NOTIFY_MODEL_OF_DISCARDED_TOOLS notices that no tool-results message of this run carried
+    # (the turn with the discarded call ended without tools to run): they belong in the
+    # thread's next user message, which the caller commits.
+    undelivered_notices: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def run_agent(
@@ -194,6 +198,7 @@ async def run_agent(
     result.messages = messages
     result.new_messages = new_messages
     result.seq = ctx.seq
+    result.undelivered_notices = notices
     return result
 
 
@@ -218,9 +223,12 @@ async def _execute_tools(
     """The user message with every call's result, plus (when enabled) an explicit notice of
     tool calls that were cut off and never executed."""
     content: list[dict[str, Any]] = [await tools.execute(call) for call in calls]
-    for notice in notices:
-        content.append({"type": "text", "text": discarded_tool_notice(notice)})
-    return {"role": "user", "content": content}
+    return {"role": "user", "content": content + notice_blocks(notices)}
+
+
+def notice_blocks(notices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The text blocks that tell the model about discarded tool calls (never hidden: persisted)."""
+    return [{"type": "text", "text": discarded_tool_notice(notice)} for notice in notices]
 
 
 def discarded_tool_notice(notice: dict[str, Any]) -> str:

@@ -18,6 +18,10 @@ from the last user text prompt; directives anywhere in that prompt steer it:
     N parallel calls (the offered tools in order, cycling; all NAME with ``[[tool=NAME]]``).
 ``[[refuse]]``
     A refusal (Anthropic: text + stop reason ``refusal``; OpenAI: ``delta.refusal``).
+``[[no_tool_after_break]]``
+    A model that changes its mind: asked to go on after a break that cut its tool call
+    off (no complete call in the prefix), it finishes its text and ends the turn
+    (``end_turn``) instead of calling the tool again.
 
 When the last user turn carries tool results, the answer is a final text that names each
 result ("NAME returned: ..."), then generated words. With thinking enabled (and a text
@@ -150,6 +154,7 @@ class Directives:
     tool: str | None = None  # explicit tool name
     tools: int = 0  # number of tool calls wanted
     refuse: bool = False
+    no_tool_after_break: bool = False
     topic: str = ""  # the prompt without directives
 
     @classmethod
@@ -168,13 +173,24 @@ class Directives:
                 values["tools"] = max(1, min(16, int(raw)))
             elif name == "refuse":
                 values["refuse"] = True
+            elif name == "no_tool_after_break":
+                values["no_tool_after_break"] = True
         return cls(**values)
+
+    @classmethod
+    def of(cls, conversation: Conversation) -> Directives:
+        """The directives of the conversation's last user text prompt."""
+        return cls.parse(_prompt(conversation.turns))
+
+
+def _prompt(turns: Sequence[Turn]) -> str:
+    return next((t.text for t in reversed(turns) if t.role == "user" and t.text), "")
 
 
 def plan_answer(conversation: Conversation, *, tool_id_prefix: str = "toolu_") -> Plan:
     """The full answer to a conversation that ends with a user turn."""
     turns = conversation.turns
-    prompt = next((t.text for t in reversed(turns) if t.role == "user" and t.text), "")
+    prompt = _prompt(turns)
     directives = Directives.parse(prompt)
     last = turns[-1] if turns else Turn("user")
     if last.tool_results:
@@ -196,12 +212,16 @@ def plan_answer(conversation: Conversation, *, tool_id_prefix: str = "toolu_") -
     return Plan(tuple(blocks), "end_turn")
 
 
-def continue_plan(plan: Plan, prefix_text: str, prefix_calls: Sequence[ToolCall] = ()) -> tuple[Plan, bool]:
+def continue_plan(
+    plan: Plan, prefix_text: str, prefix_calls: Sequence[ToolCall] = (), *, drop_tools: bool = False
+) -> tuple[Plan, bool]:
     """What a model asked to go on after an assistant prefix says: only the rest.
 
     Returns ``(rest, True)`` when the prefix matches the plan, else ``(plan without its
     thinking block, False)``: a model that does not recognise its own words starts over,
-    which is what exposes a recovery bug. No new thinking block either way.
+    which is what exposes a recovery bug. No new thinking block either way. ``drop_tools``
+    (``[[no_tool_after_break]]``): when the prefix holds no complete call, the rest has no
+    call either and ends the turn.
     """
     blocks = tuple(b for b in plan.blocks if b.kind is not BlockKind.THINKING)
     restart = Plan(blocks, plan.stop_reason)
@@ -217,7 +237,8 @@ def continue_plan(plan: Plan, prefix_text: str, prefix_calls: Sequence[ToolCall]
     rest: list[PlannedBlock] = []
     if text_block is not None and len(prefix_text) < len(text):
         rest.append(_slice_block(text_block, len(prefix_text)))
-    rest.extend(calls[len(prefix_calls) :])
+    if not (drop_tools and not prefix_calls):
+        rest.extend(calls[len(prefix_calls) :])
     stop = plan.stop_reason
     if stop == "tool_use" and not any(b.kind is BlockKind.TOOL_USE for b in rest):
         stop = "end_turn"

@@ -42,7 +42,7 @@ from .http11 import (
 )
 from .interpret import Interpretation, RequestRejected
 from .log import LogEntry
-from .model import Plan, continue_plan, plan_answer
+from .model import Directives, Plan, continue_plan, plan_answer
 from .recording import Recording
 from .wire import ErrorSpec, ResponseContext
 
@@ -466,7 +466,12 @@ def _understand(
         plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
     outcome.understood_as = interpretation.mode.value
     if interpretation.continues:
-        plan, matched = continue_plan(plan, interpretation.prefix_text, interpretation.prefix_calls)
+        plan, matched = continue_plan(
+            plan,
+            interpretation.prefix_text,
+            interpretation.prefix_calls,
+            drop_tools=Directives.of(interpretation.conversation).no_tool_after_break,
+        )
         outcome.prefix_chars, outcome.prefix_matched = len(interpretation.prefix_text), matched
     outcome.output_tokens = plan.output_tokens
     ctx = ResponseContext(
