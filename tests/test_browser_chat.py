@@ -5,6 +5,8 @@ with no character missing or doubled, and model output is only ever text."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,12 +23,17 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def demo_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("browser") / "demo.sqlite3"
+
+
+@pytest.fixture(scope="module")
+def demo_site(demo_db: Path) -> Iterator[str]:
     """A fresh SQLite demo (migrated, demo user) served by Daphne on a free port."""
-    tmp: Path = tmp_path_factory.mktemp("browser")
+    tmp = demo_db.parent
     env = base_env(
         DJANGO_SETTINGS_MODULE="tests.settings_browser",
-        STREAMRECOVER_BROWSER_DB=str(tmp / "demo.sqlite3"),
+        STREAMRECOVER_BROWSER_DB=str(demo_db),
         STREAMRECOVER_FAKE_EVENT_DELAY="0.01",
     )
     manage("migrate", "--verbosity", "0", env=env)
@@ -140,6 +147,27 @@ def test_cancel_stops_the_run(chat: ChatPage) -> None:
     chat.page.click("#sr-cancel")
     assert chat.wait_until_finished() == "cancelled"
     assert chat.run_detail(run_id)["status"] == "cancelled"
+
+
+def test_the_demos_finished_runs_are_folded_into_the_analytics_rollup(chat: ChatPage, demo_db: Path) -> None:
+    """Embedded mode (SQLite, runs in Daphne's threads): each finished run (this one, and any
+    the tests above finished) was folded into the rollup as it settled, counted there once."""
+    chat.send("Tell me about harbours. [[words=40]]", "r1")
+    assert chat.wait_until_finished() == "completed"
+    terminal = "('completed', 'failed', 'exhausted', 'cancelled')"
+    deadline = time.monotonic() + 15
+    with sqlite3.connect(demo_db) as db:
+        while True:
+            settled, folded = db.execute(
+                f"SELECT count(*), coalesce(sum(analytics_folded), 0) FROM streamrecover_run WHERE status IN {terminal}"
+            ).fetchone()
+            if (settled and settled == folded) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert settled >= 1
+        assert folded == settled
+        (rolled,) = db.execute("SELECT coalesce(sum(runs), 0) FROM streamrecover_analyticsrollup").fetchone()
+        assert rolled == settled
 
 
 # ---- client.js applies frames exactly like engine/client_view.py ---------------------------------
