@@ -786,10 +786,8 @@ def build_report(window: Window, *, rollup: bool = True) -> dict[str, Any]:
         for row in _percentile_rows(window, plan, using):
             key = row.pop("group")
             (group(*key) if key else total).update(row)
-    overall = {key: total[key] for key in ("time_to_recover_p50_s", "time_to_recover_p95_s")}
     for row in groups.values():
-        _add(total, row)
-    total.update(overall)
+        _add(total, row)  # the sums; the total's percentiles came from their own query above
     return {
         "window": window.as_dict(),
         "definitions": [
@@ -805,10 +803,11 @@ def build_report(window: Window, *, rollup: bool = True) -> dict[str, Any]:
 
 def choices(window: Window) -> dict[str, list[str]]:
     """Providers and models of the window's runs (whatever the provider/model filter), for the page."""
-    plan = Plan.of(Window(window.start, window.end))
+    unfiltered = Window(window.start, window.end)
+    plan = Plan.of(unfiltered)
     pairs = set(Run.objects.filter(plan.rows.runs).order_by().values_list("provider", "model").distinct())
     if plan.uses_rollup:
-        rolled = _rollup(Window(window.start, window.end), plan).filter(runs__gt=0)
+        rolled = _rollup(unfiltered, plan).filter(runs__gt=0)
         pairs |= set(rolled.values_list("provider", "model").distinct())
     return {
         "providers": sorted({provider for provider, _ in pairs}),

@@ -32,8 +32,8 @@ def sweep_stale_runs_task() -> list[str]:
 def fold_analytics_task(limit: int = 50_000) -> int:
     """Fold settled runs into the analytics rollup (schedule it every minute or so with beat).
 
-    Workers fold their runs as they finish them; this catches the rest (runs cancelled
-    while queued, runs that hit ``MAX_CLAIMS``, a fold that failed, a history from before
+    ``streamrecover.services`` folds each run after the commit that settles it; this catches
+    the rest (a fold that failed, a status set outside ``services``, a history from before
     the rollup existed). Bounded by ``limit`` so one call never runs for long.
     """
     close_old_connections()
