@@ -5,7 +5,6 @@ from __future__ import annotations
 import email.utils
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +30,8 @@ from streamrecover.engine.sse import SSEEvent
 from streamrecover.providers.anthropic import NO_PREFILL_MODELS, AnthropicAdapter, AnthropicStreamParser
 from streamrecover.providers.base import ModelRequest, ProviderConfig, Strategy, ToolSpec
 
-STREAMS = Path(__file__).resolve().parents[2] / "shared" / "streams"
+from .streams import load_text, sse_events
+
 ANTHROPIC_FIXTURES = [
     "anthropic_basic_text.sse",
     "anthropic_text_tool.sse",
@@ -40,33 +40,6 @@ ANTHROPIC_FIXTURES = [
     "anthropic_thinking_recorded_padded.sse",
     "anthropic_redacted_thinking_recorded.sse",
 ]
-
-
-def load(name: str) -> str:
-    path = STREAMS / name
-    if not path.is_file():
-        pytest.fail(f"reference stream {path} is missing: the adapter tests need /work/shared/streams")
-    return path.read_text(encoding="utf-8")
-
-
-def sse_events(text: str) -> list[SSEEvent]:
-    """A minimal SSE splitter for the fixtures (``\\n`` line ends). Like a real decoder, it
-    drops an event whose blank line has not arrived (the text after the last ``\\n\\n``)."""
-    events = []
-    for raw in text.split("\n\n")[:-1]:
-        name, data = "message", []
-        for line in raw.split("\n"):
-            if not line or line.startswith(":"):
-                continue
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-        if data:
-            events.append(SSEEvent(name, "\n".join(data)))
-    return events
 
 
 def parse(events: list[SSEEvent]) -> list[StreamEvent]:
@@ -99,7 +72,7 @@ ADAPTER = AnthropicAdapter(ProviderConfig(name="anthropic", base_url="https://ap
 
 
 def test_text_tool_assembles_text_and_tool_input():
-    out, acc = assemble(load("anthropic_text_tool.sse"))
+    out, acc = assemble(load_text("anthropic_text_tool.sse"))
     text, tool = acc.blocks
     assert text.to_content() == {"type": "text", "text": "Okay, let's check the weather for San Francisco, CA:"}
     assert tool.to_content() == {
@@ -120,7 +93,7 @@ def test_text_tool_assembles_text_and_tool_input():
 
 
 def test_earlier_revision_assembles_the_two_key_input():
-    _, acc = assemble(load("anthropic_text_tool_earlier_revision.sse"))
+    _, acc = assemble(load_text("anthropic_text_tool_earlier_revision.sse"))
     text, tool = acc.blocks
     assert text.text == "Okay, let's check the weather for San Francisco, CA:"
     assert tool.parsed_input() == {"location": "San Francisco, CA", "unit": "fahrenheit"}
@@ -130,7 +103,7 @@ def test_earlier_revision_assembles_the_two_key_input():
 
 
 def test_basic_text_skips_pings_and_takes_the_last_usage():
-    out, acc = assemble(load("anthropic_basic_text.sse"))
+    out, acc = assemble(load_text("anthropic_basic_text.sse"))
     assert [b.to_content() for b in acc.blocks] == [{"type": "text", "text": "Hello!"}]
     assert acc.usage == Usage(input_tokens=25, output_tokens=15)  # 15 replaces 1, never 16
     assert acc.stop_reason == "end_turn"
@@ -139,7 +112,7 @@ def test_basic_text_skips_pings_and_takes_the_last_usage():
 
 
 def test_thinking_keeps_text_and_signature():
-    _, acc = assemble(load("anthropic_thinking.sse"))
+    _, acc = assemble(load_text("anthropic_thinking.sse"))
     thinking, text = acc.blocks
     assert thinking.kind == "thinking"
     assert thinking.text == (
@@ -154,7 +127,7 @@ def test_thinking_keeps_text_and_signature():
 
 
 def test_padded_recording_parses_by_json():
-    out, acc = assemble(load("anthropic_thinking_recorded_padded.sse"))
+    out, acc = assemble(load_text("anthropic_thinking_recorded_padded.sse"))
     thinking, text = acc.blocks
     assert thinking.text.startswith("This is a straightforward question about pedestrian safety.")
     assert thinking.text.endswith("could help prevent accidents.")
@@ -171,7 +144,7 @@ def test_padded_recording_parses_by_json():
 
 
 def test_redacted_thinking_arrives_whole_in_its_start():
-    out, acc = assemble(load("anthropic_redacted_thinking_recorded.sse"))
+    out, acc = assemble(load_text("anthropic_redacted_thinking_recorded.sse"))
     first, second, text = acc.blocks
     assert first.kind == second.kind == "redacted_thinking"
     assert first.to_content()["data"].startswith("EqkECkYIBxgCKkA8AZ4noDfV5VcOJe")
@@ -186,7 +159,7 @@ def test_redacted_thinking_arrives_whole_in_its_start():
 
 
 def test_error_event_becomes_a_provider_error_event():
-    out, acc = assemble(load("anthropic_error_event.sse"))
+    out, acc = assemble(load_text("anthropic_error_event.sse"))
     assert out == [ProviderErrorEvent("overloaded_error", "Overloaded")]
     assert acc.error == out[0]
     assert not acc.ended
@@ -197,7 +170,7 @@ def test_error_event_becomes_a_provider_error_event():
 
 @pytest.mark.parametrize("name", ANTHROPIC_FIXTURES)
 def test_every_stream_ends_with_exactly_one_stream_end(name: str):
-    out = parse(sse_events(load(name)))
+    out = parse(sse_events(load_text(name)))
     assert out[-1] == StreamEnd()
     assert sum(isinstance(e, StreamEnd) for e in out) == 1
     assert sum(isinstance(e, StopReason) for e in out) == 1
@@ -205,7 +178,7 @@ def test_every_stream_ends_with_exactly_one_stream_end(name: str):
 
 @pytest.mark.parametrize("name", ANTHROPIC_FIXTURES)
 def test_a_stream_cut_before_its_terminator_never_ends(name: str):
-    text = load(name)
+    text = load_text(name)
     boundaries = [i + 2 for i in range(len(text)) if text.startswith("\n\n", i)]
     cuts = {0, len(text) - 1, len(text) - 2}
     for end in boundaries:
@@ -218,7 +191,7 @@ def test_a_stream_cut_before_its_terminator_never_ends(name: str):
 
 
 def test_a_cut_tool_call_stays_partial():
-    text = load("anthropic_text_tool.sse")
+    text = load_text("anthropic_text_tool.sse")
     cut = text.index('partial_json":"o,"')
     _, acc = assemble(text[:cut])
     assert acc.blocks[0].status() is BlockStatus.COMPLETE
@@ -506,7 +479,7 @@ def test_request_maps_every_canonical_block():
 
 
 def test_assembled_blocks_round_trip_into_the_next_request():
-    _, acc = assemble(load("anthropic_thinking_recorded_padded.sse"))
+    _, acc = assemble(load_text("anthropic_thinking_recorded_padded.sse"))
     content = [b.to_content() for b in acc.blocks]
     sent = ADAPTER.build_request(ModelRequest(model="m", messages=[{"role": "assistant", "content": content}])).json
     assert sent["messages"][0]["content"] == content  # byte-exact thinking + signature

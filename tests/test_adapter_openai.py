@@ -5,7 +5,6 @@ from __future__ import annotations
 import email.utils
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,35 +30,9 @@ from streamrecover.providers.base import ModelRequest, ProviderConfig, Strategy,
 from streamrecover.providers.openai_chat import OpenAIChatAdapter, OpenAIChatStreamParser
 from streamrecover.providers.registry import get_adapter
 
-STREAMS = Path(__file__).resolve().parents[2] / "shared" / "streams"
+from .streams import load_text, sse_events
+
 CHAT_FIXTURES = ["openai_chat_tool.sse", "openai_chat_refusal.sse"]
-
-
-def load(name: str) -> str:
-    path = STREAMS / name
-    if not path.is_file():
-        pytest.fail(f"reference stream {path} is missing: the adapter tests need /work/shared/streams")
-    return path.read_text(encoding="utf-8")
-
-
-def sse_events(text: str) -> list[SSEEvent]:
-    """A minimal SSE splitter for the fixtures (``\\n`` line ends). Like a real decoder, it
-    drops an event whose blank line has not arrived (the text after the last ``\\n\\n``)."""
-    events = []
-    for raw in text.split("\n\n")[:-1]:
-        name, data = "message", []
-        for line in raw.split("\n"):
-            if not line or line.startswith(":"):
-                continue
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-        if data:
-            events.append(SSEEvent(name, "\n".join(data)))
-    return events
 
 
 def parse(events: list[SSEEvent], parser: OpenAIChatStreamParser | None = None) -> list[StreamEvent]:
@@ -89,7 +62,7 @@ ADAPTER = OpenAIChatAdapter(CONFIG)
 
 
 def test_tool_stream_assembles_the_call_usage_and_end():
-    out, acc = assemble(load("openai_chat_tool.sse"))
+    out, acc = assemble(load_text("openai_chat_tool.sse"))
     (tool,) = acc.blocks
     assert tool.index == 1  # tool call 0 -> block 1; block 0 is the text
     assert tool.to_content() == {
@@ -117,7 +90,7 @@ def test_tool_stream_assembles_the_call_usage_and_end():
 
 
 def test_refusal_stream_ends_with_a_refusal_stop_reason():
-    out, acc = assemble(load("openai_chat_refusal.sse"))
+    out, acc = assemble(load_text("openai_chat_refusal.sse"))
     (text,) = acc.blocks
     assert text.to_content() == {"type": "text", "text": "I'm sorry, I can't assist with that request."}
     assert acc.stop_reason == "refusal"
@@ -128,7 +101,7 @@ def test_refusal_stream_ends_with_a_refusal_stop_reason():
 
 @pytest.mark.parametrize("name", CHAT_FIXTURES)
 def test_a_stream_cut_before_done_never_ends(name: str):
-    text = load(name)
+    text = load_text(name)
     boundaries = [i + 2 for i in range(len(text)) if text.startswith("\n\n", i)]
     cuts = {0, len(text) - 1, len(text) - 2}
     for end in boundaries:
@@ -141,7 +114,7 @@ def test_a_stream_cut_before_done_never_ends(name: str):
 
 
 def test_finish_reason_without_done_is_not_an_end():
-    text = load("openai_chat_tool.sse")
+    text = load_text("openai_chat_tool.sse")
     out, acc = assemble(text[: text.index("data: [DONE]")])
     assert acc.stop_reason == "tool_use"
     assert StreamEnd() not in out

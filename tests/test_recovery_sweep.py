@@ -11,7 +11,6 @@ continuation is answered with the rest of the recorded answer.
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +18,8 @@ from streamrecover.demo_tools import demo_registry
 from streamrecover.engine.sse import SSEDecoder
 
 from .harness import FAST, assert_invariants, run
+from .streams import load_bytes
 
-STREAMS = Path(__file__).resolve().parents[2] / "shared" / "streams"
 EVERY_BOUNDARY = "cut:events={n}"  # the commonest break: tried at every event boundary
 SAMPLED_FAULTS = (
     "cut:events={n},mid",
@@ -50,12 +49,6 @@ GENERATED = {
     "openai-long-text": ("openai", "gpt-4o", None, "A long story [[words=150]]"),
     "openai-text-then-tool": ("openai", "gpt-4o", None, "Weather? [[words=40]] [[tool=get_weather]]"),
 }
-
-
-def _load(name: str) -> bytes:
-    path = STREAMS / name
-    assert path.exists(), f"reference stream {path} is missing: the suite needs ../shared/streams beside the repo"
-    return path.read_bytes()
 
 
 def _event_count(raw: bytes) -> int:
@@ -118,7 +111,7 @@ def _raw_of(reference) -> bytes:
 @pytest.mark.parametrize("name", sorted(RECORDED))
 async def test_sweep_reference_stream(fake_server, name):
     wire, model, thinking = RECORDED[name]
-    raw = _load(name)
+    raw = load_bytes(name)
     count = await _sweep(
         fake_server, wire=wire, model=model, thinking=thinking, prompt=f"Replay {name}", recording=raw, byte_samples=40
     )

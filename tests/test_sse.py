@@ -11,7 +11,6 @@ import dataclasses
 import json
 import pickle
 import random
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ from streamrecover.engine.errors import BodyDecodeError, SSEError
 from streamrecover.engine.events import BlockStart, TextDelta, ThinkingDelta, ToolArgsDelta
 from streamrecover.engine.sse import SSEDecoder, SSEEvent
 
-STREAMS = Path(__file__).resolve().parents[2] / "shared" / "streams"
+from .streams import STREAMS, load_bytes
 
 # name -> (event count, first event type, id found in the first event, last event type, last data)
 FIXTURES: dict[str, tuple[int, str, str, str, str | None]] = {
@@ -88,18 +87,6 @@ FIXTURES: dict[str, tuple[int, str, str, str, str | None]] = {
 NAMES = sorted(FIXTURES)
 
 
-def load(name: str) -> bytes:
-    if not STREAMS.is_dir():
-        pytest.fail(
-            f"fixture folder {STREAMS} is missing: the tests expect a copy of shared/ beside the repository",
-            pytrace=False,
-        )
-    path = STREAMS / name
-    if not path.is_file():
-        pytest.fail(f"fixture {path} is missing", pytrace=False)
-    return path.read_bytes()
-
-
 def decode(*chunks: bytes, max_line_bytes: int = 1_048_576) -> list[SSEEvent]:
     decoder = SSEDecoder(max_line_bytes)
     events: list[SSEEvent] = []
@@ -160,14 +147,14 @@ def reference(raw: bytes) -> list[SSEEvent]:
 
 
 def test_fixture_table_covers_every_recorded_stream() -> None:
-    load(NAMES[0])  # fails clearly when the folder is missing
+    load_bytes(NAMES[0])  # fails clearly when the folder is missing
     assert sorted(p.name for p in STREAMS.glob("*.sse")) == NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_decodes(name: str) -> None:
     count, first_type, first_id, last_type, last_data = FIXTURES[name]
-    events = decode(load(name))
+    events = decode(load_bytes(name))
     assert len(events) == count
     assert events[0].event == first_type
     assert first_id in events[0].data
@@ -186,13 +173,13 @@ def test_fixture_decodes(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_matches_reference(name: str) -> None:
-    raw = load(name)
+    raw = load_bytes(name)
     assert decode(raw) == reference(raw)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_split_at_every_byte(name: str) -> None:
-    raw = load(name)
+    raw = load_bytes(name)
     whole = decode(raw)
     for cut in range(len(raw) + 1):
         assert decode(raw[:cut], raw[cut:]) == whole, f"cut at byte {cut}"
@@ -202,7 +189,7 @@ def test_fixture_split_at_every_byte(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("line_end", [b"\r\n", b"\r"], ids=["crlf", "cr"])
 def test_fixture_with_other_line_ends(name: str, line_end: bytes) -> None:
-    raw = load(name)
+    raw = load_bytes(name)
     other = raw.replace(b"\n", line_end)
     whole = decode(raw)
     assert decode(other) == whole
@@ -318,7 +305,7 @@ def test_unterminated_event_at_close_is_discarded_and_flagged() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_truncation_of_a_fixture_flags_exactly_the_cut_ones(name: str) -> None:
-    raw = load(name)
+    raw = load_bytes(name)
     whole = decode(raw)
     boundaries = {i + 2 for i in range(len(raw)) if raw[i : i + 2] == b"\n\n"} | {0}
     for cut in range(len(raw) + 1):
