@@ -16,6 +16,7 @@ from django.urls import reverse
 
 from streamrecover import analytics
 
+from .e2e_helpers import chromium
 from .factories import make_user
 from .test_analytics import EXPECTED_O, EXPECTED_TOTAL, History, record_history
 
@@ -23,16 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 STATIC = ROOT / "streamrecover" / "static" / "streamrecover"
 PAGE = "/streamrecover/analytics/"
 JSON_URL = "/streamrecover/analytics.json"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture
@@ -255,48 +246,41 @@ def test_stats_command_on_an_empty_database() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_charts_are_drawn_in_chromium(live_server: Any) -> None:
     """Debian's Chromium (never a downloaded browser) opens the page; the four charts have pixels."""
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "run scripts/ensure_chromium.sh"
     record_history()
     client = Client()
     client.force_login(make_user(is_staff=True))
     session = client.cookies[settings.SESSION_COOKIE_NAME].value
     artifacts = ROOT / "artifacts"
     artifacts.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1400, "height": 1800})
-            context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": live_server.url}])
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            external: list[str] = []
-            page.on("request", lambda r: None if r.url.startswith(live_server.url) else external.append(r.url))
-            page.goto(f"{live_server.url}{PAGE}?window=24h")
-            page.wait_for_function("() => Boolean(window.streamrecoverCharts && window.Chart)")
-            drawn = page.evaluate(
-                """() => {
-                    const out = {};
-                    for (const [name, chart] of Object.entries(window.streamrecoverCharts)) {
-                        const canvas = chart.canvas;
-                        const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
-                        let painted = 0;
-                        for (let i = 3; i < data.length; i += 4) if (data[i] !== 0) painted++;
-                        out[name] = {
-                            painted: painted,
-                            width: canvas.width,
-                            registered: window.Chart.getChart(canvas) === chart,
-                            points: chart.data.datasets.map(d => d.data.length),
-                        };
-                    }
-                    return out;
-                }"""
-            )
-            page.screenshot(path=str(artifacts / "analytics.png"), full_page=True)
-        finally:
-            browser.close()
+    with chromium() as browser:
+        context = browser.new_context(viewport={"width": 1400, "height": 1800})
+        context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": live_server.url}])
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        external: list[str] = []
+        page.on("request", lambda r: None if r.url.startswith(live_server.url) else external.append(r.url))
+        page.goto(f"{live_server.url}{PAGE}?window=24h")
+        page.wait_for_function("() => Boolean(window.streamrecoverCharts && window.Chart)")
+        drawn = page.evaluate(
+            """() => {
+                const out = {};
+                for (const [name, chart] of Object.entries(window.streamrecoverCharts)) {
+                    const canvas = chart.canvas;
+                    const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+                    let painted = 0;
+                    for (let i = 3; i < data.length; i += 4) if (data[i] !== 0) painted++;
+                    out[name] = {
+                        painted: painted,
+                        width: canvas.width,
+                        registered: window.Chart.getChart(canvas) === chart,
+                        points: chart.data.datasets.map(d => d.data.length),
+                    };
+                }
+                return out;
+            }"""
+        )
+        page.screenshot(path=str(artifacts / "analytics.png"), full_page=True)
     assert errors == []
     assert external == []
     assert set(drawn) == {"series", "rates", "causes", "plans"}
