@@ -175,11 +175,8 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
     mismatches = 0
     statuses: dict[str, int] = {}
     for result in results:
-        view = ClientView()
-        if result.snapshot is not None:
-            view.apply(result.snapshot)
-        for _, frame in result.frames:
-            view.apply(frame)
+        snapshot = [result.snapshot] if result.snapshot is not None else []
+        view = ClientView().apply_all([*snapshot, *(frame for _, frame in result.frames)])
         run = Run.objects.get(pk=result.run_id)
         statuses[run.status] = statuses.get(run.status, 0) + 1
         committed = [m.content for m in Message.objects.filter(run=run, role="assistant").order_by("position")]

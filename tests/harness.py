@@ -104,8 +104,7 @@ async def run(
         resume=resume,
     )
     outcome = Outcome(result, sink, server.log_for(scenario))
-    for frame in sink.frames:
-        outcome.view.apply(frame)
+    outcome.view.apply_all(sink.frames)
     return outcome
 
 

@@ -279,10 +279,7 @@ def test_client_js_goes_on_from_a_snapshot_taken_inside_a_tool_call(client_page:
     snapshot = build_snapshot(RunRecord(frames[0]["run_id"], "running", None, {0: user}), state)
     assert snapshot["partial"][-1]["content"]["partial_json"]  # the half-received arguments, verbatim
     result = client_page.evaluate(JS_TRACE, [snapshot, *frames[cut:]])
-    view = ClientView()
-    view.messages = [user]
-    for frame in frames:
-        view.apply(frame)
+    view = ClientView(messages=[user]).apply_all(frames)
     assert result["messages"] == view.messages
     assert result["stats"]["mismatches"] == 0
     assert result["stats"]["checked"] == 2

@@ -37,9 +37,7 @@ def test_json_output_follows_the_contract_and_is_persisted():
     assert assistant["role"] == "assistant"
     assert [b["type"] for b in assistant["content"]] == ["text"]
     # a live client would have rebuilt exactly the committed answer from client_events
-    view = ClientView()
-    for frame in doc["client_events"]:
-        view.apply(frame)
+    view = ClientView().apply_all(doc["client_events"])
     assert view.turns == [(assistant["content"], assistant["content"])]
     assert all("event" in e for e in doc["events"])
     assert [e["event"] for e in doc["events"]][:2] == ["llm_stream_interrupted", "llm_stream_continuation_started"]

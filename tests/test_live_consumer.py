@@ -195,10 +195,7 @@ async def test_a_real_run_streams_in_order_and_the_client_rebuilds_the_committed
     assert frames[-1]["seq"] == result.seq
     assert len(frames) < result.seq  # deltas were coalesced into fewer frames
     assert [f["phase"] for f in frames if f["type"] == "recovery"] == ["backoff", "continuing"]
-    view = ClientView()
-    view.apply(snapshot)
-    for frame in frames:
-        view.apply(frame)
+    view = ClientView().apply_all([snapshot, *frames])
     ((reconstructed, committed),) = view.turns
     assert reconstructed == committed
     assert view.messages == result.messages
@@ -341,10 +338,7 @@ async def test_embedded_mode_delivers_from_the_run_thread_to_the_socket_loop(own
     await sync_to_async(services.start_in_thread)(str(run.pk))  # its own thread and event loop
     frames = await receive_until(ws, finished)
     assert frames[-1]["status"] == "completed"
-    view = ClientView()
-    view.apply(snapshot)
-    for frame in frames:
-        view.apply(frame)
+    view = ClientView().apply_all([snapshot, *frames])
     ((reconstructed, committed),) = view.turns
     assert reconstructed == committed
     await close(ws)

@@ -7,6 +7,7 @@ invariant that the client's reconstruction equals the committed message.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,12 @@ class ClientView:
             self.status = frame.get("status")
         elif kind == "run_status":
             self.status = frame["status"]
+
+    def apply_all(self, frames: Iterable[dict[str, Any]]) -> ClientView:
+        """Apply ``frames`` in order (a snapshot first, if any); returns the view."""
+        for frame in frames:
+            self.apply(frame)
+        return self
 
     def reconstructed(self) -> list[dict[str, Any]]:
         return [comparable(self.partial[i].to_content()) for i in sorted(self.partial)]
