@@ -34,3 +34,13 @@ def sse_events(text: str) -> list[SSEEvent]:
     """The events the engine's decoder dispatches for ``text`` with the stream still open: an
     event whose blank line has not arrived (the text after the last one) is not among them."""
     return SSEDecoder().feed(text.encode())
+
+
+def cut_points(text: str) -> list[int]:
+    """Where to cut a recorded stream to test that it never looks complete: around every event
+    boundary (just before, at, just after, 20 characters before) and at the very ends."""
+    boundaries = [i + 2 for i in range(len(text)) if text.startswith("\n\n", i)]
+    cuts = {0, len(text) - 1, len(text) - 2}
+    for end in boundaries:
+        cuts.update({end - 1, end, end + 1, max(0, end - 20)})
+    return sorted(c for c in cuts if c < len(text))

@@ -30,7 +30,7 @@ from streamrecover.engine.sse import SSEEvent
 from streamrecover.providers.anthropic import NO_PREFILL_MODELS, AnthropicAdapter, AnthropicStreamParser
 from streamrecover.providers.base import ModelRequest, ProviderConfig, Strategy, ToolSpec
 
-from .streams import load_text, sse_events
+from .streams import cut_points, load_text, sse_events
 
 ANTHROPIC_FIXTURES = [
     "anthropic_basic_text.sse",
@@ -179,11 +179,7 @@ def test_every_stream_ends_with_exactly_one_stream_end(name: str):
 @pytest.mark.parametrize("name", ANTHROPIC_FIXTURES)
 def test_a_stream_cut_before_its_terminator_never_ends(name: str):
     text = load_text(name)
-    boundaries = [i + 2 for i in range(len(text)) if text.startswith("\n\n", i)]
-    cuts = {0, len(text) - 1, len(text) - 2}
-    for end in boundaries:
-        cuts.update({end - 1, end, end + 1, max(0, end - 20)})
-    for cut in sorted(c for c in cuts if c < len(text)):
+    for cut in cut_points(text):
         _, acc = assemble(text[:cut])
         assert not acc.ended, f"{name} cut at byte {cut} reported a complete stream"
     _, acc = assemble(text)

@@ -30,7 +30,7 @@ from streamrecover.providers.base import ModelRequest, ProviderConfig, Strategy,
 from streamrecover.providers.openai_chat import OpenAIChatAdapter, OpenAIChatStreamParser
 from streamrecover.providers.registry import get_adapter
 
-from .streams import load_text, sse_events
+from .streams import cut_points, load_text, sse_events
 
 CHAT_FIXTURES = ["openai_chat_tool.sse", "openai_chat_refusal.sse"]
 
@@ -102,11 +102,7 @@ def test_refusal_stream_ends_with_a_refusal_stop_reason():
 @pytest.mark.parametrize("name", CHAT_FIXTURES)
 def test_a_stream_cut_before_done_never_ends(name: str):
     text = load_text(name)
-    boundaries = [i + 2 for i in range(len(text)) if text.startswith("\n\n", i)]
-    cuts = {0, len(text) - 1, len(text) - 2}
-    for end in boundaries:
-        cuts.update({end - 1, end, end + 1, max(0, end - 20)})
-    for cut in sorted(c for c in cuts if c < len(text)):
+    for cut in cut_points(text):
         _, acc = assemble(text[:cut])
         assert not acc.ended, f"{name} cut at byte {cut} reported a complete stream"
     _, acc = assemble(text)
