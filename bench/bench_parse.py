@@ -46,9 +46,9 @@ from httpx_sse._decoders import SSEDecoder as HttpxSSEDecoder
 from httpx_sse._decoders import SSELineDecoder
 
 from streamrecover.engine.blocks import Accumulator
+from streamrecover.engine.contract import ProviderConfig
 from streamrecover.engine.sse import SSEDecoder
 from streamrecover.providers.anthropic import AnthropicAdapter
-from streamrecover.providers.base import ProviderConfig
 
 STREAMS = Path(__file__).resolve().parents[2] / "shared" / "streams"
 # Recorded Anthropic streams the SDK can read to the end. Left out: the error fixture (the

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from .engine.config import EngineConfig
-from .providers.base import ProviderConfig
+from .engine.contract import ProviderConfig
 
 SETTINGS_NAME = "STREAMRECOVER"
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .providers.base import SECRET_HEADERS
+from .engine.contract import SECRET_HEADERS
 
 REDACTED = "[redacted]"
 

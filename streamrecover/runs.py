@@ -15,8 +15,8 @@ from django.core.exceptions import ImproperlyConfigured
 from .conf import app_settings
 from .console import ConsoleSink
 from .engine.agent import RunResult
+from .engine.contract import ProviderConfig
 from .engine.sink import CollectingSink, RunSink
-from .providers.base import ProviderConfig
 from .providers.resolve import FAKE_SCHEME
 
 

@@ -30,9 +30,9 @@ from .conf import app_settings
 from .demo_tools import demo_registry
 from .engine.agent import RunResult, ToolRegistry, notice_blocks, run_agent
 from .engine.cancel import CancelToken
+from .engine.contract import ModelRequest, ProviderConfig
 from .engine.sink import FanOutSink, RunSink, StructuredEvent
 from .models import Message, Run, Thread
-from .providers.base import ModelRequest, ProviderConfig
 from .providers.resolve import FAKE_SCHEME, adapter_for, local_fake_server
 from .recorder import RecorderSink
 from .stores import checkpoint_store_from_settings

@@ -12,8 +12,8 @@ from streamrecover.engine.cancel import CancelToken
 from streamrecover.engine.checkpoint import CheckpointStore, InMemoryCheckpointStore
 from streamrecover.engine.client_view import ClientView
 from streamrecover.engine.config import EngineConfig
+from streamrecover.engine.contract import ModelRequest, ProviderConfig
 from streamrecover.engine.sink import CollectingSink
-from streamrecover.providers.base import ModelRequest, ProviderConfig
 from streamrecover.providers.fake import FakeProviderServer
 from streamrecover.providers.registry import get_adapter
 

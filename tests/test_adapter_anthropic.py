@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from streamrecover.engine.blocks import Accumulator, BlockStatus
+from streamrecover.engine.contract import ModelRequest, ProviderConfig, Strategy, ToolSpec
 from streamrecover.engine.errors import ErrorClass, ParseError
 from streamrecover.engine.events import (
     BlockStart,
@@ -28,7 +29,6 @@ from streamrecover.engine.events import (
 )
 from streamrecover.engine.sse import SSEEvent
 from streamrecover.providers.anthropic import NO_PREFILL_MODELS, AnthropicAdapter, AnthropicStreamParser
-from streamrecover.providers.base import ModelRequest, ProviderConfig, Strategy, ToolSpec
 
 from .streams import cut_points, load_text, sse_events
 

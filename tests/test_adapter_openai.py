@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from streamrecover.engine.blocks import Accumulator, BlockStatus
+from streamrecover.engine.contract import ModelRequest, ProviderConfig, Strategy, ToolSpec
 from streamrecover.engine.errors import ErrorClass, ParseError
 from streamrecover.engine.events import (
     BlockStart,
@@ -26,7 +27,6 @@ from streamrecover.engine.events import (
 )
 from streamrecover.engine.sse import SSEEvent
 from streamrecover.providers.anthropic import AnthropicAdapter
-from streamrecover.providers.base import ModelRequest, ProviderConfig, Strategy, ToolSpec
 from streamrecover.providers.openai_chat import OpenAIChatAdapter, OpenAIChatStreamParser
 from streamrecover.providers.registry import get_adapter
 

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from streamrecover.engine.contract import CONTINUE_INSTRUCTION
 from streamrecover.engine.sse import SSEDecoder, SSEEvent
-from streamrecover.providers.base import CONTINUE_INSTRUCTION
 from streamrecover.providers.fake import FakeProviderServer, Fault, FaultKind, parse_script
 from streamrecover.providers.fake.faults import plan_delivery
 from streamrecover.providers.fake.wire import WireEvent

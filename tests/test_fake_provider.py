@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from streamrecover.engine.contract import CONTINUE_INSTRUCTION
 from streamrecover.engine.sse import SSEDecoder, SSEEvent
-from streamrecover.providers.base import CONTINUE_INSTRUCTION
 from streamrecover.providers.fake import FakeProviderServer
 
 ANTHROPIC_HEADERS = {"x-api-key": "sk-ant-secret-key", "anthropic-version": "2023-06-01"}

@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..providers.base import ModelRequest, ProviderAdapter, ToolSpec
 from .cancel import CancelToken
 from .checkpoint import CheckpointStore, InMemoryCheckpointStore
 from .config import EngineConfig
+from .contract import ModelRequest, ProviderAdapter, ToolSpec
 from .runner import RunContext, TurnResult, TurnRunner
 from .sink import RunSink
 from .transport import HttpxTransport

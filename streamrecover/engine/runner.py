@@ -17,12 +17,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..providers.base import CONTINUE_INSTRUCTION, HTTPRequest, ModelRequest, ProviderAdapter, Strategy
 from . import sink as ev
 from .blocks import TEXT, THINKING, TOOL_USE, Accumulator, Block, BlockStatus, Snapshot
 from .cancel import CancelToken
 from .checkpoint import Checkpoint, CheckpointStore, CheckpointWriter, CoalescePolicy
 from .config import EngineConfig
+from .contract import CONTINUE_INSTRUCTION, HTTPRequest, ModelRequest, ProviderAdapter, Strategy
 from .errors import (
     BodyDecodeError,
     ErrorClass,

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
 from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
     BlockStart,
@@ -30,7 +31,6 @@ from ..engine.events import (
 )
 from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
-from .base import HTTPRequest, ModelRequest, ProviderConfig, Strategy
 from .common import as_int, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
 
 __all__ = [

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
+from ..engine.contract import Strategy
 from ..engine.errors import ErrorClass
 from ..engine.retry import RETRYABLE_STATUSES, should_retry_header
-from .base import Strategy
 
 EXCERPT_CHARS = 160
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..engine.contract import ProviderAdapter, ProviderConfig
 from .anthropic import AnthropicAdapter
-from .base import ProviderAdapter, ProviderConfig
 from .openai_chat import OpenAIChatAdapter
 
 __all__ = ["ADAPTERS", "get_adapter", "register_adapter"]

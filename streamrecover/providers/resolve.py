@@ -13,7 +13,7 @@ import os
 import threading
 from dataclasses import replace
 
-from .base import ProviderAdapter, ProviderConfig
+from ..engine.contract import ProviderAdapter, ProviderConfig
 from .registry import get_adapter
 
 FAKE_SCHEME = "fake://"

@@ -1,4 +1,4 @@
-"""The contract every provider adapter fulfils.
+"""The contract every provider adapter fulfils: requests, parsers, strategies, provider config.
 
 An adapter translates; it holds no recovery logic. It turns the canonical conversation
 into the provider's HTTP request, the provider's SSE events into normalized stream
@@ -13,15 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..engine.errors import ProviderError
-from ..engine.events import ProviderErrorEvent, StreamEvent
-from ..engine.sse import SSEEvent
+from .errors import ProviderError
+from .events import ProviderErrorEvent, StreamEvent
+from .sse import SSEEvent
 
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization", "cookie"})
 
 
 class Strategy(enum.StrEnum):
-    """How a provider is asked to carry on from a partial assistant message (DESIGN §2)."""
+    """How a provider is asked to carry on from a partial assistant message."""
 
     PREFILL = "prefill"
     PREFIX_FLAG = "prefix_flag"
