@@ -17,13 +17,13 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .engine.config import EngineConfig
 from .engine.contract import ProviderConfig
+from .providers.registry import adapter_problem
 
 SETTINGS_NAME = "STREAMRECOVER"
 
 # Base URL of the built-in fake provider: the runner serves it in-process, no network.
 FAKE_BASE_URL = "fake://streamrecover"
 
-ADAPTERS = ("anthropic", "openai")
 CHECKPOINT_STORES = ("memory", "orm", "redis")
 EXECUTIONS = ("inprocess", "celery")
 
@@ -157,8 +157,9 @@ def _provider_problems(name: str, entry: Any) -> list[str]:
         for key in entry
         if key not in PROVIDER_KEYS
     ]
-    if entry.get("ADAPTER") not in ADAPTERS:
-        problems.append(f"{where}['ADAPTER'] must be one of {', '.join(map(repr, ADAPTERS))}.")
+    adapter = adapter_problem(entry.get("ADAPTER"))
+    if adapter is not None:
+        problems.append(f"{where}['ADAPTER']: {adapter}.")
     if not isinstance(entry.get("BASE_URL"), str) or not entry.get("BASE_URL"):
         problems.append(f"{where}['BASE_URL'] must be a non-empty string.")
     for key in ("API_KEY", "API_KEY_ENV", "ANTHROPIC_VERSION"):

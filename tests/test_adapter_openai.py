@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import re
 import time
 from typing import Any
 
@@ -28,7 +29,7 @@ from streamrecover.engine.events import (
 from streamrecover.engine.sse import SSEEvent
 from streamrecover.providers.anthropic import AnthropicAdapter
 from streamrecover.providers.openai_chat import OpenAIChatAdapter, OpenAIChatStreamParser
-from streamrecover.providers.registry import get_adapter
+from streamrecover.providers.registry import ADAPTERS, get_adapter, register_adapter
 
 from .streams import cut_points, load_text, sse_events
 
@@ -606,3 +607,38 @@ def test_registry_rejects_unknown_names_listing_the_known_ones():
         get_adapter(ProviderConfig(name="gemini", base_url="https://example.invalid"))
     assert "anthropic" in str(info.value)
     assert "openai" in str(info.value)
+
+
+class TaggedAdapter(OpenAIChatAdapter):
+    """A third-party adapter reached by dotted path (``tests.test_adapter_openai.TaggedAdapter``)."""
+
+    name = "tagged"
+
+
+TAGGED_PATH = f"{__name__}.TaggedAdapter"
+
+
+def test_registry_imports_a_dotted_path_factory():
+    adapter = get_adapter(ProviderConfig(name=TAGGED_PATH, base_url="https://example.invalid/v1"))
+    assert isinstance(adapter, TaggedAdapter)
+    assert adapter.name == "tagged"
+
+
+def test_registry_uses_a_registered_factory(monkeypatch):
+    monkeypatch.setitem(ADAPTERS, "mine", TaggedAdapter)
+    register_adapter("mine", TaggedAdapter)
+    assert isinstance(get_adapter(ProviderConfig(name="mine", base_url="https://example.invalid")), TaggedAdapter)
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("gemini", "unknown provider adapter 'gemini'"),
+        ("nowhere.at_all.Adapter", "cannot import provider adapter 'nowhere.at_all.Adapter'"),
+        (f"{__name__}.NoSuchFactory", "has no callable 'NoSuchFactory'"),
+    ],
+)
+def test_registry_errors_name_the_value_and_the_known_adapters(name, says):
+    with pytest.raises(ValueError, match=re.escape(says)) as info:
+        get_adapter(ProviderConfig(name=name, base_url="https://example.invalid"))
+    assert "'anthropic', 'openai'" in str(info.value)

@@ -10,6 +10,8 @@ from django.test import override_settings
 
 from streamrecover.conf import DEFAULTS, ENGINE_KEYS, FAKE_BASE_URL, app_settings, validate
 from streamrecover.engine.config import EngineConfig
+from streamrecover.providers.openai_chat import OpenAIChatAdapter
+from streamrecover.providers.registry import ADAPTERS, get_adapter, register_adapter
 
 SECRET = "sk-ant-api03-test-NOT-A-REAL-KEY-0123456789"
 
@@ -154,3 +156,35 @@ def test_a_bad_api_key_type_is_reported_without_its_value() -> None:
     problems = validate({"PROVIDERS": providers})
     assert problems
     assert all(SECRET not in p for p in problems)
+
+
+# -- ADAPTER: whatever the one registry knows, and nothing else --------------------------------
+
+DOTTED = "tests.test_adapter_openai.TaggedAdapter"
+
+
+def test_a_dotted_path_adapter_validates_and_is_used() -> None:
+    providers = {"custom": {"ADAPTER": DOTTED, "BASE_URL": "https://custom.invalid/v1", "API_KEY": "k"}}
+    assert validate({"PROVIDERS": providers}) == []
+    with override_settings(STREAMRECOVER={"PROVIDERS": providers}):
+        config = app_settings.provider_config("custom")
+    assert config.name == DOTTED
+    assert type(get_adapter(config)).__name__ == "TaggedAdapter"
+
+
+def test_a_registered_adapter_validates(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(ADAPTERS, "registered", OpenAIChatAdapter)
+    register_adapter("registered", OpenAIChatAdapter)
+    providers = {"r": {"ADAPTER": "registered", "BASE_URL": "https://r.invalid/v1"}}
+    assert validate({"PROVIDERS": providers}) == []
+
+
+@pytest.mark.parametrize("adapter", ["gemini", "no.such.module.Factory", "", None, 3])
+def test_an_unknown_adapter_is_reported_with_the_known_ones(adapter: object) -> None:
+    problems = validate({"PROVIDERS": {"x": {"ADAPTER": adapter, "BASE_URL": "https://x"}}})
+    assert len(problems) == 1
+    assert "['PROVIDERS']['x']['ADAPTER']" in problems[0]
+    assert "'anthropic', 'openai'" in problems[0]
+    bad = {"PROVIDERS": {"x": {"ADAPTER": adapter, "BASE_URL": "https://x"}}}
+    with pytest.raises(ImproperlyConfigured, match="ADAPTER"), override_settings(STREAMRECOVER=bad):
+        app_settings.provider_config("x")
