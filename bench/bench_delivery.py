@@ -163,8 +163,8 @@ async def _drive(config: Config, base: str, cookie: str, run_ids: list[str]) -> 
 
 
 def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
-    from streamrecover.engine.client_view import ClientView
     from streamrecover.models import Message, Run
+    from streamrecover.testing.client import ClientView
 
     frames = [(t, f) for r in results for t, f in r.frames]
     first = min(t for t, _ in frames)
@@ -306,7 +306,7 @@ the final `run_status`. Every other run has its connection cut once (`cut:bytes=
 * **first delta→client**: the time the frame's first delta reached the publisher (`debug_ts.in`,
   i.e. the fake provider's send plus loopback and parsing) to the client's receive: adds the
   coalescing wait.
-* **rebuild mismatches**: runs whose client-side reconstruction (engine/client_view.py on the
+* **rebuild mismatches**: runs whose client-side reconstruction (streamrecover/testing/client.py on the
   received frames) differs from the committed assistant messages. Must be 0.
 
 {header}

@@ -10,12 +10,12 @@ from typing import Any
 from streamrecover.engine.agent import RunResult, ToolRegistry, run_agent
 from streamrecover.engine.cancel import CancelToken
 from streamrecover.engine.checkpoint import CheckpointStore, InMemoryCheckpointStore
-from streamrecover.engine.client_view import ClientView
 from streamrecover.engine.config import EngineConfig
 from streamrecover.engine.contract import ModelRequest, ProviderConfig
 from streamrecover.engine.sink import CollectingSink
 from streamrecover.providers.fake import FakeProviderServer
 from streamrecover.providers.registry import get_adapter
+from streamrecover.testing.client import ClientView
 
 FAST = EngineConfig(backoff_scale=0.0, idle_timeout_s=2.0, request_retry_base_s=0.0)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from streamrecover.engine.client_view import ClientView
+from streamrecover.testing.client import ClientView
 
 from .e2e_helpers import ChatPage, base_env, chromium, daphne, free_port, manage
 
@@ -170,7 +170,7 @@ def test_the_demos_finished_runs_are_folded_into_the_analytics_rollup(chat: Chat
         assert rolled == settled
 
 
-# ---- client.js applies frames exactly like engine/client_view.py ---------------------------------
+# ---- client.js applies frames exactly like the protocol's reducer (testing/client.py) --------------
 
 CLIENT_JS = Path(__file__).resolve().parent.parent / "streamrecover" / "static" / "streamrecover" / "client.js"
 JS_TRACE = """frames => {

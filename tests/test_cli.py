@@ -8,8 +8,8 @@ import json
 import pytest
 from django.core.management import call_command
 
-from streamrecover.engine.client_view import ClientView
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run
+from streamrecover.testing.client import ClientView
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

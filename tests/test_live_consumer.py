@@ -17,12 +17,12 @@ from django.test import Client, override_settings
 
 from project.asgi import application
 from streamrecover import services
-from streamrecover.engine.client_view import ClientView
+from streamrecover.engine.protocol import frame_span
 from streamrecover.live.buffer import reader_buffer, writer_buffer
 from streamrecover.live.delivery import FRAME_EVENT, group_name
 from streamrecover.live.publisher import Publisher
-from streamrecover.live.state import frame_span
 from streamrecover.models import Run
+from streamrecover.testing.client import ClientView
 
 from .factories import make_user
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from streamrecover.engine.protocol import frame_span
 from streamrecover.live.buffer import FINISHED_TTL_S, InMemoryFrameBuffer, RedisFrameBuffer
 from streamrecover.live.delivery import FRAME_EVENT, group_name
 from streamrecover.live.publisher import Publisher, make_publisher
-from streamrecover.live.state import frame_span
 
 PIECES = ["Hé", "llo", " 日本", "語", " 🚀", "!", " ca", "fé", "\n", "ok"]
 

@@ -143,7 +143,7 @@ def test_server_tool_use_keeps_its_streamed_input():
 
 
 def test_client_view_accepts_coalesced_frames_and_a_mid_tool_snapshot():
-    from streamrecover.engine.client_view import ClientView
+    from streamrecover.testing.client import ClientView
 
     view = ClientView()
     view.apply({"type": "snapshot", "seq": 4, "messages": [], "partial": [

@@ -1,7 +1,8 @@
-"""What the runner tells the world: structured events, attempts, client frames, commits.
+"""The sink contract: what the engine tells the world (structured events, attempts, client frames, commits).
 
-The runner depends on the ``RunSink`` contract only. Django (recorder), Channels
-(publisher) and the command line implement it; ``FanOutSink`` joins them.
+The engine depends on the ``RunSink`` protocol only. Django (the recorder), Channels (the
+publisher) and the command line implement it, usually by subclassing ``BaseSink`` and
+overriding the hooks they need; ``FanOutSink`` joins several.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from .events import Usage
+from .protocol import Frame
 
 log = logging.getLogger(__name__)
 
-# Structured event names (DESIGN §5).
+# Structured event names: the one place they are spelled.
 LLM_STREAM_INTERRUPTED = "llm_stream_interrupted"
 LLM_STREAM_CONTINUATION_STARTED = "llm_stream_continuation_started"
 LLM_STREAM_CONTINUATION_COMPLETED = "llm_stream_continuation_completed"
@@ -74,8 +76,8 @@ class RunSink(Protocol):
         """Called when an attempt starts and again when it ends (same object, updated)."""
         ...
 
-    async def on_frame(self, frame: dict[str, Any]) -> None:
-        """A client protocol frame (DESIGN §6), already carrying ``seq`` and ``run_id``."""
+    async def on_frame(self, frame: Frame) -> None:
+        """A client protocol frame (``engine.protocol``), already carrying ``seq`` and ``run_id``."""
         ...
 
     async def on_message(self, message: dict[str, Any], position: int) -> None:
@@ -83,27 +85,33 @@ class RunSink(Protocol):
         ...
 
 
-class NullSink:
+class BaseSink:
+    """A ``RunSink`` whose hooks do nothing: subclass it and override the ones you need."""
+
     async def on_event(self, event: StructuredEvent) -> None:
         return None
 
     async def on_attempt(self, attempt: AttemptRecord) -> None:
         return None
 
-    async def on_frame(self, frame: dict[str, Any]) -> None:
+    async def on_frame(self, frame: Frame) -> None:
         return None
 
     async def on_message(self, message: dict[str, Any], position: int) -> None:
         return None
 
 
-class CollectingSink:
+class NullSink(BaseSink):
+    """Discards everything."""
+
+
+class CollectingSink(BaseSink):
     """Keeps everything in lists: the command line's ``--json`` output and the tests."""
 
     def __init__(self) -> None:
         self.events: list[StructuredEvent] = []
         self.attempts: list[AttemptRecord] = []
-        self.frames: list[dict[str, Any]] = []
+        self.frames: list[Frame] = []
         self.messages: list[tuple[int, dict[str, Any]]] = []
 
     async def on_event(self, event: StructuredEvent) -> None:
@@ -113,7 +121,7 @@ class CollectingSink:
         if attempt not in self.attempts:
             self.attempts.append(attempt)
 
-    async def on_frame(self, frame: dict[str, Any]) -> None:
+    async def on_frame(self, frame: Frame) -> None:
         self.frames.append(frame)
 
     async def on_message(self, message: dict[str, Any], position: int) -> None:
@@ -142,7 +150,7 @@ class FanOutSink:
     async def on_attempt(self, attempt: AttemptRecord) -> None:
         await self._each("on_attempt", attempt)
 
-    async def on_frame(self, frame: dict[str, Any]) -> None:
+    async def on_frame(self, frame: Frame) -> None:
         await self._each("on_frame", frame)
 
     async def on_message(self, message: dict[str, Any], position: int) -> None:

@@ -29,7 +29,8 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from .state import RunState, frame_span
+from ..engine.protocol import FrameKind, frame_span
+from .state import RunState
 
 log = structlog.get_logger("streamrecover.live")
 
@@ -37,7 +38,15 @@ FINISHED_TTL_S = 600  # a client reconnecting within 10 minutes of the end gets 
 ACTIVE_TTL_S = 86400  # safety net for a run whose worker died without finishing
 KEY_PREFIX = "streamrecover:live:"
 # Frames that change what a snapshot shows wholesale: the state is saved right after them.
-_SAVE_AFTER = frozenset({"message_committed", "stream_reset", "run_status", "tool_call_cancel", "block_cancel"})
+_SAVE_AFTER = frozenset(
+    {
+        FrameKind.MESSAGE_COMMITTED,
+        FrameKind.STREAM_RESET,
+        FrameKind.RUN_STATUS,
+        FrameKind.TOOL_CALL_CANCEL,
+        FrameKind.BLOCK_CANCEL,
+    }
+)
 
 
 class FrameBuffer(Protocol):

@@ -18,11 +18,11 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from .. import services
+from ..engine.protocol import FrameKind, frame_span
 from ..models import Message, Run
 from .buffer import FrameBuffer, reader_buffer
 from .delivery import bind_home_loop, group_name
 from .snapshot import RunRecord, build_snapshot
-from .state import frame_span
 
 FORBIDDEN_CLOSE_CODE = 4403
 T = TypeVar("T")
@@ -141,7 +141,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def send_error(self, code: str, message: str) -> None:
         """Outside the frame sequence: carries the seq of the last frame sent."""
         await self.send_json(
-            {"type": "error", "run_id": self.run_id, "seq": self.last_seq, "code": code, "message": message}
+            {"type": FrameKind.ERROR, "run_id": self.run_id, "seq": self.last_seq, "code": code, "message": message}
         )
 
     # ---- the database (once per connect, resync or cancel) ----------------------------------

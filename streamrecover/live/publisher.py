@@ -27,10 +27,10 @@ from typing import Any
 import structlog
 from channels.layers import get_channel_layer
 
-from ..engine.sink import AttemptRecord, StructuredEvent
+from ..engine.protocol import DELTA_FIELDS
+from ..engine.sink import BaseSink
 from .buffer import FrameBuffer, writer_buffer
 from .delivery import FRAME_EVENT, group_name, group_send
-from .state import DELTA_FIELDS
 
 log = structlog.get_logger("streamrecover.live")
 
@@ -53,7 +53,7 @@ def _merged(pending: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any]:
     return {**pending, name: pending.get(name, "") + frame.get(name, ""), "seq": frame["seq"], "first_seq": first}
 
 
-class Publisher:
+class Publisher(BaseSink):
     """``RunSink`` for one run's frames; ``last_seq`` is the last frame number kept."""
 
     def __init__(
@@ -89,15 +89,6 @@ class Publisher:
         self._layer_down_until = 0.0
 
     # ---- RunSink ------------------------------------------------------------------------
-
-    async def on_event(self, event: StructuredEvent) -> None:
-        return None
-
-    async def on_attempt(self, attempt: AttemptRecord) -> None:
-        return None
-
-    async def on_message(self, message: dict[str, Any], position: int) -> None:
-        return None
 
     async def on_frame(self, frame: dict[str, Any]) -> None:
         if self.timestamps:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .state import TERMINAL_STATUSES, RunState
+from ..engine.protocol import TERMINAL_STATUSES, FrameKind
+from .state import RunState
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ def build_snapshot(record: RunRecord, state: RunState | None) -> dict[str, Any]:
     if state is not None and state.status == status and state.error:
         error = state.error
     return {
-        "type": "snapshot",
+        "type": FrameKind.SNAPSHOT,
         "run_id": record.run_id,
         "seq": state.seq if state is not None else 0,
         "status": status,

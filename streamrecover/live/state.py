@@ -1,61 +1,42 @@
-"""What a client would show for a run at a given ``seq``, kept on the server side.
+"""The server's copy of what a client would show for a run at a given ``seq``.
 
 A snapshot must not need the database per frame, and a reconnecting browser must get
 exactly the blocks it would have built from the frames. ``RunState`` applies frames with
-the rules of ``engine.client_view.ClientView`` and also remembers every message the run
-committed, so a snapshot can be built from one database read plus this state.
+the protocol's reducer (``engine.protocol.FrameReducer``) and also remembers every message
+the run committed, so a snapshot can be built from one database read plus this state.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
-TERMINAL_STATUSES = frozenset({"completed", "failed", "exhausted", "cancelled"})
-DELTA_FIELDS = {"text_delta": "text", "thinking_delta": "thinking", "tool_call_delta": "arguments_delta"}
+from ..engine.protocol import FrameReducer, PartialBlock
 
 
-@dataclass(slots=True)
-class RunState:
+class RunState(FrameReducer):
     """The client's view of one run after applying every frame up to ``seq``."""
 
-    seq: int = 0
-    status: str | None = None
-    error: dict[str, Any] | None = None
-    blocks: dict[int, dict[str, Any]] = field(default_factory=dict)  # in-flight blocks by index
-    commits: dict[int, dict[str, Any]] = field(default_factory=dict)  # committed messages by position
+    def __init__(
+        self,
+        seq: int = 0,
+        status: str | None = None,
+        error: dict[str, Any] | None = None,
+        blocks: dict[int, PartialBlock] | None = None,
+        commits: dict[int, dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.seq = seq
+        self.status = status
+        self.error = error
+        self.blocks = blocks if blocks is not None else {}  # in-flight blocks by index
+        self.commits: dict[int, dict[str, Any]] = commits if commits is not None else {}  # by thread position
 
-    def apply(self, frame: dict[str, Any]) -> None:
-        kind = frame.get("type")
-        block = frame.get("block")
-        self.seq = max(self.seq, int(frame.get("seq") or 0))
-        if kind == "text_delta":
-            self.blocks.setdefault(block, {"kind": "text", "text": ""})["text"] += frame.get("text", "")
-        elif kind == "thinking_delta":
-            self.blocks.setdefault(block, {"kind": "thinking", "text": ""})["text"] += frame.get("thinking", "")
-        elif kind == "tool_call_delta":
-            entry = self.blocks.setdefault(
-                block, {"kind": "tool_use", "id": frame.get("id"), "name": frame.get("name"), "arguments": ""}
-            )
-            entry["arguments"] += frame.get("arguments_delta", "")
-        elif kind == "block":
-            content = frame.get("content") or {}
-            self.blocks[block] = {"kind": content.get("type", "block"), "content": content}
-        elif kind in ("tool_call_cancel", "block_cancel"):
-            self.blocks.pop(block, None)
-        elif kind == "stream_reset":
-            self.blocks.clear()
-        elif kind == "message_committed":
-            self.commits[int(frame.get("position", len(self.commits)))] = frame.get("message") or {}
-            self.blocks.clear()
-        elif kind == "run_status":
-            self.status = frame.get("status")
-            self.error = frame.get("error")
+    def on_commit(self, position: int | None, message: dict[str, Any]) -> None:
+        self.commits[int(position if position is not None else len(self.commits))] = message
 
-    def partial(self) -> list[dict[str, Any]]:
-        """The in-flight blocks as ``[{block, content}]`` in block order (snapshot shape)."""
-        return [{"block": index, "content": _content(self.blocks[index])} for index in sorted(self.blocks)]
+    def on_snapshot_messages(self, messages: list[dict[str, Any]]) -> None:
+        self.commits = dict(enumerate(messages))
 
     def to_json(self) -> str:
         return json.dumps(
@@ -63,7 +44,7 @@ class RunState:
                 "seq": self.seq,
                 "status": self.status,
                 "error": self.error,
-                "blocks": [[k, v] for k, v in self.blocks.items()],
+                "blocks": [[k, _stored(v)] for k, v in self.blocks.items()],
                 "commits": [[k, v] for k, v in self.commits.items()],
             },
             separators=(",", ":"),
@@ -77,7 +58,7 @@ class RunState:
             seq=int(data.get("seq") or 0),
             status=data.get("status"),
             error=data.get("error"),
-            blocks={int(k): v for k, v in data.get("blocks", [])},
+            blocks={int(k): _loaded(v) for k, v in data.get("blocks", [])},
             commits={int(k): v for k, v in data.get("commits", [])},
         )
 
@@ -85,31 +66,21 @@ class RunState:
         return RunState.from_json(self.to_json())
 
 
-def _content(entry: dict[str, Any]) -> dict[str, Any]:
-    """A partial block as canonical content. A tool call's arguments may be half a JSON
-    document: ``partial_json`` carries them verbatim so the client appends further deltas."""
+def _stored(block: PartialBlock) -> dict[str, Any]:
+    """An in-flight block as the buffer stores it (the stored JSON shape is unchanged across versions)."""
+    if block.kind in ("text", "thinking"):
+        return {"kind": block.kind, "text": block.text}
+    if block.kind == "tool_use":
+        return {"kind": "tool_use", "id": block.id, "name": block.name, "arguments": block.arguments}
+    return {"kind": block.kind, "content": block.content}
+
+
+def _loaded(entry: dict[str, Any]) -> PartialBlock:
     kind = entry["kind"]
-    if kind == "text":
-        return {"type": "text", "text": entry["text"]}
-    if kind == "thinking":
-        return {"type": "thinking", "thinking": entry["text"]}
+    if kind in ("text", "thinking"):
+        return PartialBlock(kind, text=entry.get("text", ""))
     if kind == "tool_use":
-        arguments = entry.get("arguments", "")
-        try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            parsed = {}
-        return {
-            "type": "tool_use",
-            "id": entry.get("id"),
-            "name": entry.get("name"),
-            "input": parsed if isinstance(parsed, dict) else {},
-            "partial_json": arguments,
-        }
-    return dict(entry.get("content") or {"type": kind})
-
-
-def frame_span(frame: dict[str, Any]) -> tuple[int, int]:
-    """The seqs a (possibly coalesced) frame covers: ``(first_seq, seq)``."""
-    seq = int(frame.get("seq") or 0)
-    return int(frame.get("first_seq") or seq), seq
+        return PartialBlock(
+            "tool_use", id=entry.get("id"), name=entry.get("name"), arguments=entry.get("arguments", "")
+        )
+    return PartialBlock(kind, content=entry.get("content"))

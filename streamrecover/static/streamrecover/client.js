@@ -1,8 +1,8 @@
 /*
  * streamrecover client: follows one run over its WebSocket and rebuilds what to show.
  *
- * Frames are applied with exactly the rules of streamrecover/engine/client_view.py (the
- * reference client the tests check against): deltas append to the in-flight block they
+ * Frames are applied with exactly the rules of streamrecover/engine/protocol.py (the
+ * reducer the tests' reference client builds on): deltas append to the in-flight block they
  * name, tool_call_cancel / block_cancel drop one block, stream_reset drops them all,
  * message_committed moves the turn into the committed messages, a snapshot replaces
  * everything. A coalesced frame covers seqs first_seq..seq; any other jump means a frame
@@ -215,7 +215,7 @@
     this.onRender(this);
   };
 
-  /* The reference rules (engine/client_view.py ClientView.apply). */
+  /* The reference rules (engine/protocol.py FrameReducer.apply). */
   StreamRecoverClient.prototype.apply = function (frame) {
     var kind = frame.type;
     var block = frame.block;
