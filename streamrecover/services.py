@@ -30,6 +30,7 @@ from .conf import app_settings
 from .demo_tools import demo_registry
 from .engine.agent import RunResult, ToolRegistry, notice_blocks, run_agent
 from .engine.cancel import CancelToken
+from .engine.context import RunContext
 from .engine.contract import ModelRequest, ProviderConfig
 from .engine.sink import FanOutSink, RunSink, StructuredEvent
 from .models import Message, Run, Thread
@@ -279,20 +280,18 @@ async def execute_run(
     watcher = asyncio.ensure_future(_watch(str(run.pk), cancel, worker))
     log.info("run_started", run_id=str(run.pk), provider=run.provider, model=run.model, resume=existing is not None)
     try:
-        result = await run_agent(
+        ctx = RunContext(
             run_id=str(run.pk),
             adapter=adapter,
-            request=request,
             config=engine,
             sink=sink,
             checkpoints=checkpoints,
             cancel=cancel,
-            tools=tools,
-            start_seq=start_seq,
-            resume=existing is not None,
+            seq=start_seq,
+            attempts=consumed,
             provider_name=run.provider,
-            first_attempt_index=consumed,
         )
+        result = await run_agent(ctx, request, tools=tools, resume=existing is not None)
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

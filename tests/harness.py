@@ -11,6 +11,7 @@ from streamrecover.engine.agent import RunResult, ToolRegistry, run_agent
 from streamrecover.engine.cancel import CancelToken
 from streamrecover.engine.checkpoint import CheckpointStore, InMemoryCheckpointStore
 from streamrecover.engine.config import EngineConfig
+from streamrecover.engine.context import RunContext
 from streamrecover.engine.contract import ModelRequest, ProviderConfig
 from streamrecover.engine.sink import CollectingSink
 from streamrecover.providers.fake import FakeProviderServer
@@ -92,17 +93,15 @@ async def run(
         thinking_budget=thinking_budget,
         structured=structured,
     )
-    result = await run_agent(
+    ctx = RunContext(
         run_id=run_id or uuid.uuid4().hex,
         adapter=get_adapter(config_),
-        request=request,
         config=config,
         sink=sink,
         checkpoints=checkpoints or InMemoryCheckpointStore(),
-        cancel=cancel,
-        tools=tools,
-        resume=resume,
+        cancel=cancel or CancelToken(),
     )
+    result = await run_agent(ctx, request, tools=tools, resume=resume)
     outcome = Outcome(result, sink, server.log_for(scenario))
     outcome.view.apply_all(sink.frames)
     return outcome

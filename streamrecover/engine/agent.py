@@ -1,4 +1,4 @@
-"""The agent loop: assistant turns, and the tools their completed tool calls ask for.
+"""The agent loop: a run's assistant turns, and the tools their completed tool calls ask for.
 
 Each completed tool call (including one salvaged by R2) is executed exactly once per
 committed assistant message; its result is committed as the next user message before
@@ -13,13 +13,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .cancel import CancelToken
-from .checkpoint import CheckpointStore, InMemoryCheckpointStore
-from .config import EngineConfig
-from .contract import ModelRequest, ProviderAdapter, ToolSpec
-from .runner import RunContext, TurnResult, TurnRunner
-from .sink import RunSink
+from .context import RunContext
+from .contract import ModelRequest, ToolSpec
+from .protocol import FrameKind
 from .transport import HttpxTransport
+from .turn import TurnResult, TurnRunner
 
 ToolFunc = Callable[[dict[str, Any]], Any] | Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -94,71 +92,52 @@ class RunResult:
 
 
 async def run_agent(
-    *,
-    run_id: str,
-    adapter: ProviderAdapter,
+    ctx: RunContext,
     request: ModelRequest,
-    config: EngineConfig,
-    sink: RunSink,
-    checkpoints: CheckpointStore | None = None,
-    cancel: CancelToken | None = None,
+    *,
     tools: ToolRegistry | None = None,
-    transport: HttpxTransport | None = None,
-    start_seq: int = 0,
     resume: bool = False,
-    provider_name: str = "",
-    first_attempt_index: int = 0,
 ) -> RunResult:
     """Run turns until the model stops asking for tools, a turn fails, or ``max_turns``.
 
+    ``ctx`` is the run's context, built once by the caller (its ``seq`` and ``attempts``
+    number on after what an earlier process of the same run published and recorded).
     ``request.messages`` is the committed thread (ending with the user's message, or with
     an assistant message whose tool calls still need results, or a tool-result message).
-    With ``resume``, a fresh checkpoint for ``run_id`` continues the turn it belongs to;
-    ``first_attempt_index`` numbers on after the attempts an earlier process recorded.
+    With ``resume``, a fresh checkpoint for the run continues the turn it belongs to.
     """
-    cancel = cancel or CancelToken()
+    config, sink, checkpoints, cancel = ctx.config, ctx.sink, ctx.checkpoints, ctx.cancel
     cancel.bind()
-    checkpoints = checkpoints or InMemoryCheckpointStore()
     tools = tools or ToolRegistry()
     if tools.specs() and not request.tools:
         request = replace(request, tools=tools.specs())
-    own_transport = transport is None
-    transport = transport or HttpxTransport()
+    own_transport = ctx.transport is None
+    if ctx.transport is None:
+        ctx.transport = HttpxTransport()
+    transport = ctx.transport
     messages = [dict(m) for m in request.messages]
     new_messages: list[dict[str, Any]] = []
-    ctx = RunContext(
-        run_id,
-        adapter,
-        config,
-        sink,
-        checkpoints,
-        cancel,
-        transport,
-        seq=start_seq,
-        attempts=first_attempt_index,
-        provider_name=provider_name,
-    )
     result = RunResult("completed", messages)
 
     async def commit(message: dict[str, Any]) -> None:
         messages.append(message)
         new_messages.append(message)
         await sink.on_message(message, len(messages) - 1)
-        await ctx.frame("message_committed", position=len(messages) - 1, message=message)
+        await ctx.frame(FrameKind.MESSAGE_COMMITTED, position=len(messages) - 1, message=message)
 
     resume_checkpoint = None
     if resume:
-        found = await checkpoints.get(run_id)
+        found = await checkpoints.get(ctx.run_id)
         if found is not None:
             if found.is_fresh(config.checkpoint_ttl_s) and found.history_len == len(messages):
                 resume_checkpoint = found
                 ctx.seq = max(ctx.seq, found.seq)
             else:
-                await checkpoints.delete(run_id)
+                await checkpoints.delete(ctx.run_id)
 
     notices: list[dict[str, Any]] = []
     try:
-        await ctx.frame("run_status", status="running")
+        await ctx.frame(FrameKind.RUN_STATUS, status="running")
         turn = _turn_index(messages)
         while True:
             if cancel.stopped:
@@ -191,10 +170,11 @@ async def run_agent(
             turn += 1
             if outcome.stop_reason != "tool_use" or not _pending_tool_calls(messages):
                 break
-        await ctx.frame("run_status", status=result.status, error=result.error)
+        await ctx.frame(FrameKind.RUN_STATUS, status=result.status, error=result.error)
     finally:
         if own_transport:
             await transport.__aexit__(None, None, None)
+            ctx.transport = None
     result.messages = messages
     result.new_messages = new_messages
     result.seq = ctx.seq

@@ -1,0 +1,172 @@
+"""Attempts: one HTTP call to the provider, from opening its ``AttemptRecord`` to closing it on one path.
+
+``open_attempt`` numbers the record and reports it; ``run_attempt`` makes the call and
+streams the response through the turn's ``Translator``, racing the cancel token; every
+ending (completed, interrupted, request_failed, cancelled) goes through ``close_attempt``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+
+from .context import RunCancelled, RunContext
+from .contract import HTTPRequest
+from .errors import BodyDecodeError, ErrorClass, InterruptCause, ParseError, ProviderError, SSEError, StreamInterrupted
+from .sink import AttemptRecord
+from .sse import SSEDecoder
+from .translate import AttemptDone, Translator, as_interrupted
+from .transport import ConnectFailed, OpenedStream
+
+
+async def open_attempt(
+    ctx: RunContext, *, turn: int, kind: str, continuation: int, strategy: str | None, http_request: HTTPRequest
+) -> AttemptRecord:
+    """A new record for the run's next attempt (``kind``: initial, pre_stream_retry, continuation, restart,
+    resume), reported to the sink."""
+    record = AttemptRecord(
+        run_id=ctx.run_id,
+        turn=turn,
+        index=ctx.attempts,
+        kind=kind,
+        continuation=continuation,
+        strategy=strategy,
+        request=http_request.redacted(),
+        started_at=time.time(),
+    )
+    ctx.attempts += 1
+    await ctx.sink.on_attempt(record)
+    return record
+
+
+async def close_attempt(
+    ctx: RunContext,
+    record: AttemptRecord,
+    outcome: str,
+    *,
+    stop_reason: str | None = None,
+    interrupt_cause: str | None = None,
+    error_kind: str | None = None,
+    error_message: str | None = None,
+) -> None:
+    """The one way an attempt ends: its outcome and end time set, the sink told again."""
+    record.outcome = outcome
+    record.ended_at = time.time()
+    record.stop_reason = stop_reason
+    record.interrupt_cause = interrupt_cause
+    record.error_kind = error_kind
+    record.error_message = error_message
+    await ctx.sink.on_attempt(record)
+
+
+async def run_attempt(
+    ctx: RunContext, http_request: HTTPRequest, record: AttemptRecord, translator: Translator
+) -> ProviderError:
+    """Make one call and stream its response.
+
+    Returns the ``ProviderError`` of a call that failed before its stream started. Raises
+    ``AttemptDone`` at the stream's terminator, ``StreamInterrupted`` when it broke and
+    ``RunCancelled`` when the cancel token fired. The record is closed in every case.
+    """
+    error = await _open_and_stream(ctx, http_request, record, translator)
+    await close_attempt(ctx, record, "request_failed", error_kind=error.kind, error_message=error.message)
+    return error
+
+
+async def _open_and_stream(
+    ctx: RunContext, http_request: HTTPRequest, record: AttemptRecord, translator: Translator
+) -> ProviderError:
+    cfg = ctx.config
+    assert ctx.transport is not None, "run_agent provides the transport"
+    try:
+        opened = await ctx.transport.open(
+            http_request.method,
+            http_request.url,
+            http_request.headers,
+            http_request.json,
+            cfg.idle_timeout_s,
+            cfg.connect_timeout_s,
+        )
+    except ConnectFailed as exc:
+        return ProviderError(ErrorClass.RETRYABLE, "connect_error", str(exc))
+    record.status_code = opened.status
+    record.request_id = _request_id(opened.headers)
+    try:
+        if opened.status != 200:
+            body = await opened.read_error_body()
+            return ctx.adapter.classify_http_error(opened.status, opened.headers, body)
+        content_type = opened.headers.get("content-type", "")
+        if "text/event-stream" not in content_type:
+            body = await opened.read_error_body()
+            excerpt = body[:200].decode("utf-8", "replace")
+            return ProviderError(
+                ErrorClass.PERMANENT,
+                "bad_content_type",
+                f"expected text/event-stream, got {content_type or 'no content type'!r}: {excerpt!r}",
+                status=opened.status,
+            )
+        await _consume(ctx, opened, record, translator)
+    finally:
+        await opened.close()
+    raise AssertionError("unreachable")  # _consume always raises
+
+
+async def _consume(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator) -> None:
+    """Feed the body through decoder, parser and translator, racing the cancel token."""
+    stream_task = asyncio.ensure_future(_pump(ctx, opened, record, translator))
+    cancel_task = asyncio.ensure_future(ctx.cancel.wait())
+    try:
+        done, _ = await asyncio.wait({stream_task, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancel_task.cancel()
+    if stream_task not in done:
+        stream_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await stream_task
+        await close_attempt(ctx, record, "cancelled")
+        raise RunCancelled
+    stream_task.result()  # re-raises AttemptDone / StreamInterrupted
+
+
+async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator) -> None:
+    decoder = SSEDecoder(ctx.config.max_line_bytes)
+    parser = ctx.adapter.new_parser()
+    try:
+        async for chunk in opened.chunks:
+            if record.first_byte_at is None:
+                record.first_byte_at = time.time()
+            record.bytes_received += len(chunk)
+            for sse in decoder.feed(chunk):
+                for event in parser.feed(sse):
+                    await translator.on_event(event, record)
+        decoder.close()
+        raise StreamInterrupted(
+            InterruptCause.CONNECTION_RESET,
+            "the body ended without the stream's terminator"
+            + (" (inside an event)" if decoder.had_unterminated_event else ""),
+        )
+    except AttemptDone:
+        await close_attempt(ctx, record, "completed", stop_reason=translator.acc.stop_reason)
+        raise
+    except (StreamInterrupted, SSEError, BodyDecodeError, ParseError) as exc:
+        interrupted = as_interrupted(exc)
+        error = interrupted.provider_error
+        await close_attempt(
+            ctx,
+            record,
+            "interrupted",
+            interrupt_cause=interrupted.cause.value,
+            error_kind=error.kind if error else interrupted.cause.error_kind,
+            error_message=interrupted.message,
+        )
+        raise interrupted from exc
+
+
+def _request_id(headers: Mapping[str, str]) -> str | None:
+    for name in ("request-id", "x-request-id"):
+        value = headers.get(name)
+        if value:
+            return str(value)
+    return None

@@ -1,0 +1,63 @@
+"""The run context: one run's identity and shared services, built once by the code that executes the run.
+
+Every turn of the run gets the same ``RunContext``: the adapter and engine settings, the
+sink the run reports to, the checkpoint store, the cancel token, the HTTP transport, and
+the two counters that continue across turns and processes (the client frame ``seq`` and
+the attempt index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from .cancel import CancelToken
+from .checkpoint import CheckpointStore, InMemoryCheckpointStore
+from .config import EngineConfig
+from .contract import ProviderAdapter
+from .protocol import Frame
+from .sink import RunSink
+from .transport import HttpxTransport
+
+
+class RunCancelled(Exception):
+    """The cancel token fired; carries what stopped the run."""
+
+
+@dataclass(slots=True)
+class RunContext:
+    """Identity and shared services of one run, handed to every turn."""
+
+    run_id: str
+    adapter: ProviderAdapter
+    config: EngineConfig
+    sink: RunSink
+    checkpoints: CheckpointStore = field(default_factory=InMemoryCheckpointStore)
+    cancel: CancelToken = field(default_factory=CancelToken)
+    # None: ``run_agent`` opens a transport for the run and closes it at the end
+    transport: HttpxTransport | None = None
+    seq: int = 0  # the last client frame number; a resumed run numbers on from it
+    attempts: int = 0  # attempts so far across the run (the first attempt's index), for AttemptRecord.index
+    provider_name: str = ""  # the configured provider's name for events (default: the adapter's)
+
+    @property
+    def provider(self) -> str:
+        return self.provider_name or self.adapter.name
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    async def frame(self, kind: str, **payload: Any) -> None:
+        """Number one client frame and hand it to the sink."""
+        frame = cast(Frame, {"type": kind, "run_id": self.run_id, "seq": self.next_seq(), **payload})
+        await self.sink.on_frame(frame)
+
+    def check_cancel(self) -> None:
+        if self.cancel.stopped:
+            raise RunCancelled
+
+    async def sleep(self, delay: float) -> None:
+        """Back off for ``delay`` seconds; a cancel ends the wait and raises ``RunCancelled``."""
+        if await self.cancel.sleep(delay):
+            raise RunCancelled

@@ -1,0 +1,108 @@
+"""Continuations: choosing how to carry on after a break, and building the request that does it.
+
+After a recovery plan keeps some blocks, the next attempt continues from them (a
+``continuation``), or starts over when nothing was kept (a ``restart``). The adapter names
+the strategy its model supports: ``prefill`` (the kept blocks are the start of the
+assistant message, trailing whitespace stripped, since a prefill may not end in it),
+``prefix_flag`` (the same, marked with the provider's prefix flag) or ``continue_message``
+(the kept blocks as a finished message plus an explicit "continue" user message).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .blocks import TEXT, THINKING, TOOL_USE, Accumulator, Block
+from .contract import CONTINUE_INSTRUCTION, ModelRequest, ProviderAdapter, Strategy
+from .join import ContinuationJoiner
+from .plan import PlanKind, RecoveryPlan
+
+# Stop reasons after which the answer ends as it is: continuing would only repeat the refusal.
+NEVER_CONTINUE_STOPS = frozenset({"refusal", "content_filter", "context_overflow"})
+
+
+@dataclass(slots=True)
+class Continuation:
+    """What the next attempt of a turn starts from."""
+
+    kind: str  # initial, continuation, restart, resume
+    prefix: list[Block] = field(default_factory=list)  # kept blocks the attempt continues from
+    strategy: Strategy | None = None
+    acc: Accumulator = field(default_factory=Accumulator)  # the turn's blocks, the prefix restored
+
+
+def strategy_for(adapter: ProviderAdapter, request: ModelRequest) -> Strategy:
+    """The strategy the request's model supports."""
+    return adapter.continuation_strategy(request.model, thinking=bool(request.thinking_budget))
+
+
+def continue_from(recovery: RecoveryPlan, strategy: Strategy) -> Continuation:
+    """A restart when the plan keeps nothing, else a continuation from its kept blocks."""
+    if recovery.kind is PlanKind.WHOLE_RESTART or not recovery.keep:
+        return Continuation("restart")
+    prefix = [b.copy() for b in recovery.keep]
+    acc = Accumulator()
+    acc.restore(prefix)
+    return Continuation("continuation", prefix, strategy, acc)
+
+
+def as_restart(recovery: RecoveryPlan) -> RecoveryPlan:
+    """The same plan as a whole restart: everything it kept is discarded too."""
+    restart = RecoveryPlan(PlanKind.WHOLE_RESTART)
+    restart.discarded_tools = list(recovery.discarded_tools)
+    restart.discarded_thinking = list(recovery.discarded_thinking)
+    restart.discarded_other = [*recovery.discarded_other, *recovery.keep]
+    return restart
+
+
+def continuation_messages(
+    messages: list[dict[str, Any]], prefix: list[Block], strategy: Strategy | None
+) -> list[dict[str, Any]]:
+    """The committed thread plus what carries the prefix under ``strategy``."""
+    messages = list(messages)
+    if not prefix:
+        return messages
+    content = [b.to_content() for b in prefix]
+    if strategy is Strategy.PREFILL:
+        last = content[-1]
+        if last.get("type") == "text":
+            stripped = last["text"].rstrip()
+            if stripped:
+                content[-1] = {**last, "text": stripped}
+            else:
+                content.pop()
+        messages.append({"role": "assistant", "content": content})
+    elif strategy is Strategy.PREFIX_FLAG:
+        messages.append({"role": "assistant", "content": content, "prefix": True})
+    else:
+        messages.append({"role": "assistant", "content": content})
+        messages.append({"role": "user", "content": [{"type": "text", "text": CONTINUE_INSTRUCTION}]})
+    return messages
+
+
+def joiner_for(prefix: list[Block], strategy: Strategy | None, echoes_prefix: bool) -> ContinuationJoiner | None:
+    """How the continued text block joins the kept one: what the provider repeats is dropped.
+
+    A prefill continuation that starts with the whitespace the prefill had to lose has it
+    dropped once; a prefix-flag continuation repeats the whole prefix where the provider
+    echoes it; after a continue message the model may repeat a tail of the kept text.
+    """
+    if not prefix or prefix[-1].kind != TEXT:
+        return None
+    text = prefix[-1].text
+    if strategy is Strategy.PREFILL:
+        return ContinuationJoiner(text[len(text.rstrip()) :])
+    if strategy is Strategy.PREFIX_FLAG:
+        return ContinuationJoiner(text if echoes_prefix else "")
+    return ContinuationJoiner(overlap_with=text)
+
+
+def summary(blocks: list[Block]) -> dict[str, int]:
+    """Counts of kept blocks, for the events."""
+    return {
+        "text_blocks": sum(1 for b in blocks if b.kind == TEXT),
+        "text_chars": sum(len(b.text) for b in blocks if b.kind == TEXT),
+        "tool_calls": sum(1 for b in blocks if b.kind == TOOL_USE),
+        "thinking_blocks": sum(1 for b in blocks if b.kind == THINKING),
+    }

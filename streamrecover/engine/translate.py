@@ -1,0 +1,200 @@
+"""Translation of provider stream events into the turn's blocks and the client's frames.
+
+A turn's blocks are numbered the way the client sees them: ``IndexMapper`` maps one
+response's block indices onto the turn's, merging a continuation's first text block into
+the prefix's last text block (through the ``ContinuationJoiner``, which drops what the
+provider repeats) and giving everything else the next number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypedDict
+
+from .blocks import TEXT, THINKING, TOOL_USE, Accumulator, Block
+from .context import RunContext
+from .errors import BodyDecodeError, InterruptCause, StreamInterrupted
+from .events import (
+    BlockStart,
+    BlockStop,
+    MessageStart,
+    ProviderErrorEvent,
+    SignatureDelta,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolArgsDelta,
+    UsageUpdate,
+)
+from .join import ContinuationJoiner
+from .protocol import FrameKind
+from .sink import AttemptRecord
+
+
+class AttemptDone(Exception):
+    """The stream reached its terminator."""
+
+
+class InFlightTool(TypedDict):
+    """The tool call being received, as a checkpoint records it."""
+
+    id: str | None
+    name: str | None
+    partial_input_bytes: int
+
+
+class IndexMapper:
+    """Maps one response's block indices to the turn's, merging a continued text block."""
+
+    def __init__(self, acc: Accumulator, prefix: list[Block]) -> None:
+        self.acc = acc
+        self.map: dict[int, int] = {}
+        self.next = len(prefix)
+        self.merge_index: int | None = len(prefix) - 1 if prefix and prefix[-1].kind == TEXT else None
+        self._merge_open = self.merge_index is not None
+
+    def start(self, event: BlockStart) -> int | None:
+        if event.index in self.map:
+            return self.map[event.index]
+        if self._merge_open and event.kind == TEXT and self.merge_index is not None:
+            self._merge_open = False
+            self.map[event.index] = self.merge_index
+            self.acc.reopen(self.merge_index)
+            return self.merge_index
+        self._merge_open = False
+        target = self.next
+        self.next += 1
+        self.map[event.index] = target
+        self.acc.apply(BlockStart(target, event.kind, event.id, event.name, event.data))
+        return target
+
+    def target(self, index: int, kind: str | None) -> int:
+        if index in self.map:
+            return self.map[index]
+        # a delta for a block whose start never came (some compatible providers)
+        self.start(BlockStart(index, kind or TEXT))
+        return self.map[index]
+
+
+class Translator:
+    """Applies one turn's provider events to its accumulator and sends the matching frames.
+
+    Create one per turn; ``begin`` it for every response. ``on_progress(n)`` is called
+    after each text or argument delta of ``n`` characters, ``on_tool_closed()`` when a
+    tool call's block closes (the turn checkpoints there).
+    """
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        on_progress: Callable[[int], Awaitable[None]],
+        on_tool_closed: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.ctx = ctx
+        self.on_progress = on_progress
+        self.on_tool_closed = on_tool_closed
+        self.in_flight_tool: InFlightTool | None = None
+        self.acc = Accumulator()
+        self.mapper = IndexMapper(self.acc, [])
+        self.joiner: ContinuationJoiner | None = None
+
+    def begin(self, acc: Accumulator, prefix: list[Block], joiner: ContinuationJoiner | None) -> None:
+        """Start one response that continues from ``prefix`` (already restored into ``acc``)."""
+        self.acc = acc
+        self.mapper = IndexMapper(acc, prefix)
+        self.joiner = joiner
+
+    async def on_event(self, event: StreamEvent, record: AttemptRecord) -> None:
+        """One normalized event; raises ``AttemptDone`` at the terminator, ``StreamInterrupted``
+        for an error the provider sent inside the stream."""
+        frame = self.ctx.frame
+        mapper, joiner = self.mapper, self.joiner
+        match event:
+            case TextDelta(index=i, text=text):
+                target = mapper.target(i, TEXT)
+                if joiner is not None and target == mapper.merge_index:
+                    text = joiner.feed(text)
+                    if not text:
+                        return
+                self.acc.apply(TextDelta(target, text))
+                await frame(FrameKind.TEXT_DELTA, block=target, text=text)
+                await self.on_progress(len(text))
+            case ToolArgsDelta(index=i, partial_json=part):
+                target = mapper.target(i, TOOL_USE)
+                block = self.acc.apply(ToolArgsDelta(target, part))
+                assert block is not None
+                if self.in_flight_tool is None or self.in_flight_tool.get("id") != block.id:
+                    self.in_flight_tool = {"id": block.id, "name": block.name, "partial_input_bytes": 0}
+                self.in_flight_tool["partial_input_bytes"] += len(part.encode())
+                await frame(FrameKind.TOOL_CALL_DELTA, block=target, id=block.id, name=block.name, arguments_delta=part)
+                await self.on_progress(len(part))
+            case ThinkingDelta(index=i, thinking=text):
+                target = mapper.target(i, THINKING)
+                self.acc.apply(ThinkingDelta(target, text))
+                await frame(FrameKind.THINKING_DELTA, block=target, thinking=text)
+            case SignatureDelta(index=i, signature=sig):
+                self.acc.apply(SignatureDelta(mapper.target(i, THINKING), sig))
+            case BlockStart(kind=kind):
+                target = mapper.start(event)
+                if target is None:
+                    return
+                started = self.acc.block_at(target)
+                if kind == TOOL_USE and started is not None:
+                    self.in_flight_tool = {"id": started.id, "name": started.name, "partial_input_bytes": 0}
+                    await frame(
+                        FrameKind.TOOL_CALL_DELTA, block=target, id=started.id, name=started.name, arguments_delta=""
+                    )
+                elif kind not in (TEXT, THINKING) and started is not None:
+                    await frame(FrameKind.BLOCK, block=target, content=started.to_content())
+            case BlockStop(index=i):
+                target = mapper.target(i, None)
+                if joiner is not None and target == mapper.merge_index and not joiner.decided:
+                    rest = joiner.flush()
+                    if rest:
+                        self.acc.apply(TextDelta(target, rest))
+                        await frame(FrameKind.TEXT_DELTA, block=target, text=rest)
+                stopped = self.acc.apply(BlockStop(target))
+                if stopped is not None and stopped.kind == TOOL_USE:
+                    self.in_flight_tool = None
+                    await self.on_tool_closed()
+            case MessageStart(usage=usage):
+                record.usage = record.usage.merged(usage)
+            case UsageUpdate(usage=usage):
+                record.usage = record.usage.merged(usage)
+            case StopReason():
+                self.acc.apply(event)
+            case ProviderErrorEvent():
+                error = self.ctx.adapter.classify_stream_error(event)
+                raise StreamInterrupted(
+                    InterruptCause.PROVIDER_ERROR_MID_STREAM, f"{event.error_type}: {event.message}", error
+                )
+            case StreamEnd():
+                if joiner is not None and not joiner.decided and mapper.merge_index is not None:
+                    rest = joiner.flush()
+                    if rest:
+                        self.acc.apply(TextDelta(mapper.merge_index, rest))
+                        await frame(FrameKind.TEXT_DELTA, block=mapper.merge_index, text=rest)
+                raise AttemptDone
+
+
+async def replay_block(ctx: RunContext, block: Block) -> None:
+    """The frames that show a kept block to a client that starts from nothing (a resume)."""
+    if block.kind == TEXT:
+        await ctx.frame(FrameKind.TEXT_DELTA, block=block.index, text=block.text)
+    elif block.kind == TOOL_USE:
+        await ctx.frame(
+            FrameKind.TOOL_CALL_DELTA, block=block.index, id=block.id, name=block.name, arguments_delta=block.arguments
+        )
+    elif block.kind == THINKING:
+        await ctx.frame(FrameKind.THINKING_DELTA, block=block.index, thinking=block.text)
+
+
+def as_interrupted(exc: BaseException) -> StreamInterrupted:
+    """A broken body (bad SSE, bad bytes, bad data) as the interruption it is."""
+    if isinstance(exc, StreamInterrupted):
+        return exc
+    if isinstance(exc, BodyDecodeError):
+        return StreamInterrupted(InterruptCause.BODY_DECODE, str(exc))
+    return StreamInterrupted(InterruptCause.SSE_PARSE, str(exc))

@@ -1,0 +1,449 @@
+"""The turn runner: one assistant turn, kept alive across broken streams.
+
+One turn is a sequence of HTTP calls (attempts). The first is ``initial``; a call that
+fails before its stream starts is retried as ``pre_stream_retry`` (own budget); a stream
+that breaks is planned (R1-R4) and followed, after a backoff, by a ``continuation`` that
+carries the kept blocks as history, or a ``restart`` when nothing was kept. This module
+holds that loop and the turn's endings; translating events (``translate``), building
+continuations (``continuation``) and recording attempts (``attempts``) live beside it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from . import sink as ev
+from .attempts import open_attempt, run_attempt
+from .blocks import TEXT, Accumulator, Block, BlockStatus, Snapshot
+from .checkpoint import Checkpoint, CheckpointWriter, CoalescePolicy
+from .context import RunCancelled, RunContext
+from .continuation import (
+    NEVER_CONTINUE_STOPS,
+    as_restart,
+    continuation_messages,
+    continue_from,
+    joiner_for,
+    strategy_for,
+    summary,
+)
+from .contract import ModelRequest, Strategy
+from .errors import ErrorClass, RequestFailed, StreamInterrupted
+from .plan import PlanKind, RecoveryPlan, plan
+from .protocol import FrameKind
+from .retry import backoff_delay
+from .sink import AttemptRecord, StructuredEvent
+from .translate import AttemptDone, Translator, replay_block
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class DiscardedTool:
+    """A tool call cut off before its arguments were complete: never executed."""
+
+    id: str | None
+    name: str | None
+    reason: str  # incomplete_arguments, invalid_arguments_json
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "reason": self.reason}
+
+
+@dataclass(slots=True)
+class TurnResult:
+    status: str  # completed, failed, exhausted, cancelled
+    blocks: list[dict[str, Any]] = field(default_factory=list)  # canonical content of the assistant message
+    stop_reason: str | None = None
+    error: dict[str, str] | None = None
+    continuations: int = 0
+    recovered: bool = False
+    discarded_tools: list[dict[str, Any]] = field(default_factory=list)  # {"id", "name", "reason"}
+
+
+class TurnRunner:
+    """Runs one assistant turn. Create one per turn."""
+
+    def __init__(self, ctx: RunContext, request: ModelRequest, turn: int, history_len: int) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.turn = turn
+        self.history_len = history_len
+        self.acc = Accumulator()  # the turn's blocks, numbered as the client sees them
+        self.prefix: list[Block] = []  # kept blocks the current attempt continues from
+        self.strategy: Strategy | None = None
+        self.continuation = 0
+        self.attempt_kind = "initial"
+        self.writer = CheckpointWriter(
+            ctx.checkpoints,
+            CoalescePolicy(
+                ctx.config.checkpoint_every_deltas,
+                ctx.config.checkpoint_every_bytes,
+                ctx.config.checkpoint_every_seconds,
+            ),
+            on_error=self._store_failed,
+        )
+        self.translator = Translator(ctx, self._maybe_checkpoint, self._checkpoint_now)
+        self._current_attempt: AttemptRecord | None = None
+        self.store_errors: list[str] = []
+        self.discarded_tools: list[dict[str, Any]] = []
+
+    # ---- public -------------------------------------------------------------------------
+
+    async def run(self, resume: Checkpoint | None = None) -> TurnResult:
+        try:
+            if resume is not None:
+                early = await self._resume(resume)
+                if early is not None:
+                    return early
+            return await self._loop()
+        except RunCancelled:
+            await self.writer.delete(self.ctx.run_id)
+            return TurnResult(
+                "cancelled",
+                error={"kind": self.ctx.cancel.kind or "cancel", "message": self.ctx.cancel.reason},
+                continuations=self.continuation,
+            )
+
+    # ---- the loop -----------------------------------------------------------------------
+
+    async def _loop(self) -> TurnResult:
+        prefill_fallback_used = False
+        while True:
+            self.ctx.check_cancel()
+            try:
+                await self._attempt()
+            except AttemptDone:
+                return await self._finish_completed()
+            except RequestFailed as failed:
+                error = failed.error
+                if (
+                    error.error_class is ErrorClass.PREFILL_REFUSED
+                    and self.strategy is Strategy.PREFILL
+                    and not prefill_fallback_used
+                ):
+                    # The model takes no prefill: same continuation, explicit continue message.
+                    prefill_fallback_used = True
+                    self.strategy = Strategy.CONTINUE_MESSAGE
+                    await self._emit(
+                        ev.LLM_STREAM_CONTINUATION_FAILED,
+                        continuation_attempt=self.continuation,
+                        error_kind=error.kind,
+                        error_message=error.message,
+                        fallback_strategy=Strategy.CONTINUE_MESSAGE.value,
+                    )
+                    continue
+                if self.continuation > 0:
+                    await self._emit(
+                        ev.LLM_STREAM_CONTINUATION_FAILED,
+                        continuation_attempt=self.continuation,
+                        error_kind=error.kind,
+                        error_message=error.message,
+                    )
+                    if not error.permanent:
+                        # The pre-stream budget of this continuation ran out: try the next one.
+                        # same kept blocks again (the failed call never streamed)
+                        outcome = await self._next_continuation(error.retry_after_s, plan(self.acc.snapshot()))
+                        if outcome is not None:
+                            return outcome
+                        continue
+                return await self._fail(error.kind, error.message)
+            except StreamInterrupted as interrupted:
+                self.ctx.check_cancel()
+                outcome = await self._on_interrupted(interrupted)
+                if outcome is not None:
+                    return outcome
+
+    async def _attempt(self) -> None:
+        """One provider call with its pre-stream retries; raises AttemptDone on the terminator."""
+        cfg = self.ctx.config
+        messages = continuation_messages(self.request.messages, self.prefix, self.strategy)
+        http_request = self.ctx.adapter.build_request(replace(self.request, messages=messages))
+        retries = 0
+        kind = self.attempt_kind
+        while True:
+            self.ctx.check_cancel()
+            self._current_attempt = record = await open_attempt(
+                self.ctx,
+                turn=self.turn,
+                kind=kind,
+                continuation=self.continuation,
+                strategy=self.strategy.value if (self.strategy and self.prefix) else None,
+                http_request=http_request,
+            )
+            joiner = joiner_for(self.prefix, self.strategy, self.ctx.adapter.echoes_prefix)
+            self.translator.begin(self.acc, self.prefix, joiner)
+            # only pre-stream failures come back here
+            error = await run_attempt(self.ctx, http_request, record, self.translator)
+            if error.permanent or retries >= cfg.max_request_retries:
+                raise RequestFailed(error)
+            retries += 1
+            delay = error.retry_after_s
+            if delay is not None:
+                delay = min(delay, cfg.max_retry_after_s)
+            else:
+                delay = min(cfg.request_retry_base_s * (2 ** (retries - 1)), 8.0) * cfg.backoff_scale
+            await self._emit(
+                ev.LLM_REQUEST_RETRY,
+                status=error.status,
+                error_kind=error.kind,
+                retry_after_s=error.retry_after_s,
+                delay_s=delay,
+                retry=retries,
+            )
+            await self.ctx.sleep(delay)
+            kind = "pre_stream_retry"
+
+    async def _on_interrupted(self, interrupted: StreamInterrupted) -> TurnResult | None:
+        snapshot = self.acc.snapshot()
+        recovery = plan(snapshot)
+        provider_error = interrupted.provider_error
+        permanent = provider_error is not None and provider_error.permanent
+        never = snapshot.stop_reason in NEVER_CONTINUE_STOPS
+        structured_restart = (
+            recovery.continues
+            and self.request.structured
+            and strategy_for(self.ctx.adapter, self.request) is not Strategy.PREFILL
+        )
+        if structured_restart:
+            recovery = as_restart(recovery)
+
+        kept_chars = sum(len(b.text) for b in recovery.keep if b.kind == TEXT)
+        attempt = self._current_attempt
+        usage_flushed = attempt is not None and attempt.usage.output_tokens is not None
+        await self._emit(
+            ev.LLM_STREAM_INTERRUPTED,
+            continuation_attempt=self.continuation,
+            cause=interrupted.cause.value,
+            error_kind=interrupted.cause.error_kind,
+            error_message=interrupted.message,
+            committed_text_blocks=sum(1 for b in recovery.keep if b.kind == TEXT),
+            committed_partial_text=any(b.kind == TEXT and not b.closed for b in recovery.keep),
+            discarded_partial_tool_uses=len(recovery.discarded_tools),
+            discarded_thinking_blocks=len(recovery.discarded_thinking),
+            usage_flushed=usage_flushed,
+            plan=recovery.kind.value,
+            kept_text_chars=kept_chars,
+            kept_output_tokens_estimate=-(-kept_chars // 4),
+        )
+        await self._publish_discards(recovery)
+        if never:
+            # A refusal or content filter already arrived: the answer ends here, as it is.
+            return await self._finish_with(recovery.keep, snapshot.stop_reason)
+        if permanent:
+            assert provider_error is not None
+            return await self._fail(provider_error.kind, provider_error.message)
+        if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
+            result = await self._finish_with(recovery.keep, "tool_use")
+            await self._emit(
+                ev.LLM_STREAM_CONTINUATION_COMPLETED,
+                continuation_attempt=self.continuation,
+                completion_reason="synthesized_tool_use",
+                plan=recovery.kind.value,
+            )
+            result.recovered = True
+            return result
+        retry_after = provider_error.retry_after_s if provider_error is not None else None
+        return await self._next_continuation(retry_after, recovery)
+
+    async def _next_continuation(self, retry_after_s: float | None, recovery: RecoveryPlan) -> TurnResult | None:
+        """Spend one continuation: checkpoint, back off (cancellable), set up the prefix."""
+        cfg = self.ctx.config
+        await self._write_checkpoint(force=True)
+        if self.continuation >= cfg.max_continuations:
+            await self._emit(
+                ev.LLM_STREAM_CONTINUATION_EXHAUSTED,
+                attempts=self.continuation,
+                final_reason=self._last_error_kind(),
+            )
+            await self.ctx.frame(
+                FrameKind.RECOVERY, phase="exhausted", attempt=self.continuation, plan=recovery.kind.value
+            )
+            await self.writer.delete(self.ctx.run_id)
+            return TurnResult(
+                "exhausted",
+                error={
+                    "kind": "exhausted",
+                    "message": f"gave up after {self.continuation} continuation attempts ({self._last_error_kind()})",
+                },
+                continuations=self.continuation,
+            )
+        self.continuation += 1
+        delay = backoff_delay(
+            self.continuation,
+            cfg.backoff_schedule,
+            cfg.backoff_scale,
+            cfg.backoff_jitter,
+            retry_after_s,
+            cfg.max_retry_after_s,
+        )
+        await self.ctx.frame(
+            FrameKind.RECOVERY, phase="backoff", attempt=self.continuation, plan=recovery.kind.value, backoff_s=delay
+        )
+        await self.ctx.sleep(delay)
+        self._set_prefix(recovery)
+        await self._emit(
+            ev.LLM_STREAM_CONTINUATION_STARTED,
+            continuation_attempt=self.continuation,
+            backoff_s=delay,
+            committed=summary(self.prefix),
+            strategy=self.strategy.value if self.strategy else None,
+            plan=recovery.kind.value,
+        )
+        await self.ctx.frame(
+            FrameKind.RECOVERY,
+            phase="continuing",
+            attempt=self.continuation,
+            plan=recovery.kind.value,
+            backoff_s=delay,
+        )
+        return None
+
+    def _set_prefix(self, recovery: RecoveryPlan) -> None:
+        chosen = continue_from(recovery, strategy_for(self.ctx.adapter, self.request))
+        self.prefix, self.strategy, self.acc, self.attempt_kind = (
+            chosen.prefix,
+            chosen.strategy,
+            chosen.acc,
+            chosen.kind,
+        )
+
+    # ---- resume from a checkpoint -----------------------------------------------------
+
+    async def _resume(self, checkpoint: Checkpoint) -> TurnResult | None:
+        """Pick up a turn another process left: replay what it kept, then go on from it."""
+        blocks = [Block.from_content(i, c) for i, c in enumerate(checkpoint.blocks)]
+        # The client may have seen more than the checkpoint: reset it to exactly the checkpoint.
+        await self.ctx.frame(FrameKind.STREAM_RESET, reason="resume")
+        for block in blocks:
+            await replay_block(self.ctx, block)
+        recovery = plan(Snapshot(tuple(blocks)))
+        await self._emit(
+            ev.LLM_RUN_RESUMED,
+            plan=recovery.kind.value,
+            committed=summary(recovery.keep),
+            checkpoint_attempt=checkpoint.attempt,
+            checkpoint_continuation=checkpoint.continuation,
+        )
+        self.continuation = checkpoint.continuation  # a resume spends no continuation
+        if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
+            self.acc.restore(recovery.keep)
+            result = await self._finish_with(recovery.keep, "tool_use")
+            result.recovered = True
+            return result
+        self._set_prefix(recovery)
+        if self.prefix:
+            self.attempt_kind = "resume"
+        return None
+
+    # ---- endings ----------------------------------------------------------------------
+
+    async def _finish_completed(self) -> TurnResult:
+        snapshot = self.acc.snapshot()
+        stop = snapshot.stop_reason or "end_turn"
+        keep: list[Block] = []
+        for block in snapshot.blocks:
+            # A clean end closes every block; anything unusable still never reaches history.
+            block.closed = True
+            if block.kind == TEXT and not block.text:
+                continue
+            if block.status() is BlockStatus.COMPLETE:
+                keep.append(block)
+        result = await self._finish_with(keep, stop)
+        if self.continuation > 0:
+            await self._emit(
+                ev.LLM_STREAM_CONTINUATION_COMPLETED,
+                continuation_attempt=self.continuation,
+                completion_reason=stop,
+            )
+            result.recovered = True
+        return result
+
+    async def _finish_with(self, blocks: list[Block], stop_reason: str | None) -> TurnResult:
+        await self.writer.delete(self.ctx.run_id)
+        return TurnResult(
+            "completed",
+            blocks=[b.to_content() for b in blocks],
+            stop_reason=stop_reason,
+            continuations=self.continuation,
+            discarded_tools=list(self.discarded_tools),
+        )
+
+    async def _fail(self, kind: str, message: str) -> TurnResult:
+        await self.writer.delete(self.ctx.run_id)
+        return TurnResult("failed", error={"kind": kind, "message": message}, continuations=self.continuation)
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    async def _publish_discards(self, recovery: RecoveryPlan) -> None:
+        for block in recovery.discarded_tools:
+            reason = "incomplete_arguments" if not block.closed else "invalid_arguments_json"
+            self.discarded_tools.append(DiscardedTool(block.id, block.name, reason).as_dict())
+            await self._emit(
+                ev.DISCARDED_PARTIAL_TOOL_USE,
+                tool_name=block.name,
+                tool_call_id=block.id,
+                partial_input_bytes=len(block.arguments.encode()),
+                reason=reason,
+            )
+        for block in recovery.discarded_thinking:
+            reason = "restart" if block.status() is BlockStatus.COMPLETE else "unsigned_partial_thinking"
+            await self._emit(
+                ev.DISCARDED_THINKING,
+                kind=block.kind,
+                partial_bytes=len(block.text.encode()),
+                reason=reason,
+            )
+        if recovery.kind is PlanKind.WHOLE_RESTART:
+            if self.acc.blocks:
+                await self.ctx.frame(FrameKind.STREAM_RESET, reason="whole_restart")
+            return
+        for block in recovery.discarded_tools:
+            await self.ctx.frame(
+                FrameKind.TOOL_CALL_CANCEL, block=block.index, id=block.id, name=block.name, reason="partial"
+            )
+        for block in [*recovery.discarded_thinking, *recovery.discarded_other]:
+            await self.ctx.frame(FrameKind.BLOCK_CANCEL, block=block.index, kind=block.kind, reason="partial")
+
+    async def _maybe_checkpoint(self, delta_bytes: int) -> None:
+        if self.writer.note(delta_bytes):
+            await self._write_checkpoint()
+
+    async def _checkpoint_now(self) -> None:
+        await self._write_checkpoint(force=True)
+
+    async def _write_checkpoint(self, force: bool = False) -> None:
+        keep = plan(self.acc.snapshot()).keep
+        in_flight = self.translator.in_flight_tool
+        checkpoint = Checkpoint(
+            run_id=self.ctx.run_id,
+            turn=self.turn,
+            history_len=self.history_len,
+            blocks=[b.to_content() for b in keep],
+            in_flight_tool=dict(in_flight) if in_flight is not None else None,
+            attempt=self._current_attempt.index if self._current_attempt else 0,
+            continuation=self.continuation,
+            seq=self.ctx.seq,
+        )
+        await self.writer.write(checkpoint)
+
+    def _store_failed(self, what: str, exc: BaseException) -> None:
+        """A checkpoint store outage is logged and the run goes on without it."""
+        self.store_errors.append(f"{what}: {type(exc).__name__}: {exc}")
+        log.warning("%s run_id=%s error=%s: %s", what, self.ctx.run_id, type(exc).__name__, exc)
+
+    def _last_error_kind(self) -> str:
+        record = self._current_attempt
+        return (record.error_kind or record.interrupt_cause or "unknown") if record else "unknown"
+
+    async def _emit(self, name: str, **fields: Any) -> None:
+        attempt = self._current_attempt
+        base = {
+            "provider": self.ctx.provider,
+            "model": self.request.model,
+            "run_id": self.ctx.run_id,
+            "turn_id": f"{self.ctx.run_id}:{self.turn}",
+            "attempt": attempt.index if attempt else None,
+        }
+        await self.ctx.sink.on_event(StructuredEvent(name, {**base, **fields}))
