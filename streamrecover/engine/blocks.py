@@ -140,7 +140,7 @@ class Block(_BlockParts):
         return cls(index, kind, data=dict(content), closed=True)
 
 
-def _get_text(self: Block) -> str:
+def _get_text(self: _BlockParts) -> str:
     parts = self._text_parts
     if len(parts) == 1:
         return parts[0]
@@ -149,11 +149,11 @@ def _get_text(self: Block) -> str:
     return text
 
 
-def _set_text(self: Block, value: str) -> None:
+def _set_text(self: _BlockParts, value: str) -> None:
     self._text_parts = [value]
 
 
-def _get_arguments(self: Block) -> str:
+def _get_arguments(self: _BlockParts) -> str:
     parts = self._arg_parts
     if len(parts) == 1:
         return parts[0]
@@ -162,14 +162,14 @@ def _get_arguments(self: Block) -> str:
     return arguments
 
 
-def _set_arguments(self: Block, value: str) -> None:
+def _set_arguments(self: _BlockParts, value: str) -> None:
     self._arg_parts = [value]
 
 
 # After the dataclass is built, so its __init__, __eq__, __repr__, replace() and asdict()
 # all go through these (the unused slots named "text" and "arguments" stay empty).
-Block.text = property(_get_text, _set_text)  # type: ignore[assignment]
-Block.arguments = property(_get_arguments, _set_arguments)  # type: ignore[assignment]
+Block.text = property(_get_text, _set_text)  # type: ignore[assignment,misc]
+Block.arguments = property(_get_arguments, _set_arguments)  # type: ignore[assignment,misc]
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,17 +209,18 @@ class Accumulator:
         """Apply one event; returns the block it touched, if any."""
         # Deltas are nearly every event: handled first by exact type, without the match.
         kind = type(event)
+        # (``type(...) is`` does not narrow the union for mypy, hence the ignores)
         if kind is TextDelta:
-            block = self._blocks.get(event.index) or self._block(event.index, TEXT)
-            block._text_parts.append(event.text)
+            block = self._blocks.get(event.index) or self._block(event.index, TEXT)  # type: ignore[union-attr]
+            block._text_parts.append(event.text)  # type: ignore[union-attr]
             return block
         if kind is ToolArgsDelta:
-            block = self._blocks.get(event.index) or self._block(event.index, TOOL_USE)
-            block._arg_parts.append(event.partial_json)
+            block = self._blocks.get(event.index) or self._block(event.index, TOOL_USE)  # type: ignore[union-attr]
+            block._arg_parts.append(event.partial_json)  # type: ignore[union-attr]
             return block
         if kind is ThinkingDelta:
-            block = self._blocks.get(event.index) or self._block(event.index, THINKING)
-            block._text_parts.append(event.thinking)
+            block = self._blocks.get(event.index) or self._block(event.index, THINKING)  # type: ignore[union-attr]
+            block._text_parts.append(event.thinking)  # type: ignore[union-attr]
             return block
         match event:
             case TextDelta(index=i, text=t):  # subclasses of the delta types
@@ -243,10 +244,10 @@ class Accumulator:
                 self._blocks[i] = block
                 return block
             case BlockStop(index=i):
-                block = self._blocks.get(i)
-                if block is not None:
-                    block.closed = True
-                return block
+                stopped = self._blocks.get(i)
+                if stopped is not None:
+                    stopped.closed = True
+                return stopped
             case MessageStart(message_id=mid, usage=usage):
                 self.message_id = mid
                 self.usage = self.usage.merged(usage)

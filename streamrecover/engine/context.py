@@ -48,9 +48,9 @@ class RunContext:
         self.seq += 1
         return self.seq
 
-    async def frame(self, kind: str, **payload: Any) -> None:
+    async def frame(self, type_: str, /, **payload: Any) -> None:
         """Number one client frame and hand it to the sink."""
-        frame = cast(Frame, {"type": kind, "run_id": self.run_id, "seq": self.next_seq(), **payload})
+        frame = cast(Frame, {"type": type_, "run_id": self.run_id, "seq": self.next_seq(), **payload})
         await self.sink.on_frame(frame)
 
     def check_cancel(self) -> None:

@@ -238,7 +238,7 @@ class FrameReducer:
 
     def apply(self, frame: Mapping[str, Any]) -> None:
         kind = frame.get("type")
-        block = frame.get("block")
+        block: int = frame.get("block")  # type: ignore[assignment]  # every frame that uses it carries it
         self.seq = max(self.seq, int(frame.get("seq") or 0))
         if kind == FrameKind.TEXT_DELTA:
             self.blocks.setdefault(block, PartialBlock("text")).text += frame.get("text", "")

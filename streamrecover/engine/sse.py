@@ -227,7 +227,7 @@ class SSEDecoder:
 # ``SSEEvent(...)``, whose frozen ``__init__`` goes through ``object.__setattr__`` per field
 # (it was the largest single cost of decoding). Same object, same equality and hash.
 _object_new = object.__new__
-_set_event = SSEEvent.event.__set__  # type: ignore[attr-defined]
-_set_data = SSEEvent.data.__set__  # type: ignore[attr-defined]
-_set_id = SSEEvent.id.__set__  # type: ignore[attr-defined]
-_set_retry = SSEEvent.retry.__set__  # type: ignore[attr-defined]
+_set_event = vars(SSEEvent)["event"].__set__
+_set_data = vars(SSEEvent)["data"].__set__
+_set_id = vars(SSEEvent)["id"].__set__
+_set_retry = vars(SSEEvent)["retry"].__set__

@@ -137,17 +137,17 @@ class Translator:
             case SignatureDelta(index=i, signature=sig):
                 self.acc.apply(SignatureDelta(mapper.target(i, THINKING), sig))
             case BlockStart(kind=kind):
-                target = mapper.start(event)
-                if target is None:
+                mapped = mapper.start(event)
+                if mapped is None:
                     return
-                started = self.acc.block_at(target)
+                started = self.acc.block_at(mapped)
                 if kind == TOOL_USE and started is not None:
                     self.in_flight_tool = {"id": started.id, "name": started.name, "partial_input_bytes": 0}
                     await frame(
-                        FrameKind.TOOL_CALL_DELTA, block=target, id=started.id, name=started.name, arguments_delta=""
+                        FrameKind.TOOL_CALL_DELTA, block=mapped, id=started.id, name=started.name, arguments_delta=""
                     )
                 elif kind not in (TEXT, THINKING) and started is not None:
-                    await frame(FrameKind.BLOCK, block=target, content=started.to_content())
+                    await frame(FrameKind.BLOCK, block=mapped, content=started.to_content())
             case BlockStop(index=i):
                 target = mapper.target(i, None)
                 if joiner is not None and target == mapper.merge_index and not joiner.decided:
