@@ -1,4 +1,4 @@
-"""The Anthropic adapter against the real streams in /work/shared/streams (PROVIDERS.md §A)."""
+"""The Anthropic adapter against recorded real streams (``tests/streams.py`` reads them)."""
 
 from __future__ import annotations
 

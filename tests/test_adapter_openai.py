@@ -1,4 +1,4 @@
-"""The OpenAI Chat Completions adapter against the real streams (PROVIDERS.md §B), and the registry."""
+"""The OpenAI Chat Completions adapter against recorded real streams, and the adapter registry."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Cancellation that beats recovery: a user cancel, an explicit abort or an interceptor's
-yield stops the run at the next chunk or backoff tick, and no continuation follows."""
+"""The cancel token: cancellation that beats recovery.
+
+A user cancel, an explicit abort or an interceptor's yield stops the run at the next chunk
+or backoff tick, and no continuation follows.
+"""
 
 from __future__ import annotations
 

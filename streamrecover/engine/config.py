@@ -1,5 +1,7 @@
-"""Engine knobs as one value type. Django reads them from ``STREAMRECOVER`` settings;
-the engine itself only ever sees this dataclass."""
+"""The engine's knobs as one value type (``EngineConfig``).
+
+Django reads them from ``STREAMRECOVER`` settings; the engine itself only ever sees this dataclass.
+"""
 
 from __future__ import annotations
 

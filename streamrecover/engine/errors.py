@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 
 class InterruptCause(enum.StrEnum):
-    """Why a stream that had started stopped before its terminator (DESIGN §1)."""
+    """Why a stream that had started stopped before its terminator."""
 
     CONNECTION_RESET = "connection_reset"
     IDLE_STALL = "idle_stall"

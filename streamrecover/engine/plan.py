@@ -1,4 +1,4 @@
-"""Recovery plans R1-R4 (DESIGN §2): what to keep, what to drop, how to go on.
+"""Recovery plans R1-R4: what to keep, what to drop, how to go on.
 
 A pure function of the accumulator's snapshot, so every break point can be reasoned
 about (and tested) without a network.

@@ -1,5 +1,7 @@
-"""Retry timing: ``Retry-After`` in its three forms, the continuation backoff schedule,
-and the pre-stream retry decision."""
+"""Retry timing: ``Retry-After`` parsing, the continuation backoff schedule, the pre-stream retry decision.
+
+``Retry-After`` comes in three forms: ``retry-after-ms``, and ``retry-after`` as seconds or an HTTP date.
+"""
 
 from __future__ import annotations
 

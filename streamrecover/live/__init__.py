@@ -2,5 +2,5 @@
 
 The engine emits protocol frames through ``RunSink.on_frame``; ``publisher`` coalesces them,
 keeps them in a bounded per-run ``buffer`` and sends them to the run's channel-layer group,
-where ``consumer.RunConsumer`` forwards them to the browser (DESIGN §6, docs/protocol.md).
+where ``consumer.RunConsumer`` forwards them to the browser (docs/protocol.md).
 """

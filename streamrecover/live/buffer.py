@@ -1,7 +1,7 @@
 """The bounded per-run replay buffer: the frames a reconnecting client may have missed.
 
 Channel layers keep nothing (and channels_redis drops messages over capacity silently), so
-every published frame is also kept here, read back by ``seq`` (DESIGN §6). Beside the
+every published frame is also kept here, read back by ``seq``. Beside the
 frames, each run has its ``RunState`` (the client's view at the last frame), so a snapshot
 needs one database read on connect and never one per frame.
 

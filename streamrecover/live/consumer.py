@@ -1,6 +1,6 @@
 """The run's WebSocket: a snapshot (or the missed frames) on connect, then live frames.
 
-Thin on purpose (DESIGN §6, STYLE 6-7): the database is read once per connect or resync,
+Thin on purpose: the database is read once per connect or resync,
 through one private helper, never per frame, because dispatch is serial per socket and
 one slow handler would stall every later frame. A frame with a seq the client already has
 (it was in the snapshot or the replay) is dropped, so nothing arrives twice.

@@ -1,6 +1,6 @@
 """The run's live publisher: a ``RunSink`` that coalesces deltas and sends frames out.
 
-A per-token ``group_send`` cannot serve even a few busy streams (DESIGN §6), so consecutive
+A per-token ``group_send`` cannot serve even a few busy streams, so consecutive
 deltas of one block are merged into one frame until ``FRAME_COALESCE_MS`` has passed since
 the first of them or the text reaches ``FRAME_MAX_CHARS``. A merged frame keeps the last
 seq and says where it starts (``first_seq``), so a client can still tell a gap from a

@@ -1,6 +1,6 @@
 """Anthropic Messages API adapter (``POST /v1/messages`` with ``"stream": true``).
 
-Wire facts are in PROVIDERS.md §A and §D. The parser sits on the hot path of every token,
+The parser sits on the hot path of every token,
 so it parses each event's JSON once, dispatches on its ``type`` through a dict, and creates
 no objects beyond the events it returns.
 """
@@ -44,8 +44,8 @@ __all__ = [
 _decode = json.JSONDecoder().decode
 
 # Models that answer a trailing assistant message (a prefill) with a 400, so a
-# continuation must be a user "continue" message instead (PROVIDERS.md §A.8: "Prefill
-# removal" from Claude 4.6 on, Claude Mythos Preview). Globs match the bare model name and
+# continuation must be a user "continue" message instead (prefill was removed from
+# Claude 4.6 on, and from Claude Mythos Preview). Globs match the bare model name and
 # vendor-prefixed ids (Bedrock ``anthropic.claude-…``, Vertex ``claude-…@date``), hence the
 # leading ``*``. "noprefill" lets test and fake models opt out by name. The runner still
 # falls back when a model not listed here refuses a prefill (ErrorClass.PREFILL_REFUSED).
@@ -71,7 +71,7 @@ STOP_REASONS: dict[str, str] = {
     "model_context_window_exceeded": "context_overflow",
 }
 
-# HTTP status -> (kind, class): the status policy of PROVIDERS.md §A.7/§D before body rules.
+# HTTP status -> (kind, class): the status policy, before the body rules.
 _STATUS_POLICY: dict[int, tuple[str, ErrorClass]] = {
     400: ("invalid_request", ErrorClass.PERMANENT),
     401: ("unauthorized", ErrorClass.PERMANENT),
@@ -89,8 +89,7 @@ _STATUS_POLICY: dict[int, tuple[str, ErrorClass]] = {
     529: ("overloaded", ErrorClass.RETRYABLE),
 }
 
-# A mid-stream error type -> the HTTP status it names (PROVIDERS.md §A.7: "map mid-stream
-# error.type to the same retry policy as the HTTP code it names").
+# A mid-stream error type -> the HTTP status it names, whose retry policy it then gets.
 _ERROR_TYPE_STATUS: dict[str, int] = {
     "invalid_request_error": 400,
     "authentication_error": 401,
@@ -135,7 +134,7 @@ class AnthropicStreamParser:
 
     Decides by the JSON ``type`` (the SSE event name is only a fallback when the JSON has
     none); unknown event, block and delta types are tolerated because the API adds them
-    over time (PROVIDERS.md §A.2-A.4). Bad data raises ``ParseError``.
+    over time. Bad data raises ``ParseError``.
     """
 
     __slots__ = ("message_id", "model")
@@ -295,7 +294,7 @@ def _content_block(block: dict[str, Any]) -> dict[str, Any]:
         if block.get("is_error"):
             out["is_error"] = True
     elif btype == "thinking":
-        # Must round-trip byte-exact with its signature (PROVIDERS.md §A.8).
+        # Must round-trip byte-exact with its signature.
         out = {"type": "thinking", "thinking": block["thinking"], "signature": block["signature"]}
     elif btype == "redacted_thinking":
         out = {"type": "redacted_thinking", "data": block["data"]}
@@ -319,7 +318,7 @@ def _message(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _refine(status: int, kind: str, error_class: ErrorClass, message: str, code: str) -> tuple[str, ErrorClass]:
-    """Body rules on top of the status policy (PROVIDERS.md §A.7, §A.8, §0 item 12)."""
+    """Body rules on top of the status policy."""
     text = message.lower()
     if code == _SPEND_LIMIT_CODE or _SPEND_LIMIT_CODE in text or any(m in text for m in _SPEND_LIMIT_MARKERS):
         return "spend_limit", ErrorClass.PERMANENT
@@ -420,5 +419,5 @@ class AnthropicAdapter:
 
     @property
     def echoes_prefix(self) -> bool:
-        """A prefill continuation never repeats the prefill (PROVIDERS.md §A.8)."""
+        """A prefill continuation never repeats the prefill."""
         return False

@@ -1,5 +1,4 @@
-"""Helpers every adapter shares: message excerpts, typed ints, the status policy, and
-the ``STRATEGY_OVERRIDES`` lookup."""
+"""Helpers every adapter shares: excerpts, typed ints, the status policy, the ``STRATEGY_OVERRIDES`` lookup."""
 
 from __future__ import annotations
 

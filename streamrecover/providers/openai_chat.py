@@ -2,7 +2,7 @@
 
 Also serves OpenAI-compatible endpoints: DeepSeek and Mistral continue from an assistant
 message flagged ``"prefix": true`` (``ProviderConfig.prefix_flag``); Mistral's answer then
-repeats the prefix (``ProviderConfig.echoes_prefix``). Wire facts: PROVIDERS.md §B and §D.
+repeats the prefix (``ProviderConfig.echoes_prefix``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ _STATUS_POLICY: dict[int, tuple[str, ErrorClass]] = {
     504: ("timeout", ErrorClass.RETRYABLE),
 }
 
-# Look-alikes of a rate limit that retrying cannot fix: the money ran out (PROVIDERS.md §B.2).
+# Look-alikes of a rate limit that retrying cannot fix: the money ran out.
 _QUOTA_MARKERS = ("insufficient_quota", "quota", "spend limit", "spending limit", "billing_hard_limit")
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
 # Mid-stream error types/codes worth a continuation (server trouble, rate limits).
@@ -383,7 +383,7 @@ class OpenAIChatAdapter:
 
     def continuation_strategy(self, model: str, *, thinking: bool) -> Strategy:
         """Settings overrides first; the prefix flag where the endpoint takes it; otherwise
-        a user "continue" message, since OpenAI has no prefill (PROVIDERS.md §B.3)."""
+        a user "continue" message, since OpenAI has no prefill."""
         override = strategy_override(self.config.strategy_overrides, model)
         if override is not None:
             return override
@@ -391,5 +391,5 @@ class OpenAIChatAdapter:
 
     @property
     def echoes_prefix(self) -> bool:
-        """Mistral repeats the prefix in its answer; DeepSeek does not (PROVIDERS.md §B.3)."""
+        """Mistral repeats the prefix in its answer; DeepSeek does not."""
         return self.config.echoes_prefix
