@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any, Protocol
@@ -127,7 +127,8 @@ async def _watch(run_id: str, cancel: CancelToken, worker: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _no_live(run_id: str) -> Any:
+async def _no_live(run_id: str) -> AsyncIterator[None]:
+    """No live channel: the run is recorded, nobody watches it."""
     yield None
 
 
