@@ -201,7 +201,7 @@ def _bench(config: Config, workers: int, concurrency: int, pool: str, niceness: 
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from streamrecover import services
+    from streamrecover.runs import lifecycle
 
     env = _env(config)
     load = os.getloadavg()[0]  # the machine may be shared: say how busy it was
@@ -246,7 +246,7 @@ def _bench(config: Config, workers: int, concurrency: int, pool: str, niceness: 
         for i in range(config.runs):
             faults = ["cut:bytes=4000"] if config.fault_every and i % config.fault_every == 0 else []
             prompt = f"Run {i}: a long story [[words={config.words}]]"
-            run = services.create_run(prompt=prompt, owner=user, faults=faults)
+            run = lifecycle.create_run(prompt=prompt, owner=user, faults=faults)
             run_ids.append(str(run.pk))
         time.sleep(3)  # let the workers finish booting
         results = asyncio.run(_drive(config, base, cookie, run_ids))

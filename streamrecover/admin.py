@@ -1,8 +1,8 @@
-"""The admin: every model browsable, nothing editable (django-q2 style, STYLE.md point 9).
+"""The admin: every model browsable, nothing editable (django-q2 style).
 
 Runs, attempts, messages and events are recorded facts: no add, no change, no delete here.
-What an operator may do to a run goes through ``streamrecover.services`` as an action
-(re-queue a failed run, cancel a running one). Proxy models give one-click lists of failed,
+What an operator may do to a run is an action that goes through ``streamrecover.dispatch``
+and ``runs.lifecycle`` (re-queue a failed run, cancel a running one). Proxy models give one-click lists of failed,
 exhausted and recovered runs, and "Recovery analytics" in the app list opens the analytics page.
 """
 
@@ -20,6 +20,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
+from . import dispatch
 from .engine.errors import InterruptCause
 from .engine.plan import PlanKind
 from .engine.sink import (
@@ -46,6 +47,7 @@ from .models import (
     StreamCheckpoint,
     Thread,
 )
+from .runs import lifecycle
 
 JSON_STYLE = "white-space: pre-wrap; word-break: break-word; margin: 0; max-width: 70rem; font-size: 12px"
 
@@ -274,7 +276,7 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             return queryset, False
         return queryset.filter(pk__in=_runs_matching(term)), False
 
-    # ---- actions: through streamrecover.services, which owns the rules ----
+    # ---- actions: through dispatch and runs.lifecycle, which own the rules ----
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """Re-queue and cancel need the right to change runs (the admin still edits nothing)."""
@@ -283,19 +285,15 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Re-queue failed runs", permissions=["operate"])
     def requeue_failed_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
-        from . import services
-
         failed = queryset.filter(status__in=(Run.Status.FAILED, Run.Status.EXHAUSTED))
-        done = sum(1 for run_id in failed.values_list("pk", flat=True) if services.requeue_run(run_id))
+        done = sum(1 for run_id in failed.values_list("pk", flat=True) if dispatch.requeue_run(run_id))
         self._report(request, "re-queued", done, queryset.count())
 
     @admin.action(description="Cancel running runs", permissions=["operate"])
     def cancel_running_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
-        from . import services
-
         reason = f"cancelled in the admin by {request.user.get_username()}"
         running = queryset.filter(status__in=Run.ACTIVE_STATUSES)
-        done = sum(1 for run_id in running.values_list("pk", flat=True) if services.request_cancel(run_id, reason))
+        done = sum(1 for run_id in running.values_list("pk", flat=True) if lifecycle.request_cancel(run_id, reason))
         self._report(request, "cancel requested for", done, queryset.count())
 
     def _report(self, request: HttpRequest, verb: str, done: int, selected: int) -> None:

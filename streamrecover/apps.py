@@ -1,6 +1,11 @@
+"""The app's configuration: its name, and the registrations ``ready()`` makes."""
+
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.core import checks
+
+from .checks import ALL_CHECKS
 
 
 class StreamRecoverConfig(AppConfig):
@@ -9,14 +14,9 @@ class StreamRecoverConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Only registrations: system checks, the settings reload receiver, the rollup's delete receiver."""
-        from django.core import checks
-        from django.core.signals import setting_changed
-
-        from .checks import ALL_CHECKS
-        from .conf import reload_app_settings
-        from .rollup import _unfold_deleted_run  # noqa: F401  (connects with @receiver)
+        """Only registrations: the system checks and the signal receivers."""
+        from . import receivers  # imports models: not before the app registry is ready
 
         for check in ALL_CHECKS:
             checks.register(check, "streamrecover")
-        setting_changed.connect(reload_app_settings, dispatch_uid="streamrecover.reload_app_settings")
+        receivers.connect()

@@ -1,6 +1,8 @@
-"""What a run leaves behind (DESIGN §4): the thread log, each HTTP attempt, the in-flight
-checkpoint and the append-only recovery events. Index names are explicit so the admin
-and analytics queries can be reasoned about (and migrations stay stable)."""
+"""The app's models: threads and runs, and what a run leaves behind.
+
+The thread log, each HTTP attempt, the in-flight checkpoint, the append-only recovery events
+and the analytics rollup. Index names are explicit so the admin and analytics queries can be
+reasoned about (and migrations stay stable)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from django.utils import timezone
 
 from .engine.plan import PlanKind
 from .engine.sink import LLM_STREAM_CONTINUATION_COMPLETED, LLM_STREAM_INTERRUPTED
-from .querysets import ACTIVE_STATUSES, TERMINAL_STATUSES, RecoveryEventQuerySet, RunQuerySet
+from .querysets import AttemptQuerySet, MessageQuerySet, RecoveryEventQuerySet, RunQuerySet
 from .redaction import redact
 
 
@@ -56,8 +58,9 @@ class Run(models.Model):
         EXHAUSTED = "exhausted"
         CANCELLED = "cancelled"
 
-    TERMINAL_STATUSES = frozenset(TERMINAL_STATUSES)
-    ACTIVE_STATUSES = frozenset(ACTIVE_STATUSES)
+    TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.EXHAUSTED, Status.CANCELLED})
+    ACTIVE_STATUSES = frozenset({Status.QUEUED, Status.RUNNING, Status.RECOVERING})
+    CLAIMED_STATUSES = frozenset({Status.RUNNING, Status.RECOVERING})  # a worker is on it
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="runs")
@@ -195,6 +198,8 @@ class Message(models.Model):
     content = models.JSONField(default=list, encoder=DjangoJSONEncoder, help_text="Canonical content blocks.")
     created = models.DateTimeField(default=timezone.now)
 
+    objects = MessageQuerySet.as_manager()
+
     class Meta:
         ordering = ["thread", "position"]
         constraints = [
@@ -244,6 +249,8 @@ class Attempt(models.Model):
         default=dict, blank=True, encoder=DjangoJSONEncoder, help_text="As sent, secrets removed."
     )
 
+    objects = AttemptQuerySet.as_manager()
+
     class Meta:
         ordering = ["run", "index"]
         constraints = [
@@ -288,7 +295,7 @@ class StreamCheckpoint(models.Model):
 
 
 class RecoveryEvent(models.Model):
-    """A structured event (DESIGN §5), append-only; ``payload`` holds the log line's fields.
+    """A structured event (see ``engine.sink``), append-only; ``payload`` holds the log line's fields.
 
     The columns after ``created`` exist for analytics over millions of rows, which then
     aggregates indexed columns instead of parsing JSON or correlating events row by row:

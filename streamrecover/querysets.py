@@ -1,4 +1,4 @@
-"""Query logic for runs and recovery events, kept off the models (django-celery-results style)."""
+"""Query logic for runs, messages, attempts and recovery events, kept off the models."""
 
 from __future__ import annotations
 
@@ -9,24 +9,21 @@ from django.db import models
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from .conf import app_settings
 from .engine.sink import LLM_STREAM_CONTINUATION_COMPLETED
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-ACTIVE_STATUSES = ("queued", "running", "recovering")
-CLAIMED_STATUSES = ("running", "recovering")
-TERMINAL_STATUSES = ("completed", "failed", "exhausted", "cancelled")
-
 
 class RunQuerySet(models.QuerySet):
     def active(self) -> RunQuerySet:
         """Queued or being worked on."""
-        return self.filter(status__in=ACTIVE_STATUSES)
+        return self.filter(status__in=self.model.ACTIVE_STATUSES)
 
     def terminal(self) -> RunQuerySet:
         """Finished one way or another; never claimed again."""
-        return self.filter(status__in=TERMINAL_STATUSES)
+        return self.filter(status__in=self.model.TERMINAL_STATUSES)
 
     def stale(self, now: datetime | None = None, seconds: float | None = None) -> RunQuerySet:
         """Claimed runs whose worker stopped beating: the sweeper re-queues these.
@@ -34,14 +31,12 @@ class RunQuerySet(models.QuerySet):
         A claimed run without any heartbeat counts from its start (or creation).
         """
         if seconds is None:
-            from .conf import app_settings
-
             seconds = app_settings.STALE_AFTER_SECONDS
         cutoff = (now or timezone.now()) - timedelta(seconds=seconds)
         never_beat = Q(heartbeat_at__isnull=True) & (
             Q(started_at__lt=cutoff) | Q(started_at__isnull=True, created__lt=cutoff)
         )
-        return self.filter(status__in=CLAIMED_STATUSES).filter(Q(heartbeat_at__lt=cutoff) | never_beat)
+        return self.filter(status__in=self.model.CLAIMED_STATUSES).filter(Q(heartbeat_at__lt=cutoff) | never_beat)
 
     def for_owner(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
         """Runs owned by ``user``; nothing for anonymous users."""
@@ -57,17 +52,33 @@ class RunQuerySet(models.QuerySet):
 
     def failed(self) -> RunQuerySet:
         """Failed with an error (exhausted runs have their own status and ``exhausted()``)."""
-        return self.filter(status="failed")
+        return self.filter(status=self.model.Status.FAILED)
 
     def exhausted(self) -> RunQuerySet:
         """Stopped because the continuation budget ran out."""
-        return self.filter(status="exhausted")
+        return self.filter(status=self.model.Status.EXHAUSTED)
 
     def recovered(self) -> RunQuerySet:
         """Runs where at least one continuation completed: recovery paid off."""
         event_model: Any = self.model._meta.get_field("events").related_model
         completed = event_model.objects.filter(run=OuterRef("pk"), name=LLM_STREAM_CONTINUATION_COMPLETED)
         return self.filter(Exists(completed))
+
+
+class MessageQuerySet(models.QuerySet):
+    def of_thread(self, thread_id: Any) -> MessageQuerySet:
+        """A thread's committed messages, in order."""
+        return self.filter(thread_id=thread_id).order_by("position")
+
+    def canonical(self) -> list[dict[str, Any]]:
+        """These messages in the ``{"role", "content"}`` shape the engine works with."""
+        return [message.as_canonical() for message in self]
+
+
+class AttemptQuerySet(models.QuerySet):
+    def of_run(self, run_id: Any) -> AttemptQuerySet:
+        """A run's provider calls, in order."""
+        return self.filter(run_id=run_id).order_by("index")
 
 
 class RecoveryEventQuerySet(models.QuerySet):

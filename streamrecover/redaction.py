@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .conf import app_settings
 from .engine.contract import SECRET_HEADERS
 
 REDACTED = "[redacted]"
@@ -35,8 +36,6 @@ def is_secret_key(key: str) -> bool:
 def configured_secrets() -> list[str]:
     """The API keys the settings know about; empty when Django is not configured."""
     try:
-        from .conf import app_settings
-
         return app_settings.secret_values()
     except Exception:
         return []

@@ -29,8 +29,6 @@ from typing import Any
 import structlog
 from django.db import router, transaction
 from django.db.models import Q
-from django.db.models.signals import pre_delete
-from django.dispatch import receiver
 
 from . import analytics
 from .models import AnalyticsRollup, Run
@@ -163,9 +161,3 @@ def rebuild(*, batch: int = BATCH) -> int:
         AnalyticsRollup.objects.all().delete()
         Run.objects.filter(analytics_folded=True).update(analytics_folded=False)
     return fold_all(batch=batch)
-
-
-@receiver(pre_delete, sender=Run, dispatch_uid="streamrecover_unfold_deleted_run")
-def _unfold_deleted_run(sender: type[Run], instance: Run, **kwargs: Any) -> None:
-    """A deleted run leaves the figures, as it leaves its rows (its events are still there now)."""
-    unfold_run(instance.pk)  # the instance's flag may be stale: the database's counts

@@ -1,4 +1,4 @@
-"""Celery tasks: a few lines each; the logic lives in ``services`` where tests call it."""
+"""The app's Celery tasks, a few lines each: the work is in ``dispatch`` and ``runs``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 from celery import shared_task
 from django.db import close_old_connections
 
-from . import rollup, services
+from . import dispatch, rollup
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, name="streamrecover.execute_run")
@@ -15,7 +15,7 @@ def execute_run_task(self, run_id: str) -> str | None:
     """Execute (or resume) one run. A message for a finished run is acknowledged and dropped."""
     close_old_connections()
     try:
-        result = asyncio.run(services.execute_run(run_id))
+        result = asyncio.run(dispatch.execute_here(run_id))
     finally:
         close_old_connections()
     return result.status if result is not None else None
@@ -25,16 +25,16 @@ def execute_run_task(self, run_id: str) -> str | None:
 def sweep_stale_runs_task() -> list[str]:
     """Re-queue runs whose worker's heartbeat stopped (schedule it every few seconds with beat)."""
     close_old_connections()
-    return services.sweep_stale_runs()
+    return dispatch.sweep_stale_runs()
 
 
 @shared_task(name="streamrecover.fold_analytics")
 def fold_analytics_task(limit: int = 50_000) -> int:
     """Fold settled runs into the analytics rollup (schedule it every minute or so with beat).
 
-    ``streamrecover.services`` folds each run after the commit that settles it; this catches
-    the rest (a fold that failed, a status set outside ``services``, a history from before
-    the rollup existed). Bounded by ``limit`` so one call never runs for long.
+    Each run is folded after the commit that settles it (``runs.signals.run_settled``); this
+    catches the rest (a fold that failed, a status set outside ``runs.lifecycle``, a history
+    from before the rollup existed). Bounded by ``limit`` so one call never runs for long.
     """
     close_old_connections()
     return rollup.fold_all(limit=limit)

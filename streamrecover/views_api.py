@@ -1,4 +1,4 @@
-"""A small JSON API for the chat page and scripts: start, watch, cancel runs; list threads.
+"""The JSON API for the chat page and scripts: start, watch, cancel runs; list threads.
 
 Session authentication and CSRF exactly as Django does them (no exemption): a browser page
 sends the ``X-CSRFToken`` header. Anonymous callers get a JSON 403; a thread or run that is
@@ -18,9 +18,11 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from . import services
+from . import dispatch
 from .conf import FAKE_BASE_URL, app_settings
 from .models import Attempt, Message, Run, Thread
+from .providers.fake import Fault
+from .runs import lifecycle
 
 JsonView = Callable[..., JsonResponse]
 
@@ -50,10 +52,7 @@ def ws_url(run: Run) -> str:
 
 
 def _messages(thread_id: int) -> list[dict[str, Any]]:
-    return [
-        {"position": m.position, **m.as_canonical()}
-        for m in Message.objects.filter(thread_id=thread_id).order_by("position")
-    ]
+    return [{"position": m.position, **m.as_canonical()} for m in Message.objects.of_thread(thread_id)]
 
 
 def _run_summary(run: Run) -> dict[str, Any]:
@@ -141,8 +140,6 @@ def _faults(value: Any, provider: str) -> list[str]:
         raise BadRequest("'faults' must be a list of fault strings such as \"cut:bytes=1500\".")
     if app_settings.PROVIDERS[provider].get("BASE_URL") != FAKE_BASE_URL:
         raise BadRequest("'faults' work with the built-in fake provider only.")
-    from .providers.fake import Fault
-
     for spec in value:
         try:
             Fault.parse(spec)
@@ -170,13 +167,12 @@ def create_run(request: HttpRequest) -> JsonResponse:
         thread = _visible_threads(request).filter(pk=thread_id).first()
         if thread is None:
             return error(404, f"No thread {thread_id} of yours.")
-    with transaction.atomic():
-        if thread is not None:
-            Thread.objects.select_for_update().filter(pk=thread.pk).first()  # one run at a time per thread
-            if Run.objects.filter(thread=thread).active().exists():
-                return error(409, "This thread has a run in progress: wait for it or cancel it.")
-        run = services.create_run(owner=request.user, thread=thread, **options)
-        services.enqueue_run(run)
+    try:
+        with transaction.atomic():
+            run = lifecycle.create_run(owner=request.user, thread=thread, **options)
+            dispatch.enqueue_run(run)
+    except lifecycle.ThreadBusy:
+        return error(409, "This thread has a run in progress: wait for it or cancel it.")
     return JsonResponse(
         {"run_id": str(run.pk), "thread_id": run.thread_id, "status": run.status, "ws_url": ws_url(run)}, status=201
     )
@@ -193,7 +189,7 @@ def cancel_run(request: HttpRequest, run_id: Any) -> JsonResponse:
     run = _run_or_404(request, run_id)
     if run is None:
         return error(404, f"No run {run_id} of yours.")
-    cancelled = services.request_cancel(run.pk, "cancelled by user")
+    cancelled = lifecycle.request_cancel(run.pk, "cancelled by user")
     run.refresh_from_db(fields=["status"])
     return JsonResponse({"run_id": str(run.pk), "cancel_requested": cancelled, "status": run.status}, status=202)
 
@@ -205,7 +201,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
     run = _run_or_404(request, run_id)
     if run is None:
         return error(404, f"No run {run_id} of yours.")
-    attempts = list(Attempt.objects.filter(run=run).order_by("index"))
+    attempts = list(Attempt.objects.of_run(run.pk))
     kinds: dict[str, int] = {}
     for attempt in attempts:
         kinds[attempt.kind] = kinds.get(attempt.kind, 0) + 1

@@ -18,9 +18,10 @@ from django.core.management import call_command
 from django.db import close_old_connections, connection
 from django.test.utils import CaptureQueriesContext
 
-from streamrecover import analytics, rollup, services
+from streamrecover import analytics, dispatch, rollup
 from streamrecover.analytics import Plan, Window, build_report, slot_ceil, slot_floor
 from streamrecover.models import AnalyticsRollup, RecoveryEvent, Run
+from streamrecover.runs import lifecycle
 
 from .factories import make_event, make_run
 from .test_analytics import EXPECTED_TOTAL, A, History, _assert_figures, record_history
@@ -131,7 +132,7 @@ def test_a_requeued_run_leaves_the_rollup_and_its_figures_follow_it() -> None:
     rollup.fold_all()
     exhausted = history.runs[next(k for k, r in history.runs.items() if r.status == "exhausted")]
     assert build_report(history.window())["totals"]["exhausted_runs"] == 1
-    assert services.requeue_run(exhausted.pk)
+    assert dispatch.requeue_run(exhausted.pk)
     exhausted.refresh_from_db()
     assert exhausted.status == "queued"
     assert not exhausted.analytics_folded
@@ -233,8 +234,8 @@ def test_folders_racing_fold_each_run_once() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_a_run_the_worker_finishes_is_folded_as_it_settles() -> None:
     """The real path: a run broken mid-stream by the fake provider, recovered, finished, folded."""
-    run = services.create_run(prompt="Tell me a story [[words=120]]", faults=["cut:bytes=1200"])
-    result = asyncio.run(services.execute_run(str(run.pk)))
+    run = lifecycle.create_run(prompt="Tell me a story [[words=120]]", faults=["cut:bytes=1200"])
+    result = asyncio.run(dispatch.execute_here(str(run.pk)))
     assert result is not None
     assert result.status == "completed"
     run.refresh_from_db()
@@ -270,7 +271,7 @@ def test_the_periodic_task_folds_what_the_workers_did_not() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_a_run_cancelled_while_queued_is_folded_once_the_cancel_commits() -> None:
     queued = make_run(provider=A[0], model=A[1])
-    assert services.request_cancel(queued.pk)
+    assert lifecycle.request_cancel(queued.pk)
     queued.refresh_from_db()
     assert queued.status == "cancelled"
     assert queued.analytics_folded

@@ -18,11 +18,12 @@ import redis
 from django.db import connection
 from django.test import override_settings
 
-from streamrecover import services
+from streamrecover import dispatch
 from streamrecover.conf import app_settings
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run
 from streamrecover.providers.fake import FakeProviderServer
-from streamrecover.stores import RedisCheckpointStore
+from streamrecover.runs import lifecycle
+from streamrecover.runs.checkpoints import RedisCheckpointStore
 
 from .harness import run as run_engine
 
@@ -145,8 +146,8 @@ def test_worker_completes_a_run_through_injected_cuts(celery_settings, workers, 
     worker = workers("w1")
     prompt = "A short tale [[words=60]]"
     slow_fake.set_faults("default", ["cut:bytes=900", "error:events=12"])  # the worker's requests
-    run = services.create_run(prompt=prompt, provider="fake", model="fake-claude")
-    services.enqueue_run(run)
+    run = lifecycle.create_run(prompt=prompt, provider="fake", model="fake-claude")
+    dispatch.enqueue_run(run)
     wait_for(lambda: status_of(run.pk) in Run.TERMINAL_STATUSES, what="the run to finish")
     run.refresh_from_db()
     assert run.status == "completed", worker.log()
@@ -164,8 +165,8 @@ def test_worker_completes_a_run_through_injected_cuts(celery_settings, workers, 
 
 def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(celery_settings, workers, slow_fake):
     first = workers("w1")
-    run = services.create_run(prompt=LONG, provider="fake", model="fake-claude")
-    services.enqueue_run(run)
+    run = lifecycle.create_run(prompt=LONG, provider="fake", model="fake-claude")
+    dispatch.enqueue_run(run)
     store = RedisCheckpointStore(app_settings.REDIS_URL, ttl_s=3600)
 
     def checkpoint_text() -> str:
@@ -182,7 +183,7 @@ def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(cele
 
     second = workers("w2")
     time.sleep(2.2)  # the heartbeat goes stale
-    assert services.sweep_stale_runs() == [str(run.pk)]
+    assert dispatch.sweep_stale_runs() == [str(run.pk)]
     wait_for(lambda: status_of(run.pk) in Run.TERMINAL_STATUSES, timeout=90, what="the resumed run to finish")
     run.refresh_from_db()
     assert run.status == "completed", second.log()
@@ -208,12 +209,12 @@ def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(cele
 def test_cancel_reaches_a_streaming_worker(celery_settings, workers, slow_fake):
     worker = workers("w1")
     slow_fake.set_faults("default", ["stall:events=30,seconds=30"])
-    run = services.create_run(prompt=LONG, provider="fake", model="fake-claude")
-    services.enqueue_run(run)
+    run = lifecycle.create_run(prompt=LONG, provider="fake", model="fake-claude")
+    dispatch.enqueue_run(run)
     wait_for(lambda: Attempt.objects.filter(run=run).exists(), what="the first provider call")
     time.sleep(0.5)
     started = time.monotonic()
-    assert services.request_cancel(run.pk, "user pressed stop")
+    assert lifecycle.request_cancel(run.pk, "user pressed stop")
     wait_for(lambda: status_of(run.pk) == "cancelled", timeout=10, what="the cancel")
     assert time.monotonic() - started < 5, worker.log()
     assert Attempt.objects.filter(run=run).count() == 1
@@ -223,24 +224,24 @@ def test_cancel_reaches_a_streaming_worker(celery_settings, workers, slow_fake):
 def test_cancel_during_backoff_beats_the_continuation(celery_settings, workers, slow_fake):
     workers("w1")
     slow_fake.set_faults("default", ["cut:bytes=900"])
-    run = services.create_run(
+    run = lifecycle.create_run(
         prompt="Short [[words=80]]",
         provider="fake",
         model="fake-claude",
         engine={"backoff_schedule": [30], "backoff_scale": 1.0},
     )
-    services.enqueue_run(run)
+    dispatch.enqueue_run(run)
     wait_for(lambda: status_of(run.pk) == "recovering", what="the interruption")
-    assert services.request_cancel(run.pk)
+    assert lifecycle.request_cancel(run.pk)
     wait_for(lambda: status_of(run.pk) == "cancelled", timeout=10, what="the cancel during backoff")
     assert Attempt.objects.filter(run=run).count() == 1  # the continuation never went out
 
 
 def test_a_run_claimed_too_often_fails_and_its_message_is_acknowledged(celery_settings, workers):
     worker = workers("w1")
-    run = services.create_run(prompt="Poison [[words=10]]", provider="fake", model="fake-claude")
+    run = lifecycle.create_run(prompt="Poison [[words=10]]", provider="fake", model="fake-claude")
     Run.objects.filter(pk=run.pk).update(claims=app_settings.MAX_CLAIMS)
-    services.enqueue_run(run)
+    dispatch.enqueue_run(run)
     wait_for(lambda: status_of(run.pk) == "failed", what="the poison run to fail")
     run.refresh_from_db()
     assert run.error_kind == "too_many_claims"
@@ -248,8 +249,8 @@ def test_a_run_claimed_too_often_fails_and_its_message_is_acknowledged(celery_se
     # acknowledged: nothing left in the queue or unacked, and the worker takes the next run
     broker = redis.Redis.from_url(celery_settings.conf.broker_url)
     wait_for(lambda: broker.llen("celery") == 0 and broker.hlen("unacked") == 0, timeout=10, what="the ack")
-    healthy = services.create_run(prompt="Fine [[words=10]]", provider="fake", model="fake-claude")
-    services.enqueue_run(healthy)
+    healthy = lifecycle.create_run(prompt="Fine [[words=10]]", provider="fake", model="fake-claude")
+    dispatch.enqueue_run(healthy)
     wait_for(lambda: status_of(healthy.pk) == "completed", what="the next run"), worker.log()
 
 
@@ -280,6 +281,6 @@ def test_cancel_command_cancels_a_queued_run(celery_settings):
 
     from django.core.management import call_command
 
-    run = services.create_run(prompt="never started", provider="fake", model="fake-claude")
+    run = lifecycle.create_run(prompt="never started", provider="fake", model="fake-claude")
     call_command("streamrecover_cancel", str(run.pk), stdout=io.StringIO())
     assert status_of(run.pk) == "cancelled"

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from streamrecover import services
+from streamrecover import dispatch
 from streamrecover.demo_tools import demo_registry
 from streamrecover.models import Attempt, Message, RecoveryEvent, Thread
+from streamrecover.runs import lifecycle
 
 from .harness import events_until, run
 
@@ -48,8 +49,8 @@ def test_the_next_user_message_tells_the_model_about_a_cut_off_tool_call(fake_se
         "NOTIFY_MODEL_OF_DISCARDED_TOOLS": notify,
     }
     with override_settings(STREAMRECOVER=conf):
-        first = services.create_run(prompt=PROMPT, provider="fake", model=MODEL, demo_tools=True)
-        result = asyncio.run(services.execute_run(str(first.pk)))
+        first = lifecycle.create_run(prompt=PROMPT, provider="fake", model=MODEL, demo_tools=True)
+        result = asyncio.run(dispatch.execute_here(str(first.pk)))
         assert result is not None
         assert result.status == "completed"
         discarded = RecoveryEvent.objects.get(run=first, name="discarded_partial_tool_use")
@@ -61,7 +62,7 @@ def test_the_next_user_message_tells_the_model_about_a_cut_off_tool_call(fake_se
         else:
             assert thread.pending_notices == []
 
-        second = services.create_run(prompt="And in Rome?", provider="fake", model=MODEL, thread=thread)
+        second = lifecycle.create_run(prompt="And in Rome?", provider="fake", model=MODEL, thread=thread)
         user = Message.objects.get(run=second, role="user")
         texts = [block["text"] for block in user.content]
         assert texts[-1] == "And in Rome?"
@@ -74,10 +75,10 @@ def test_the_next_user_message_tells_the_model_about_a_cut_off_tool_call(fake_se
             assert len(texts) == 1
         assert Thread.objects.get(pk=thread.pk).pending_notices == []  # told once
 
-        assert asyncio.run(services.execute_run(str(second.pk))).status == "completed"
+        assert asyncio.run(dispatch.execute_here(str(second.pk))).status == "completed"
         sent = Attempt.objects.get(run=second).request
         last_user = [m for m in sent["json"]["messages"] if m["role"] == "user"][-1]
         assert any("was not executed" in str(block) for block in last_user["content"]) is notify
 
-        third = services.create_run(prompt="Thanks", provider="fake", model=MODEL, thread=thread)
+        third = lifecycle.create_run(prompt="Thanks", provider="fake", model=MODEL, thread=thread)
         assert [b["text"] for b in Message.objects.get(run=third, role="user").content] == ["Thanks"]

@@ -22,8 +22,8 @@ from streamrecover.engine.sink import (
     StructuredEvent,
 )
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run
-from streamrecover.recorder import RecorderSink
 from streamrecover.redaction import REDACTED, redact, redact_processor
+from streamrecover.runs.recorder import RecorderSink
 
 from .factories import make_run
 

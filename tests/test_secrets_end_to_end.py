@@ -11,9 +11,10 @@ import structlog
 from django.core import serializers
 from django.test import override_settings
 
-from streamrecover import services
+from streamrecover import dispatch
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run, StreamCheckpoint
-from streamrecover.stores import DjangoCheckpointStore
+from streamrecover.runs import lifecycle
+from streamrecover.runs.checkpoints import DjangoCheckpointStore
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,8 +44,8 @@ def test_api_key_never_reaches_logs_rows_requests_or_checkpoints(fake_server, se
         override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "PROVIDERS": providers}),
         structlog.testing.capture_logs() as logs,
     ):
-        run = services.create_run(prompt=f"Say it [[words=80]] {SECRET[:6]}", provider="fake", model="claude-3")
-        result = asyncio.run(services.execute_run(str(run.pk)))
+        run = lifecycle.create_run(prompt=f"Say it [[words=80]] {SECRET[:6]}", provider="fake", model="claude-3")
+        result = asyncio.run(dispatch.execute_here(str(run.pk)))
     assert result is not None
     assert result.status == "failed"  # the 401 on the continuation is permanent
     assert written, "no checkpoint was written"

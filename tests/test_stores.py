@@ -15,7 +15,7 @@ from django.test import override_settings
 
 from streamrecover.engine.checkpoint import CheckpointWriter, CoalescePolicy, InMemoryCheckpointStore
 from streamrecover.models import StreamCheckpoint
-from streamrecover.stores import DjangoCheckpointStore, RedisCheckpointStore, checkpoint_store_from_settings
+from streamrecover.runs.checkpoints import DjangoCheckpointStore, RedisCheckpointStore, checkpoint_store_from_settings
 
 from .factories import make_checkpoint, make_run
 

@@ -17,9 +17,9 @@ import structlog
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from .. import services
 from ..engine.protocol import FrameKind, frame_span
 from ..models import Message, Run
+from ..runs import lifecycle
 from .buffer import FrameBuffer, reader_buffer
 from .delivery import bind_home_loop, group_name
 from .snapshot import RunRecord, build_snapshot
@@ -159,4 +159,4 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     def _cancel(self) -> bool:
         if not Run.objects.visible_to(self.scope.get("user")).filter(pk=self.run_id).exists():
             return False
-        return services.request_cancel(self.run_id, "cancelled by user")
+        return lifecycle.request_cancel(self.run_id, "cancelled by user")

@@ -1,4 +1,4 @@
-"""``manage.py streamrecover_cancel RUN_ID``: stop a run; no continuation follows."""
+"""The ``streamrecover_cancel RUN_ID`` command: stop a run; no continuation follows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...services import request_cancel
+from ...runs.lifecycle import request_cancel
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""``manage.py streamrecover_run``: run one run to its end, for a person or (``--json``) a program.
+"""The ``streamrecover_run`` command: one run to its end, for a person or (``--json``) a program.
 
 The contract of this command's flags and of its JSON output is relied on by other tools;
 change it only by adding.
@@ -12,7 +12,8 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...runs import RunOptions, execute_cli_run
+from ...cli.driver import RunOptions, execute_cli_run
+from ...models import Run
 
 
 class Command(BaseCommand):
@@ -38,7 +39,11 @@ class Command(BaseCommand):
             help="fake provider only: a fault for the next provider call, in order (e.g. cut:bytes=900)",
         )
         parser.add_argument("--demo-tools", action="store_true", help="offer the demo tools (get_weather)")
-        parser.add_argument("--enqueue", action="store_true", help="hand the run to Celery instead")
+        parser.add_argument(
+            "--enqueue",
+            action="store_true",
+            help="start the run the configured way (a Celery worker when EXECUTION is celery) and wait for it",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         options = RunOptions(
@@ -63,5 +68,5 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if opts["json"]:
             self.stdout.write(json.dumps(output, ensure_ascii=False, default=str))
-        if output["status"] != "completed":
+        if output["status"] != Run.Status.COMPLETED:
             raise SystemExit(1)

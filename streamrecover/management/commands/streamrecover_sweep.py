@@ -1,4 +1,4 @@
-"""``manage.py streamrecover_sweep``: re-queue runs whose worker stopped beating."""
+"""The ``streamrecover_sweep`` command: re-queue (and start) runs whose worker stopped beating."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ...services import sweep_stale_runs
+from ...dispatch import sweep_stale_runs
 
 
 class Command(BaseCommand):

@@ -1,7 +1,8 @@
-"""Starting runs from Python and from the command line.
+"""The command-line driver: one run from command-line options to the ``--json`` document.
 
-Builds the engine's inputs (provider, request, config, sinks) from settings plus explicit
-overrides, runs the agent loop, and shapes the result as the command line's JSON contract.
+Resolves the provider with the command line's overrides, creates the run, executes it here
+(or starts it the configured way with ``enqueue`` and waits), and shapes the result as the
+command line's JSON contract.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from typing import Any, TextIO
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .conf import app_settings
+from .. import dispatch
+from ..conf import app_settings
+from ..engine.agent import RunResult
+from ..engine.contract import ProviderConfig
+from ..engine.sink import CollectingSink, RunSink
+from ..models import Attempt, Message, RecoveryEvent, Run
+from ..providers.resolve import FAKE_SCHEME
+from ..runs import lifecycle
 from .console import ConsoleSink
-from .engine.agent import RunResult
-from .engine.contract import ProviderConfig
-from .engine.sink import CollectingSink, RunSink
-from .providers.resolve import FAKE_SCHEME
 
 
 @dataclass(slots=True)
@@ -70,10 +74,8 @@ def _engine_overrides(options: RunOptions) -> dict[str, Any]:
 
 
 def execute_cli_run(options: RunOptions, live: TextIO | None = None, wait_s: float = 600.0) -> dict[str, Any]:
-    """Create a persisted run and execute it here (or hand it to Celery with ``enqueue``);
-    returns the ``--json`` document."""
-    from . import services
-
+    """Create a persisted run and execute it here (or start it the configured way with
+    ``enqueue``: a Celery worker when ``EXECUTION`` is ``celery``); returns the ``--json`` document."""
     overridden = bool(options.base_url or options.api_key)
     # resolve the provider before anything is stored: a missing key fails here, clearly
     resolved = provider_config_for(options.provider, options.base_url, options.api_key)
@@ -82,7 +84,7 @@ def execute_cli_run(options: RunOptions, live: TextIO | None = None, wait_s: flo
         raise ValueError("--base-url/--api-key cannot be handed to a worker: configure the provider in settings")
     if options.faults and override is not None and not override.base_url.startswith(FAKE_SCHEME):
         raise ValueError("--fault works only with the built-in fake provider (--provider fake)")
-    run = services.create_run(
+    run = lifecycle.create_run(
         prompt=options.prompt,
         provider=options.provider,
         model=options.model,
@@ -95,17 +97,15 @@ def execute_cli_run(options: RunOptions, live: TextIO | None = None, wait_s: flo
     )
     run_id = str(run.pk)
     if options.enqueue:
-        from .tasks import execute_run_task
-
-        execute_run_task.delay(run_id)
-        services.wait_for_run(run_id, timeout_s=wait_s)
+        dispatch.enqueue_run(run)
+        lifecycle.wait_for_run(run_id, timeout_s=wait_s)
         return stored_output(run_id)
     collected = CollectingSink()
     sinks: list[RunSink] = [collected]
     console = ConsoleSink(live) if live is not None else None
     if console is not None:
         sinks.append(console)
-    result = asyncio.run(services.execute_run(run_id, extra_sinks=sinks, provider_override=override))
+    result = asyncio.run(dispatch.execute_here(run_id, extra_sinks=sinks, provider_override=override))
     if result is None:
         raise ValueError(f"run {run_id} could not be claimed")
     if console is not None:
@@ -128,10 +128,8 @@ def cli_output(run_id: str, result: RunResult, collected: CollectingSink) -> dic
 def stored_output(run_id: str) -> dict[str, Any]:
     """The same document, read back from the database (a run executed elsewhere).
     ``client_events`` is empty: live frames went to the channel layer, not here."""
-    from .models import Attempt, Message, RecoveryEvent, Run
-
     run = Run.objects.get(pk=run_id)
-    messages = [m.as_canonical() for m in Message.objects.filter(thread_id=run.thread_id).order_by("position")]
+    messages = Message.objects.of_thread(run.thread_id).canonical()
     events = [{"event": e.name, **e.payload} for e in RecoveryEvent.objects.filter(run=run).order_by("id")]
     attempts = [
         {
@@ -148,7 +146,7 @@ def stored_output(run_id: str) -> dict[str, Any]:
             "strategy": a.strategy or None,
             "outcome": a.outcome,
         }
-        for a in Attempt.objects.filter(run=run).order_by("index")
+        for a in Attempt.objects.of_run(run.pk)
     ]
     error = {"kind": run.error_kind, "message": run.error_message} if run.error_kind else None
     return {

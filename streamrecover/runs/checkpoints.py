@@ -20,8 +20,10 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from .engine.checkpoint import Checkpoint, CheckpointStore, InMemoryCheckpointStore
-from .redaction import redact
+from ..conf import app_settings
+from ..engine.checkpoint import Checkpoint, CheckpointStore, InMemoryCheckpointStore
+from ..models import StreamCheckpoint
+from ..redaction import redact
 
 REDIS_KEY_PREFIX = "streamrecover:checkpoint:"
 
@@ -47,13 +49,9 @@ class DjangoCheckpointStore:
     def ttl_s(self) -> float:
         if self._ttl_s is not None:
             return self._ttl_s
-        from .conf import app_settings
-
         return float(app_settings.CHECKPOINT_TTL)
 
     async def put(self, checkpoint: Checkpoint) -> None:
-        from .models import StreamCheckpoint
-
         run_uuid = _run_uuid(checkpoint.run_id)
         if run_uuid is None:
             raise ValueError(f"checkpoint run_id is not a run UUID: {checkpoint.run_id!r}")
@@ -70,8 +68,6 @@ class DjangoCheckpointStore:
         )
 
     async def get(self, run_id: str) -> Checkpoint | None:
-        from .models import StreamCheckpoint
-
         run_uuid = _run_uuid(run_id)
         if run_uuid is None:
             return None
@@ -83,8 +79,6 @@ class DjangoCheckpointStore:
         return checkpoint if checkpoint.is_fresh(self.ttl_s) else None
 
     async def delete(self, run_id: str) -> None:
-        from .models import StreamCheckpoint
-
         run_uuid = _run_uuid(run_id)
         if run_uuid is not None:
             await StreamCheckpoint.objects.filter(run_id=run_uuid).adelete()
@@ -159,8 +153,6 @@ _memory_store = InMemoryCheckpointStore()
 
 def checkpoint_store_from_settings() -> CheckpointStore:
     """The store ``STREAMRECOVER['CHECKPOINT_STORE']`` names; ``memory`` is one per process."""
-    from .conf import app_settings
-
     kind = app_settings.CHECKPOINT_STORE
     if kind == "memory":
         return _memory_store

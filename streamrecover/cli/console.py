@@ -1,12 +1,23 @@
-"""A sink that shows a run to a person in a terminal: the answer as it streams, and the
-recovery as it happens, in brackets, so the break and the continuation are visible."""
+"""The terminal view of a run: a sink that shows the answer as it streams.
+
+The recovery shows as it happens, in brackets, so the break and the continuation are visible."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any, TextIO
 
-from .engine.sink import AttemptRecord, StructuredEvent
+from ..engine.sink import (
+    DISCARDED_PARTIAL_TOOL_USE,
+    DISCARDED_THINKING,
+    LLM_REQUEST_RETRY,
+    LLM_STREAM_CONTINUATION_COMPLETED,
+    LLM_STREAM_CONTINUATION_EXHAUSTED,
+    LLM_STREAM_CONTINUATION_STARTED,
+    LLM_STREAM_INTERRUPTED,
+    AttemptRecord,
+    StructuredEvent,
+)
 
 
 class ConsoleSink:
@@ -32,22 +43,22 @@ class ConsoleSink:
 
     async def on_event(self, event: StructuredEvent) -> None:
         f = event.fields
-        if event.name == "llm_stream_interrupted":
+        if event.name == LLM_STREAM_INTERRUPTED:
             self._note(f"stream interrupted: {f.get('cause')} ({f.get('error_message')}); plan {f.get('plan')}")
-        elif event.name == "llm_stream_continuation_started":
+        elif event.name == LLM_STREAM_CONTINUATION_STARTED:
             self._note(
                 f"continuation {f.get('continuation_attempt')} after {f.get('backoff_s'):.2f}s"
                 f" (strategy {f.get('strategy') or 'restart'})"
             )
-        elif event.name == "llm_stream_continuation_completed":
+        elif event.name == LLM_STREAM_CONTINUATION_COMPLETED:
             self._note(f"recovered: {f.get('completion_reason')}")
-        elif event.name == "llm_stream_continuation_exhausted":
+        elif event.name == LLM_STREAM_CONTINUATION_EXHAUSTED:
             self._note(f"gave up after {f.get('attempts')} continuations")
-        elif event.name == "llm_request_retry":
+        elif event.name == LLM_REQUEST_RETRY:
             self._note(f"request failed ({f.get('status')} {f.get('error_kind')}); retrying in {f.get('delay_s')}s")
-        elif event.name == "discarded_partial_tool_use":
+        elif event.name == DISCARDED_PARTIAL_TOOL_USE:
             self._note(f"dropped half-received tool call {f.get('tool_name')} ({f.get('partial_input_bytes')} bytes)")
-        elif event.name == "discarded_thinking":
+        elif event.name == DISCARDED_THINKING:
             self._note(f"dropped unfinished thinking ({f.get('partial_bytes')} bytes)")
 
     async def on_attempt(self, attempt: AttemptRecord) -> None:

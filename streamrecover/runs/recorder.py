@@ -1,5 +1,5 @@
-"""``RecorderSink``: one run's structured events become log lines and rows, its attempts and
-committed messages become rows.
+"""The recorder: a sink that turns one run's events into log lines and rows, its attempts and
+committed messages into rows.
 
 The app emits; the project configures logging (django-structlog style). A log line and its
 ``RecoveryEvent`` row carry the same redacted fields, so what an operator greps and what
@@ -14,12 +14,12 @@ import enum
 import logging
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from django.db.models import Count, Q, Sum
 
-from .engine.sink import (
+from ..engine.sink import (
     DISCARDED_PARTIAL_TOOL_USE,
     DISCARDED_THINKING,
     LLM_STREAM_CONTINUATION_EXHAUSTED,
@@ -28,10 +28,8 @@ from .engine.sink import (
     AttemptRecord,
     StructuredEvent,
 )
-from .redaction import redact
-
-if TYPE_CHECKING:
-    from .models import Run
+from ..models import Attempt, Message, RecoveryEvent, Run
+from ..redaction import redact
 
 logger = structlog.get_logger("streamrecover")
 
@@ -85,8 +83,6 @@ class RecorderSink:
         return cls(run.pk, run.thread_id, provider=run.provider, model=run.model)
 
     async def on_event(self, event: StructuredEvent) -> None:
-        from .models import RecoveryEvent
-
         fields = redact(jsonable(event.fields))
         logger.log(_LEVELS.get(event.name, logging.INFO), event.name, **fields)
         await RecoveryEvent.objects.acreate(
@@ -101,8 +97,6 @@ class RecorderSink:
 
     async def on_attempt(self, attempt: AttemptRecord) -> None:
         """Upsert by (run, index): called when the attempt starts and again when it ends."""
-        from .models import Attempt
-
         usage = attempt.usage
         await Attempt.objects.aupdate_or_create(
             run_id=self.run_id,
@@ -135,8 +129,6 @@ class RecorderSink:
 
     async def _refresh_totals(self) -> None:
         """Run totals from its attempt rows: recomputed, so a repeated call changes nothing."""
-        from .models import Attempt, Run
-
         totals = await Attempt.objects.filter(run_id=self.run_id).aaggregate(
             input_tokens=Sum("input_tokens", default=0),
             output_tokens=Sum("output_tokens", default=0),
@@ -150,8 +142,6 @@ class RecorderSink:
 
     async def on_message(self, message: dict[str, Any], position: int) -> None:
         """Write the committed message once; a retried write finds it and changes nothing."""
-        from .models import Message
-
         content = redact(jsonable(message.get("content", [])), by_key=False)
         row, created = await Message.objects.aget_or_create(
             thread_id=self.thread_id,

@@ -1,0 +1,36 @@
+"""The app's signal receivers, connected explicitly by ``connect()`` (called in ``apps.ready``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.db.models.signals import pre_delete
+
+from . import rollup
+from .conf import reload_app_settings
+from .models import Run
+from .runs.signals import run_requeued, run_settled
+
+
+def fold_settled_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
+    """A run that just settled goes into the analytics rollup (best effort)."""
+    rollup.fold_settled(run_id)
+
+
+def unfold_requeued_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
+    """A run going back to the queue leaves the rollup: its figures are about to change."""
+    rollup.unfold_run(run_id)
+
+
+def unfold_deleted_run(sender: type[Run], instance: Run, **kwargs: Any) -> None:
+    """A deleted run leaves the figures, as it leaves its rows (its events are still there now)."""
+    rollup.unfold_run(instance.pk)  # the instance's flag may be stale: the database's counts
+
+
+def connect() -> None:
+    """Connect every receiver; ``dispatch_uid`` makes a second call change nothing."""
+    setting_changed.connect(reload_app_settings, dispatch_uid="streamrecover.reload_app_settings")
+    run_settled.connect(fold_settled_run, dispatch_uid="streamrecover_fold_settled_run")
+    run_requeued.connect(unfold_requeued_run, dispatch_uid="streamrecover_unfold_requeued_run")
+    pre_delete.connect(unfold_deleted_run, sender=Run, dispatch_uid="streamrecover_unfold_deleted_run")

@@ -1,0 +1,216 @@
+"""Executing one run: claim it, build the engine's inputs once, run the agent, store the end.
+
+``execute_run`` is handed what it does not own: the live channel (``live``, opened and closed
+by the code that starts work) and any further sinks. It adds the recorder and the status
+sink, beats the heartbeat and watches for a cancel while the agent runs, and finishes the
+run through ``lifecycle``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
+from typing import Any, Protocol
+
+import structlog
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+from ..conf import app_settings
+from ..demo_tools import demo_registry
+from ..engine.agent import RunResult, ToolRegistry, run_agent
+from ..engine.cancel import CancelToken
+from ..engine.context import RunContext
+from ..engine.contract import ModelRequest, ProviderConfig
+from ..engine.sink import (
+    LLM_STREAM_CONTINUATION_COMPLETED,
+    LLM_STREAM_INTERRUPTED,
+    AttemptRecord,
+    FanOutSink,
+    RunSink,
+    StructuredEvent,
+)
+from ..models import Attempt, Message, Run
+from ..providers.fake import SCENARIO_HEADER, Fault
+from ..providers.resolve import FAKE_SCHEME, adapter_for, local_fake_server
+from . import lifecycle
+from .checkpoints import checkpoint_store_from_settings
+from .recorder import RecorderSink
+
+log = structlog.get_logger("streamrecover")
+
+RECOVERY_KINDS = frozenset({Attempt.Kind.CONTINUATION, Attempt.Kind.RESTART, Attempt.Kind.RESUME})
+
+
+class LiveSink(RunSink, Protocol):
+    """A sink that delivers frames to watchers; ``last_seq`` is the last frame number it kept,
+    so a resumed run numbers on from there."""
+
+    last_seq: int
+
+
+# Opens the live channel of a run (given its id) for the time the agent runs; the caller
+# decides what opening and closing mean (e.g. ``dispatch.live_publisher``).
+OpenLive = Callable[[str], AbstractAsyncContextManager[LiveSink | None]]
+
+
+class RunStatusSink:
+    """Keeps ``Run.status`` telling the truth while the stream is being recovered."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    async def on_event(self, event: StructuredEvent) -> None:
+        if event.name == LLM_STREAM_INTERRUPTED:
+            await lifecycle.mark_recovering(self.run_id)
+        elif event.name == LLM_STREAM_CONTINUATION_COMPLETED:
+            await lifecycle.mark_running(self.run_id)
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        if attempt.kind in RECOVERY_KINDS and attempt.outcome == "pending":
+            await lifecycle.mark_running(self.run_id)
+
+    async def on_frame(self, frame: dict[str, Any]) -> None:
+        return None
+
+    async def on_message(self, message: dict[str, Any], position: int) -> None:
+        return None
+
+
+def provider_for_run(run: Run, consumed_attempts: int, override: ProviderConfig | None = None) -> ProviderConfig:
+    """The run's provider (``override`` when given: a command line's ``--api-key``, never stored);
+    for the built-in fake, scripted with this run's remaining faults."""
+    config = override or app_settings.provider_config(run.provider)
+    faults = list(run.options.get("faults") or [])[consumed_attempts:]
+    if faults and config.base_url.startswith(FAKE_SCHEME):
+        config = _scripted_fake(config, run, faults)
+    return config
+
+
+def _scripted_fake(config: ProviderConfig, run: Run, faults: list[str]) -> ProviderConfig:
+    """The in-process fake provider with a scenario of its own for this run: each provider call
+    consumes one fault, so a resumed run does not replay spent ones."""
+    adapter_for(config, run.model)  # starts the local fake server
+    scenario = f"run-{run.pk}"
+    local_fake_server().set_faults(scenario, [Fault.parse(spec) for spec in faults])
+    return replace(config, extra_headers={**config.extra_headers, SCENARIO_HEADER: scenario})
+
+
+def tools_for_run(run: Run) -> ToolRegistry:
+    """The tools a run offers the model: the demo tools when it asked for them, else none."""
+    return demo_registry() if run.options.get("demo_tools") else ToolRegistry()
+
+
+def _load(run_id: str) -> tuple[Run, list[dict[str, Any]], int]:
+    run = Run.objects.select_related("thread").get(pk=run_id)
+    return run, Message.objects.of_thread(run.thread_id).canonical(), Attempt.objects.of_run(run.pk).count()
+
+
+async def _watch(run_id: str, cancel: CancelToken, worker: str) -> None:
+    """Beat the heartbeat and notice a cancel request, until the run ends."""
+    beat_every = float(app_settings.HEARTBEAT_SECONDS)
+    poll = min(0.25, beat_every)
+    last_beat = 0.0
+    loop = asyncio.get_running_loop()
+    while True:
+        now = loop.time()
+        if now - last_beat >= beat_every:
+            await lifecycle.heartbeat(run_id, worker)
+            last_beat = now
+        reason = await lifecycle.requested_cancel(run_id)
+        if reason is not None:
+            cancel.cancel(reason)
+            return
+        await asyncio.sleep(poll)
+
+
+@contextlib.asynccontextmanager
+async def _no_live(run_id: str) -> AsyncIterator[None]:
+    """No live channel: the run is recorded, nobody watches it."""
+    yield None
+
+
+async def execute_run(
+    run_id: str,
+    *,
+    worker: str = lifecycle.WORKER_ID,
+    live: OpenLive | None = None,
+    extra_sinks: Sequence[RunSink] = (),
+    tools: ToolRegistry | None = None,
+    provider_override: ProviderConfig | None = None,
+) -> RunResult | None:
+    """Claim and execute a run to its end (or to a cancel). Returns None when not claimed.
+
+    ``live`` opens the run's live channel once the run is claimed; it is closed (by the
+    context manager it returns) when the agent stops, before the run's end is stored.
+    ``provider_override`` (in-process only) replaces the configured provider; never stored.
+    """
+    run = await sync_to_async(lifecycle.claim_run)(run_id, worker)
+    if run is None:
+        return None
+    run, messages, consumed = await sync_to_async(_load)(run_id)
+    options = run.options
+    engine = app_settings.engine_config()
+    if options.get("engine"):
+        engine = replace(engine, **options["engine"])
+    config = await sync_to_async(provider_for_run)(run, consumed, provider_override)
+    adapter, _ = adapter_for(config, run.model)
+    tools = tools or tools_for_run(run)
+    request = ModelRequest(
+        model=run.model,
+        messages=messages,
+        max_tokens=int(options.get("max_tokens") or 1024),
+        system=options.get("system"),
+        thinking_budget=options.get("thinking_budget"),
+        tools=tools.specs(),
+    )
+    checkpoints = checkpoint_store_from_settings()
+    existing = await checkpoints.get(str(run.pk))
+    cancel = CancelToken()
+    cancel.bind()
+    try:
+        async with (live or _no_live)(str(run.pk)) as channel:
+            delivering: list[RunSink] = [channel] if channel is not None else []
+            start_seq = max(existing.seq if existing else 0, channel.last_seq if channel is not None else 0)
+            sink = FanOutSink(RecorderSink.for_run(run), RunStatusSink(str(run.pk)), *delivering, *extra_sinks)
+            watcher = asyncio.ensure_future(_watch(str(run.pk), cancel, worker))
+            log.info(
+                "run_started", run_id=str(run.pk), provider=run.provider, model=run.model, resume=existing is not None
+            )
+            try:
+                ctx = RunContext(
+                    run_id=str(run.pk),
+                    adapter=adapter,
+                    config=engine,
+                    sink=sink,
+                    checkpoints=checkpoints,
+                    cancel=cancel,
+                    seq=start_seq,
+                    attempts=consumed,
+                    provider_name=run.provider,
+                )
+                result = await run_agent(ctx, request, tools=tools, resume=existing is not None)
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watcher
+    finally:
+        close = getattr(checkpoints, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
+    await _finish(str(run.pk), result)
+    # The ORM work ran in asgiref's executor thread: release its connections there.
+    await sync_to_async(connections.close_all)()
+    return result
+
+
+async def _finish(run_id: str, result: RunResult) -> None:
+    error = result.error or {}
+    await sync_to_async(lifecycle.finish)(
+        run_id, result.status, error.get("kind", ""), error.get("message", ""), result.undelivered_notices
+    )
+    log.info("run_finished", run_id=run_id, status=result.status, error_kind=error.get("kind"))

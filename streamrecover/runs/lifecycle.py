@@ -1,0 +1,265 @@
+"""A run's state changes: create, claim, heartbeat, finish, cancel, re-queue, sweep, wait.
+
+Nothing here starts work: ``requeue_run`` and ``sweep_stale_runs`` report what they put back
+in the queue and the caller (``streamrecover.dispatch``) starts it. The rules live here, once:
+one active run per thread; a claim is one ``select_for_update()`` in a transaction that
+refuses terminal runs and counts claims; a run whose heartbeat stopped goes back to the
+queue and is resumed from its checkpoint by whoever claims it next.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from django.db import transaction
+from django.utils import timezone
+
+from ..conf import app_settings
+from ..engine.agent import notice_blocks
+from ..models import Message, Run, Thread
+from .signals import run_requeued, run_settled
+
+log = structlog.get_logger("streamrecover")
+
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class ThreadBusy(Exception):
+    """The thread already has a queued or running run: one active run per thread."""
+
+
+# ---- creating -----------------------------------------------------------------------------
+
+
+def create_run(
+    *,
+    prompt: str,
+    provider: str | None = None,
+    model: str | None = None,
+    owner: Any = None,
+    thread: Thread | None = None,
+    system: str | None = None,
+    max_tokens: int = 1024,
+    thinking_budget: int | None = None,
+    demo_tools: bool = False,
+    faults: Sequence[str] = (),
+    engine: dict[str, Any] | None = None,
+) -> Run:
+    """A queued run whose user message is committed to the thread (a new one by default).
+
+    A follow-up in a thread that still has an active run raises ``ThreadBusy``.
+    """
+    provider = provider or app_settings.DEFAULT_PROVIDER
+    model = model or app_settings.DEFAULT_MODEL
+    if provider not in app_settings.PROVIDERS:
+        raise ValueError(f"unknown provider {provider!r}; configured: {', '.join(sorted(app_settings.PROVIDERS))}")
+    with transaction.atomic():
+        notices: list[dict[str, Any]] = []
+        if thread is None:
+            thread = Thread.objects.create(owner=owner, title=prompt[:80])
+        else:
+            thread = Thread.objects.select_for_update().get(pk=thread.pk)
+            if Run.objects.filter(thread=thread).active().exists():
+                raise ThreadBusy(f"thread {thread.pk} has a run in progress")
+            notices, thread.pending_notices = thread.pending_notices, []
+            if notices:
+                thread.save(update_fields=["pending_notices"])
+        position = Message.objects.filter(thread=thread).count()
+        run = Run.objects.create(
+            thread=thread,
+            owner=owner,
+            provider=provider,
+            model=model,
+            options={
+                "system": system,
+                "max_tokens": max_tokens,
+                "thinking_budget": thinking_budget,
+                "demo_tools": demo_tools,
+                "faults": list(faults),
+                "engine": engine or {},
+            },
+        )
+        Message.objects.create(
+            thread=thread,
+            run=run,
+            position=position,
+            role=Message.Role.USER,
+            content=[*notice_blocks(notices), {"type": "text", "text": prompt}],
+        )
+    return run
+
+
+# ---- claiming, beating, finishing ---------------------------------------------------------
+
+
+def claim_run(run_id: str, worker: str = WORKER_ID) -> Run | None:
+    """Take a run for execution, or None when it must not run here.
+
+    Refuses terminal runs (a redelivered message for a finished run is simply dropped) and
+    runs another live worker is executing; counts claims, and fails a run claimed more than
+    ``MAX_CLAIMS`` times so a poison message ends instead of looping.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.is_terminal:
+            return None
+        stale_after = timedelta(seconds=app_settings.STALE_AFTER_SECONDS)
+        if (
+            run.status in Run.CLAIMED_STATUSES
+            and run.worker
+            and run.worker != worker
+            and run.heartbeat_at is not None
+            and now - run.heartbeat_at < stale_after
+        ):
+            return None  # alive elsewhere
+        run.claims += 1
+        if run.claims > app_settings.MAX_CLAIMS:
+            run.status = Run.Status.FAILED
+            run.error_kind = "too_many_claims"
+            run.error_message = f"claimed {run.claims} times without finishing; giving up (MAX_CLAIMS)"
+            run.finished_at = now
+            run.save()
+            _settled_on_commit(run)
+            log.error("run_claims_exceeded", run_id=str(run.pk), claims=run.claims)
+            return None
+        if run.cancel_requested:
+            run.status = Run.Status.CANCELLED
+            run.finished_at = now
+            run.save()
+            _settled_on_commit(run)
+            return None
+        run.status = Run.Status.RUNNING
+        run.worker = worker
+        run.heartbeat_at = now
+        run.started_at = run.started_at or now
+        run.save()
+    return run
+
+
+async def heartbeat(run_id: str, worker: str) -> None:
+    """The worker executing the run is alive (the sweeper leaves the run alone)."""
+    await Run.objects.filter(pk=run_id, worker=worker).aupdate(heartbeat_at=timezone.now())
+
+
+async def requested_cancel(run_id: str) -> str | None:
+    """The reason given when a cancel of the run was requested; None while nobody asked."""
+    row = await Run.objects.filter(pk=run_id).values("cancel_requested", "cancel_reason").afirst()
+    if row and row["cancel_requested"]:
+        return row["cancel_reason"] or "cancelled by user"
+    return None
+
+
+async def mark_recovering(run_id: str) -> None:
+    """A running run's stream broke: it is being recovered."""
+    await Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).aupdate(status=Run.Status.RECOVERING)
+
+
+async def mark_running(run_id: str) -> None:
+    """A recovering run streams again."""
+    await Run.objects.filter(pk=run_id, status=Run.Status.RECOVERING).aupdate(status=Run.Status.RUNNING)
+
+
+def finish(
+    run_id: str, status: str, error_kind: str = "", error_message: str = "", notices: Sequence[dict[str, Any]] = ()
+) -> None:
+    """Store how the run ended; ``notices`` wait on the thread for its next user message."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        run.status = status
+        run.error_kind = error_kind
+        run.error_message = error_message
+        run.finished_at = timezone.now()
+        run.save()
+        if notices:  # for the thread's next user message (create_run)
+            thread = Thread.objects.select_for_update().get(pk=run.thread_id)
+            kept = [{key: notice.get(key) for key in ("id", "name", "reason")} for notice in notices]
+            thread.pending_notices = [*thread.pending_notices, *kept]
+            thread.save(update_fields=["pending_notices"])
+        _settled_on_commit(run)
+
+
+def _settled_on_commit(run: Run) -> None:
+    """Tell ``run_settled``'s receivers (the analytics rollup) once the transaction commits."""
+    run_id = run.pk
+    transaction.on_commit(lambda: run_settled.send(sender=Run, run_id=run_id))
+
+
+# ---- cancelling, re-queueing, sweeping ----------------------------------------------------
+
+
+def request_cancel(run_id: str | uuid.UUID, reason: str = "cancelled by user") -> bool:
+    """Ask a run to stop. A queued run is cancelled at once; a running one within a tick."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.is_terminal:
+            return False
+        run.cancel_requested = True
+        run.cancel_reason = reason[:200]
+        if run.status == Run.Status.QUEUED:
+            run.status = Run.Status.CANCELLED
+            run.finished_at = timezone.now()
+            _settled_on_commit(run)
+        run.save()
+    log.info("run_cancel_requested", run_id=str(run_id), reason=reason)
+    return True
+
+
+def requeue_run(run_id: str | uuid.UUID) -> bool:
+    """Put a failed, exhausted or stale run back in the queue (claims start again).
+
+    Starts nothing: True tells the caller to start the run.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status in (Run.Status.COMPLETED, Run.Status.CANCELLED, Run.Status.QUEUED):
+            return False
+        run_requeued.send(sender=Run, run_id=run.pk)  # its figures are about to change
+        run.status = Run.Status.QUEUED
+        run.claims = 0
+        run.worker = ""
+        run.heartbeat_at = None
+        run.error_kind = ""
+        run.error_message = ""
+        run.finished_at = None
+        run.save()
+    log.info("run_requeued", run_id=str(run_id))
+    return True
+
+
+def sweep_stale_runs(seconds: float | None = None) -> list[str]:
+    """Put runs whose worker stopped beating back in the queue; returns their ids.
+
+    Starts nothing: the caller starts the runs returned.
+    """
+    swept: list[str] = []
+    for run_id in Run.objects.stale(seconds=seconds).values_list("pk", flat=True):
+        with transaction.atomic():
+            run = Run.objects.stale(seconds=seconds).select_for_update().filter(pk=run_id).first()
+            if run is None:  # finished or beat meanwhile
+                continue
+            run.status = Run.Status.QUEUED
+            run.worker = ""
+            run.save()
+        swept.append(str(run_id))
+        log.warning("run_swept", run_id=str(run_id))
+    return swept
+
+
+def wait_for_run(run_id: str, timeout_s: float = 600.0, poll_s: float = 0.2) -> Run:
+    """Block until the run is terminal (a command line waiting on a worker)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = Run.objects.get(pk=run_id)
+        if run.is_terminal:
+            return run
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} still {run.status} after {timeout_s:.0f}s")
+        time.sleep(poll_s)

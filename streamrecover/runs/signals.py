@@ -1,0 +1,13 @@
+"""Signals a run's lifecycle sends, so the code above it (the analytics rollup) can follow.
+
+``run_settled`` is sent once the transaction that made a run terminal has committed;
+``run_requeued`` inside the transaction that puts a finished run back in the queue, before
+its state changes. Both carry ``run_id``. ``streamrecover.receivers`` connects them.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+run_settled = Signal()
+run_requeued = Signal()

@@ -1,0 +1,190 @@
+"""The runs package and the code that starts work above it: the lifecycle changes state and
+starts nothing, ``dispatch`` starts what it is told to, ``execute_run`` opens the live channel
+it is handed only for a claimed run, and nothing in ``runs/`` imports the layers above it."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from streamrecover import dispatch, tasks
+from streamrecover.engine.sink import CollectingSink
+from streamrecover.models import Attempt, Message, Run
+from streamrecover.runs import execution, lifecycle
+
+from .factories import make_attempt, make_message, make_run, make_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RUNS = Path(__file__).resolve().parents[1] / "streamrecover" / "runs"
+ABOVE_RUNS = ("streamrecover.tasks", "streamrecover.dispatch", "streamrecover.live", "streamrecover.views")
+ABOVE_RUNS += ("streamrecover.admin", "streamrecover.cli", "streamrecover.receivers", "streamrecover.rollup")
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, as an absolute dotted name."""
+    names: set[str] = set()
+    package = "streamrecover.runs"
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(part for part in (base, node.module or "") if part)
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_nothing_in_runs_imports_the_layers_above_it():
+    for path in sorted(RUNS.glob("*.py")):
+        upward = sorted(name for name in _imports(path) if name.startswith(ABOVE_RUNS))
+        assert upward == [], f"{path.name} imports {upward}"
+
+
+@pytest.fixture
+def started(monkeypatch) -> list[str]:
+    """Run ids the in-process starter was asked to start (nothing really starts)."""
+    calls: list[str] = []
+    monkeypatch.setattr(dispatch, "start_in_thread", lambda run_id: calls.append(run_id))
+    return calls
+
+
+def _stale_run() -> Run:
+    long_ago = timezone.now() - timedelta(minutes=10)
+    return make_run(status=Run.Status.RUNNING, worker="gone:1", heartbeat_at=long_ago, started_at=long_ago)
+
+
+def test_lifecycle_requeue_changes_state_and_starts_nothing(started, django_capture_on_commit_callbacks):
+    run = make_run(status=Run.Status.FAILED, claims=3, error_kind="boom", finished_at=timezone.now())
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert lifecycle.requeue_run(run.pk)
+    assert callbacks == []
+    assert started == []
+    run.refresh_from_db()
+    assert (run.status, run.claims, run.error_kind, run.finished_at) == (Run.Status.QUEUED, 0, "", None)
+    assert not lifecycle.requeue_run(run.pk)  # already queued: nothing changes
+
+
+def test_lifecycle_sweep_returns_what_it_requeued_and_starts_nothing(started, django_capture_on_commit_callbacks):
+    stale, alive = _stale_run(), make_run(status=Run.Status.RUNNING, worker="here:1", heartbeat_at=timezone.now())
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert lifecycle.sweep_stale_runs() == [str(stale.pk)]
+    assert callbacks == []
+    assert started == []
+    assert Run.objects.get(pk=stale.pk).status == Run.Status.QUEUED
+    assert Run.objects.get(pk=alive.pk).status == Run.Status.RUNNING
+
+
+def test_dispatch_requeue_and_sweep_start_what_the_lifecycle_put_back(started):
+    failed = make_run(status=Run.Status.EXHAUSTED, finished_at=timezone.now())
+    completed = make_run(status=Run.Status.COMPLETED, finished_at=timezone.now())
+    stale = _stale_run()
+    assert dispatch.requeue_run(failed.pk)
+    assert not dispatch.requeue_run(completed.pk)
+    assert dispatch.sweep_stale_runs() == [str(stale.pk)]
+    assert started == [str(failed.pk), str(stale.pk)]
+
+
+def test_enqueue_run_hands_the_run_to_celery_after_commit(settings, monkeypatch):
+    delayed: list[str] = []
+    monkeypatch.setattr(tasks.execute_run_task, "delay", lambda run_id: delayed.append(run_id))
+    run = make_run()
+    with override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "EXECUTION": "celery"}), transaction.atomic():
+        dispatch.enqueue_run(run)
+        assert delayed == []  # not before the commit
+    assert delayed == [str(run.pk)]
+
+
+def test_enqueue_run_starts_a_thread_in_process(started):
+    run = make_run()
+    dispatch.enqueue_run(run.pk)  # autocommit: at once
+    assert started == [str(run.pk)]
+
+
+def test_one_active_run_per_thread_is_the_lifecycles_rule():
+    first = lifecycle.create_run(prompt="Hello")
+    with pytest.raises(lifecycle.ThreadBusy):
+        lifecycle.create_run(prompt="Again", thread=first.thread)
+    assert Run.objects.filter(thread=first.thread).count() == 1
+    assert Message.objects.filter(thread=first.thread).count() == 1
+    lifecycle.request_cancel(first.pk)  # queued: cancelled at once, the thread is free again
+    second = lifecycle.create_run(prompt="Again", thread=first.thread)
+    assert Message.objects.of_thread(first.thread_id).canonical()[-1]["content"][-1]["text"] == "Again"
+    assert second.status == Run.Status.QUEUED
+
+
+class RecordingLive:
+    """A live sink whose opener records when it was opened and closed, and what it saw."""
+
+    def __init__(self, last_seq: int = 0) -> None:
+        self.last_seq = last_seq
+        self.frames: list[dict[str, Any]] = []
+        self.log: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def open(self, run_id: str) -> AsyncIterator[RecordingLive]:
+        status = await Run.objects.filter(pk=run_id).values_list("status", flat=True).aget()
+        self.log.append(f"open:{status}")
+        yield self
+        status = await Run.objects.filter(pk=run_id).values_list("status", flat=True).aget()
+        self.log.append(f"close:{status}")
+
+    async def on_event(self, event: Any) -> None:
+        return None
+
+    async def on_attempt(self, attempt: Any) -> None:
+        return None
+
+    async def on_frame(self, frame: dict[str, Any]) -> None:
+        self.frames.append(frame)
+
+    async def on_message(self, message: dict[str, Any], position: int) -> None:
+        return None
+
+
+def test_execute_run_opens_the_live_channel_of_a_claimed_run_and_numbers_on_from_it():
+    live = RecordingLive(last_seq=100)
+    collected = CollectingSink()
+    run = lifecycle.create_run(prompt="Tell me a story [[words=40]]", faults=["cut:bytes=400"])
+    result = asyncio.run(execution.execute_run(str(run.pk), live=live.open, extra_sinks=[collected]))
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED
+    assert live.log == ["open:running", "close:running"]  # closed before the end is stored
+    assert live.frames == collected.frames
+    assert live.frames[0]["seq"] == 101
+    assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
+    assert Attempt.objects.of_run(run.pk).count() == 2
+
+    again = RecordingLive()
+    assert asyncio.run(execution.execute_run(str(run.pk), live=again.open)) is None  # terminal: not claimed
+    assert again.log == []
+
+
+def test_execute_run_without_a_live_channel_still_records_the_run():
+    run = lifecycle.create_run(prompt="Hi [[words=10]]")
+    result = asyncio.run(execution.execute_run(str(run.pk)))
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED
+    assert [m["role"] for m in Message.objects.of_thread(run.thread_id).canonical()] == ["user", "assistant"]
+
+
+def test_message_and_attempt_queries():
+    thread = make_thread()
+    second = make_message(thread, position=1, role="assistant", content=[{"type": "text", "text": "b"}])
+    first = make_message(thread, position=0, content=[{"type": "text", "text": "a"}])
+    assert list(Message.objects.of_thread(thread.pk)) == [first, second]
+    assert Message.objects.of_thread(thread.pk).canonical() == [first.as_canonical(), second.as_canonical()]
+    run = make_run()
+    later, earlier = make_attempt(run, index=1), make_attempt(run, index=0)
+    assert list(Attempt.objects.of_run(run.pk)) == [earlier, later]
