@@ -1,4 +1,4 @@
-"""The app's Celery tasks, a few lines each: the work is in ``dispatch`` and ``runs``."""
+"""The app's Celery tasks, a few lines each: the work is in ``starter`` and ``runs``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import asyncio
 from celery import shared_task
 from django.db import close_old_connections
 
-from . import dispatch, rollup
+from . import rollup, starter
+from .runs import lifecycle
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, name="streamrecover.execute_run")
@@ -15,7 +16,7 @@ def execute_run_task(self, run_id: str) -> str | None:
     """Execute (or resume) one run. A message for a finished run is acknowledged and dropped."""
     close_old_connections()
     try:
-        result = asyncio.run(dispatch.execute_here(run_id))
+        result = asyncio.run(starter.execute_here(run_id))
     finally:
         close_old_connections()
     return result.status if result is not None else None
@@ -25,7 +26,10 @@ def execute_run_task(self, run_id: str) -> str | None:
 def sweep_stale_runs_task() -> list[str]:
     """Re-queue runs whose worker's heartbeat stopped (schedule it every few seconds with beat)."""
     close_old_connections()
-    return dispatch.sweep_stale_runs()
+    swept = lifecycle.sweep_stale_runs()
+    for run_id in swept:  # a worker's sweep hands the runs back to the workers
+        execute_run_task.delay(run_id)
+    return swept
 
 
 @shared_task(name="streamrecover.fold_analytics")

@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.db import close_old_connections, connection
 from django.test.utils import CaptureQueriesContext
 
-from streamrecover import analytics, dispatch, rollup
+from streamrecover import analytics, dispatch, rollup, starter
 from streamrecover.analytics import Plan, Window, build_report, slot_ceil, slot_floor
 from streamrecover.models import AnalyticsRollup, RecoveryEvent, Run
 from streamrecover.runs import lifecycle
@@ -235,7 +235,7 @@ def test_folders_racing_fold_each_run_once() -> None:
 def test_a_run_the_worker_finishes_is_folded_as_it_settles() -> None:
     """The real path: a run broken mid-stream by the fake provider, recovered, finished, folded."""
     run = lifecycle.create_run(prompt="Tell me a story [[words=120]]", faults=["cut:bytes=1200"])
-    result = asyncio.run(dispatch.execute_here(str(run.pk)))
+    result = asyncio.run(starter.execute_here(str(run.pk)))
     assert result is not None
     assert result.status == "completed"
     run.refresh_from_db()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from streamrecover import dispatch
+from streamrecover import starter
 from streamrecover.demo_tools import demo_registry
 from streamrecover.models import Attempt, Message, RecoveryEvent, Thread
 from streamrecover.runs import lifecycle
@@ -50,7 +50,7 @@ def test_the_next_user_message_tells_the_model_about_a_cut_off_tool_call(fake_se
     }
     with override_settings(STREAMRECOVER=conf):
         first = lifecycle.create_run(prompt=PROMPT, provider="fake", model=MODEL, demo_tools=True)
-        result = asyncio.run(dispatch.execute_here(str(first.pk)))
+        result = asyncio.run(starter.execute_here(str(first.pk)))
         assert result is not None
         assert result.status == "completed"
         discarded = RecoveryEvent.objects.get(run=first, name="discarded_partial_tool_use")
@@ -75,7 +75,7 @@ def test_the_next_user_message_tells_the_model_about_a_cut_off_tool_call(fake_se
             assert len(texts) == 1
         assert Thread.objects.get(pk=thread.pk).pending_notices == []  # told once
 
-        assert asyncio.run(dispatch.execute_here(str(second.pk))).status == "completed"
+        assert asyncio.run(starter.execute_here(str(second.pk))).status == "completed"
         sent = Attempt.objects.get(run=second).request
         last_user = [m for m in sent["json"]["messages"] if m["role"] == "user"][-1]
         assert any("was not executed" in str(block) for block in last_user["content"]) is notify

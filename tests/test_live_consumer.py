@@ -16,7 +16,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client, override_settings
 
 from project.asgi import application
-from streamrecover import dispatch
+from streamrecover import starter
 from streamrecover.engine.protocol import frame_span
 from streamrecover.live.buffer import reader_buffer, writer_buffer
 from streamrecover.live.delivery import FRAME_EVENT, group_name
@@ -185,7 +185,7 @@ async def test_a_real_run_streams_in_order_and_the_client_rebuilds_the_committed
     snapshot = await receive(ws)
     assert snapshot["seq"] == 0
     assert snapshot["status"] == "queued"
-    task = asyncio.ensure_future(dispatch.execute_here(str(run.pk)))
+    task = asyncio.ensure_future(starter.execute_here(str(run.pk)))
     frames = await receive_until(ws, finished)
     result = await task
     assert result is not None
@@ -269,7 +269,7 @@ async def test_a_client_that_sees_a_gap_asks_for_resync_and_gets_a_snapshot(owne
 
 async def test_when_the_buffer_has_expired_a_reconnect_gets_a_snapshot_from_the_database(owner: Any) -> None:
     run = await new_run(owner, "Short [[words=8]]")
-    result = await dispatch.execute_here(str(run.pk))
+    result = await starter.execute_here(str(run.pk))
     assert result is not None
     assert result.status == "completed"
     kept = await reader_buffer().frames_after(str(run.pk), 0)  # kept for a while after the end
@@ -292,7 +292,7 @@ async def test_cancel_from_the_socket_stops_a_running_run(owner: Any) -> None:
     run = await new_run(owner, "A long story [[words=200]]", faults=["stall:events=12,seconds=30"])
     ws = await socket(run.pk, owner)
     await receive(ws)
-    task = asyncio.ensure_future(dispatch.execute_here(str(run.pk)))
+    task = asyncio.ensure_future(starter.execute_here(str(run.pk)))
     await receive_until(ws, lambda f: f["type"] == "text_delta")
     await ws.send_json_to({"type": "cancel"})
     frames = await receive_until(ws, finished)
@@ -336,7 +336,7 @@ async def test_embedded_mode_delivers_from_the_run_thread_to_the_socket_loop(own
     run = await new_run(owner, "Tell me a story [[words=80]]", faults=["cut:bytes=1500"])
     ws = await socket(run.pk, owner)
     snapshot = await receive(ws)
-    await sync_to_async(dispatch.start_in_thread)(str(run.pk))  # its own thread and event loop
+    await sync_to_async(starter.start_in_thread)(str(run.pk))  # its own thread and event loop
     frames = await receive_until(ws, finished)
     assert frames[-1]["status"] == "completed"
     view = ClientView().apply_all([snapshot, *frames])

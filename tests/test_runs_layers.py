@@ -27,8 +27,9 @@ from .factories import make_attempt, make_message, make_run, make_thread
 pytestmark = pytest.mark.django_db(transaction=True)
 
 RUNS = Path(__file__).resolve().parents[1] / "streamrecover" / "runs"
-ABOVE_RUNS = ("streamrecover.tasks", "streamrecover.dispatch", "streamrecover.live", "streamrecover.views")
-ABOVE_RUNS += ("streamrecover.admin", "streamrecover.cli", "streamrecover.receivers", "streamrecover.rollup")
+ABOVE_RUNS = ("streamrecover.tasks", "streamrecover.dispatch", "streamrecover.starter", "streamrecover.live")
+ABOVE_RUNS += ("streamrecover.views", "streamrecover.admin", "streamrecover.cli", "streamrecover.receivers")
+ABOVE_RUNS += ("streamrecover.rollup", "streamrecover.analytics")
 
 
 def _imports(path: Path) -> set[str]:

@@ -11,7 +11,7 @@ import structlog
 from django.core import serializers
 from django.test import override_settings
 
-from streamrecover import dispatch
+from streamrecover import starter
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run, StreamCheckpoint
 from streamrecover.runs import lifecycle
 from streamrecover.runs.checkpoints import DjangoCheckpointStore
@@ -45,7 +45,7 @@ def test_api_key_never_reaches_logs_rows_requests_or_checkpoints(fake_server, se
         structlog.testing.capture_logs() as logs,
     ):
         run = lifecycle.create_run(prompt=f"Say it [[words=80]] {SECRET[:6]}", provider="fake", model="claude-3")
-        result = asyncio.run(dispatch.execute_here(str(run.pk)))
+        result = asyncio.run(starter.execute_here(str(run.pk)))
     assert result is not None
     assert result.status == "failed"  # the 401 on the continuation is permanent
     assert written, "no checkpoint was written"

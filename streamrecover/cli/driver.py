@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .. import dispatch
+from .. import dispatch, starter
 from ..conf import app_settings
 from ..engine.agent import RunResult
 from ..engine.contract import ProviderConfig
@@ -105,7 +105,7 @@ def execute_cli_run(options: RunOptions, live: TextIO | None = None, wait_s: flo
     console = ConsoleSink(live) if live is not None else None
     if console is not None:
         sinks.append(console)
-    result = asyncio.run(dispatch.execute_here(run_id, extra_sinks=sinks, provider_override=override))
+    result = asyncio.run(starter.execute_here(run_id, extra_sinks=sinks, provider_override=override))
     if result is None:
         raise ValueError(f"run {run_id} could not be claimed")
     if console is not None:

@@ -53,7 +53,7 @@ class LiveSink(RunSink, Protocol):
 
 
 # Opens the live channel of a run (given its id) for the time the agent runs; the caller
-# decides what opening and closing mean (e.g. ``dispatch.live_publisher``).
+# decides what opening and closing mean (e.g. ``starter.live_publisher``).
 OpenLive = Callable[[str], AbstractAsyncContextManager[LiveSink | None]]
 
 
