@@ -45,8 +45,6 @@ ENGINE_KEYS: dict[str, str] = {
     "NOTIFY_MODEL_OF_DISCARDED_TOOLS": "notify_model_of_discarded_tools",
     "MAX_TURNS": "max_turns",
     "MAX_LINE_BYTES": "max_line_bytes",
-    "FRAME_COALESCE_MS": "frame_coalesce_ms",
-    "FRAME_MAX_CHARS": "frame_max_chars",
 }
 
 DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {

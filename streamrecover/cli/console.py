@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
+from ..engine.protocol import FrameKind
 from ..engine.sink import (
     DISCARDED_PARTIAL_TOOL_USE,
     DISCARDED_THINKING,
@@ -15,12 +16,14 @@ from ..engine.sink import (
     LLM_STREAM_CONTINUATION_EXHAUSTED,
     LLM_STREAM_CONTINUATION_STARTED,
     LLM_STREAM_INTERRUPTED,
-    AttemptRecord,
+    BaseSink,
     StructuredEvent,
 )
 
 
-class ConsoleSink:
+class ConsoleSink(BaseSink):
+    """Shows the answer as it streams and the recovery as it happens."""
+
     def __init__(self, out: TextIO | None = None, color: bool | None = None) -> None:
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
@@ -61,24 +64,18 @@ class ConsoleSink:
         elif event.name == DISCARDED_THINKING:
             self._note(f"dropped unfinished thinking ({f.get('partial_bytes')} bytes)")
 
-    async def on_attempt(self, attempt: AttemptRecord) -> None:
-        return None
-
     async def on_frame(self, frame: dict[str, Any]) -> None:
         kind = frame["type"]
-        if kind == "text_delta":
+        if kind == FrameKind.TEXT_DELTA:
             self._write(frame["text"])
-        elif kind == "tool_call_delta" and not frame.get("arguments_delta"):
+        elif kind == FrameKind.TOOL_CALL_DELTA and not frame.get("arguments_delta"):
             self._note(f"calling tool {frame.get('name')}")
-        elif kind == "stream_reset":
+        elif kind == FrameKind.STREAM_RESET:
             self._note(f"restarting the answer ({frame.get('reason')})")
-        elif kind == "message_committed" and frame["message"]["role"] == "user":
+        elif kind == FrameKind.MESSAGE_COMMITTED and frame["message"]["role"] == "user":
             for block in frame["message"]["content"]:
                 if block.get("type") == "tool_result":
                     self._note(f"tool result: {block.get('content')}")
-
-    async def on_message(self, message: dict[str, Any], position: int) -> None:
-        return None
 
     def finish(self, status: str, error: dict[str, str] | None) -> None:
         if not self._at_line_start:

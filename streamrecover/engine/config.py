@@ -26,5 +26,3 @@ class EngineConfig:
     notify_model_of_discarded_tools: bool = False
     max_turns: int = 8  # agent loop: assistant turns per run
     max_line_bytes: int = 1_048_576  # SSE line bound
-    frame_coalesce_ms: float = 0.0  # client frames: merge deltas for this long (0: one frame per delta)
-    frame_max_chars: int = 4096

@@ -29,6 +29,7 @@ from ..engine.sink import (
     LLM_STREAM_CONTINUATION_COMPLETED,
     LLM_STREAM_INTERRUPTED,
     AttemptRecord,
+    BaseSink,
     FanOutSink,
     RunSink,
     StructuredEvent,
@@ -57,7 +58,7 @@ class LiveSink(RunSink, Protocol):
 OpenLive = Callable[[str], AbstractAsyncContextManager[LiveSink | None]]
 
 
-class RunStatusSink:
+class RunStatusSink(BaseSink):
     """Keeps ``Run.status`` telling the truth while the stream is being recovered."""
 
     def __init__(self, run_id: str) -> None:
@@ -72,12 +73,6 @@ class RunStatusSink:
     async def on_attempt(self, attempt: AttemptRecord) -> None:
         if attempt.kind in RECOVERY_KINDS and attempt.outcome == "pending":
             await lifecycle.mark_running(self.run_id)
-
-    async def on_frame(self, frame: dict[str, Any]) -> None:
-        return None
-
-    async def on_message(self, message: dict[str, Any], position: int) -> None:
-        return None
 
 
 def provider_for_run(run: Run, consumed_attempts: int, override: ProviderConfig | None = None) -> ProviderConfig:

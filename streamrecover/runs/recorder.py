@@ -26,6 +26,7 @@ from ..engine.sink import (
     LLM_STREAM_CONTINUATION_FAILED,
     LLM_STREAM_INTERRUPTED,
     AttemptRecord,
+    BaseSink,
     StructuredEvent,
 )
 from ..models import Attempt, Message, RecoveryEvent, Run
@@ -69,7 +70,7 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-class RecorderSink:
+class RecorderSink(BaseSink):
     """``RunSink`` for one run. ``on_frame`` does nothing: the publisher handles frames."""
 
     def __init__(self, run_id: str | uuid.UUID, thread_id: int, *, provider: str = "", model: str = "") -> None:
@@ -136,9 +137,6 @@ class RecorderSink:
             continuation_count=Count("id", filter=Q(kind=Attempt.Kind.CONTINUATION)),
         )
         await Run.objects.filter(pk=self.run_id).aupdate(**totals)
-
-    async def on_frame(self, frame: dict[str, Any]) -> None:
-        return None
 
     async def on_message(self, message: dict[str, Any], position: int) -> None:
         """Write the committed message once; a retried write finds it and changes nothing."""
