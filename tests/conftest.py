@@ -1,7 +1,10 @@
-"""Session guard: the suite runs on the real PostgreSQL and Redis, never without them.
+"""Session guards: the real PostgreSQL and Redis for the tests that use them, never a skip.
 
-When a service is down the whole session stops with what is missing and how to start it;
-nothing is skipped, because a suite that passes by skipping proves nothing.
+Tests that touch the database (``django_db``, ``db``, ``transactional_db``, ``live_server``)
+or are marked ``services`` (Redis, worker processes, browsers) need the real services: when
+any such test is collected and a service is down, the whole session stops with what is
+missing and how to start it, because a suite that passes by skipping proves nothing. The
+engine, adapter and fake-provider tests need neither and run on a bare checkout.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
+
+from .streams import MISSING, STREAMS
 
 START_POSTGRES = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 START_REDIS = (
@@ -60,8 +65,20 @@ def _redis_problem() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _real_services() -> None:
+SERVICE_FIXTURES = frozenset({"db", "transactional_db", "django_db_setup", "live_server"})
+
+
+def needs_services(item: pytest.Item) -> bool:
+    """True for a test that talks to PostgreSQL or Redis (or starts processes that do)."""
+    if item.get_closest_marker("services") or item.get_closest_marker("django_db"):
+        return True
+    return bool(SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k deselection: only the tests that will run count
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not any(needs_services(item) for item in items):
+        return
     problems = [p for p in (_postgres_problem(), _redis_problem()) if p]
     if problems:
         pytest.exit("The tests need the real services.\n" + "\n".join(problems), returncode=1)
@@ -86,3 +103,15 @@ def fake_server() -> Iterator[object]:
     server.start()
     yield server
     server.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say plainly how many tests did not run because the recorded streams are not there."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    missing = [r for r in skipped if MISSING in str(getattr(r, "longrepr", ""))]
+    if missing:
+        terminalreporter.write_line(
+            f"{len(missing)} tests that need the recorded provider streams did not run: {STREAMS} does not exist "
+            "(put the test data beside the repository or set STREAMRECOVER_STREAMS_DIR)",
+            yellow=True,
+        )

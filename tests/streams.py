@@ -1,24 +1,32 @@
-"""The recorded provider streams in ``shared/streams`` beside the repository, as the tests read them."""
+"""The recorded provider streams the tests read, from a folder beside the repository.
+
+The streams are test data kept outside the repository (``../shared/streams``, or the folder
+named by ``STREAMRECOVER_STREAMS_DIR``). In a clone with nothing beside it the tests that
+need them are skipped, each saying where it looked, and the run's summary counts them.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from streamrecover.engine.sse import SSEDecoder, SSEEvent
 
-STREAMS = Path(__file__).resolve().parents[2] / "shared" / "streams"
+BESIDE = Path(__file__).resolve().parents[2] / "shared" / "streams"
+STREAMS = Path(os.environ.get("STREAMRECOVER_STREAMS_DIR") or BESIDE)
+MISSING = "recorded streams not found"
 
 
 def stream_path(name: str) -> Path:
-    """The fixture's path; a missing one fails the test and says where it was looked for."""
+    """The fixture's path. Without the folder the test is skipped, saying where it looked; a
+    folder that is there but lacks this stream fails the test (a renamed or lost fixture)."""
     path = STREAMS / name
+    if not STREAMS.is_dir():
+        pytest.skip(f"{MISSING}: {STREAMS} does not exist (set STREAMRECOVER_STREAMS_DIR)")
     if not path.is_file():
-        pytest.fail(
-            f"reference stream {path} is missing: the tests expect a copy of shared/ beside the repository",
-            pytrace=False,
-        )
+        pytest.fail(f"reference stream {path} is missing from {STREAMS}", pytrace=False)
     return path
 
 

@@ -208,6 +208,7 @@ async def test_memory_buffer_expires_after_the_run_ends() -> None:
     assert await buffer.state(run_id) is None
 
 
+@pytest.mark.services
 async def test_redis_buffer_is_bounded_and_rebuilds_the_state_past_the_cap(redis_buffer: RedisFrameBuffer) -> None:
     run_id = str(uuid.uuid4())
     pieces = [PIECES[i % len(PIECES)] for i in range(500)]
@@ -235,6 +236,7 @@ async def test_redis_buffer_is_bounded_and_rebuilds_the_state_past_the_cap(redis
     assert 0 < await client.ttl(state_key) <= FINISHED_TTL_S
 
 
+@pytest.mark.services
 async def test_a_resumed_run_numbers_on_from_the_buffer(redis_buffer: RedisFrameBuffer) -> None:
     run_id = str(uuid.uuid4())
     layer = CapturingLayer()
