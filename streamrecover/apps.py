@@ -13,9 +13,9 @@ class StreamRecoverConfig(AppConfig):
         from django.core import checks
         from django.core.signals import setting_changed
 
+        from .analytics.rollup import _unfold_deleted_run  # noqa: F401  (connects with @receiver)
         from .checks import ALL_CHECKS
         from .conf import reload_app_settings
-        from .rollup import _unfold_deleted_run  # noqa: F401  (connects with @receiver)
 
         for check in ALL_CHECKS:
             checks.register(check, "streamrecover")

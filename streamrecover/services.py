@@ -25,7 +25,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
-from . import rollup
+from .analytics import rollup
 from .conf import app_settings
 from .demo_tools import demo_registry
 from .engine.agent import RunResult, ToolRegistry, notice_blocks, run_agent

@@ -7,7 +7,8 @@ import asyncio
 from celery import shared_task
 from django.db import close_old_connections
 
-from . import rollup, services
+from . import services
+from .analytics import rollup
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, name="streamrecover.execute_run")

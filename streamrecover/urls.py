@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views_analytics, views_api, views_chat
+from . import views_api, views_chat
 
 app_name = "streamrecover"
 
 urlpatterns = [
-    path("analytics/", views_analytics.analytics_page, name="analytics"),
-    path("analytics.json", views_analytics.analytics_json, name="analytics-json"),
     # The demo chat.
     path("", views_chat.chat, name="chat"),
     path("threads/<int:thread_id>/", views_chat.chat, name="chat-thread"),
