@@ -17,7 +17,7 @@ from .console import ConsoleSink
 from .engine.agent import RunResult
 from .engine.sink import CollectingSink, RunSink
 from .providers.base import ProviderConfig
-from .providers.resolve import FAKE_SCHEME
+from .testing import is_fake
 
 
 @dataclass(slots=True)
@@ -80,7 +80,7 @@ def execute_cli_run(options: RunOptions, live: TextIO | None = None, wait_s: flo
     override = resolved if overridden else None
     if options.enqueue and overridden:
         raise ValueError("--base-url/--api-key cannot be handed to a worker: configure the provider in settings")
-    if options.faults and override is not None and not override.base_url.startswith(FAKE_SCHEME):
+    if options.faults and override is not None and not is_fake(override):
         raise ValueError("--fault works only with the built-in fake provider (--provider fake)")
     run = services.create_run(
         prompt=options.prompt,

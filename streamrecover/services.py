@@ -27,15 +27,16 @@ from django.utils import timezone
 
 from .analytics import rollup
 from .conf import app_settings
-from .demo_tools import demo_registry
 from .engine.agent import RunResult, ToolRegistry, notice_blocks, run_agent
 from .engine.cancel import CancelToken
 from .engine.sink import FanOutSink, RunSink, StructuredEvent
 from .models import Message, Run, Thread
 from .providers.base import ModelRequest, ProviderConfig
-from .providers.resolve import FAKE_SCHEME, adapter_for, local_fake_server
+from .providers.registry import get_adapter
 from .recorder import RecorderSink
 from .stores import checkpoint_store_from_settings
+from .testing import fake_provider, is_fake
+from .testing.tools import demo_registry
 
 log = structlog.get_logger("streamrecover")
 
@@ -201,14 +202,9 @@ def provider_for_run(run: Run, consumed_attempts: int, override: ProviderConfig 
     """The run's provider; for the built-in fake, this run's remaining fault script (each
     provider call consumes one fault, so a resumed run does not replay spent ones)."""
     config = override or app_settings.provider_config(run.provider)
-    faults = list(run.options.get("faults") or [])[consumed_attempts:]
-    if faults and config.base_url.startswith(FAKE_SCHEME):
-        from .providers.fake import Fault
-
-        adapter_for(config, run.model)  # starts the local fake server
-        scenario = f"run-{run.pk}"
-        local_fake_server().set_faults(scenario, [Fault.parse(spec) for spec in faults])
-        config = replace(config, extra_headers={**config.extra_headers, "x-fake-scenario": scenario})
+    if is_fake(config):
+        faults = list(run.options.get("faults") or [])[consumed_attempts:]
+        config = fake_provider(config, run.model, scenario=f"run-{run.pk}", faults=faults)
     return config
 
 
@@ -258,7 +254,7 @@ async def execute_run(
     if options.get("engine"):
         engine = replace(engine, **options["engine"])
     config = await sync_to_async(provider_for_run)(run, consumed, provider_override)
-    adapter, _ = adapter_for(config, run.model)
+    adapter = get_adapter(config)
     tools = tools or (demo_registry() if options.get("demo_tools") else ToolRegistry())
     request = ModelRequest(
         model=run.model,

@@ -14,8 +14,8 @@ from streamrecover.engine.client_view import ClientView
 from streamrecover.engine.config import EngineConfig
 from streamrecover.engine.sink import CollectingSink
 from streamrecover.providers.base import ModelRequest, ProviderConfig
-from streamrecover.providers.fake import FakeProviderServer
 from streamrecover.providers.registry import get_adapter
+from streamrecover.testing.fake import FakeProviderServer
 
 FAST = EngineConfig(backoff_scale=0.0, idle_timeout_s=2.0, request_retry_base_s=0.0)
 

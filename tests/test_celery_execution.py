@@ -21,8 +21,8 @@ from django.test import override_settings
 from streamrecover import services
 from streamrecover.conf import app_settings
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run
-from streamrecover.providers.fake import FakeProviderServer
 from streamrecover.stores import RedisCheckpointStore
+from streamrecover.testing.fake import FakeProviderServer
 
 from .harness import run as run_engine
 

@@ -11,8 +11,8 @@ import pytest
 from django.test import override_settings
 
 from streamrecover import services
-from streamrecover.demo_tools import demo_registry
 from streamrecover.models import Attempt, Message, RecoveryEvent, Thread
+from streamrecover.testing.tools import demo_registry
 
 from .harness import events_until, run
 

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from ..base import CONTINUE_INSTRUCTION
+from ...providers.base import CONTINUE_INSTRUCTION
 from .model import Conversation, ToolCall, Turn
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
-from ..base import SECRET_HEADERS
+from ...providers.base import SECRET_HEADERS
 from .dialects import ROUTES, Dialect
 from .faults import Delivery, Fault, FaultKind, FaultScripts, as_fault, parse_script, plan_delivery
 from .http11 import (
