@@ -9,4 +9,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("streamrecover/", include("streamrecover.urls")),
     path("streamrecover/", include("streamrecover.analytics.urls")),
+    path("streamrecover/", include("project.demo.urls")),
 ]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from streamrecover.engine.client_view import ClientView
+from streamrecover.testing.tools import demo_registry
 
 from .e2e_helpers import ChatPage, base_env, chromium, daphne, free_port, manage
 
@@ -250,8 +251,6 @@ def client_page(browser: Any) -> Iterator[Any]:
 def test_client_js_rebuilds_exactly_what_the_reference_client_does(
     client_page: Any, fake_server: Any, prompt: str, kwargs: dict[str, Any], coalesce: bool
 ) -> None:
-    from streamrecover.testing.tools import demo_registry
-
     frames = _engine_frames(fake_server, prompt, tools=demo_registry(), **kwargs)
     if coalesce:
         frames = _coalesced(frames)
@@ -267,7 +266,6 @@ def test_client_js_rebuilds_exactly_what_the_reference_client_does(
 def test_client_js_goes_on_from_a_snapshot_taken_inside_a_tool_call(client_page: Any, fake_server: Any) -> None:
     from streamrecover.live.snapshot import RunRecord, build_snapshot
     from streamrecover.live.state import RunState
-    from streamrecover.testing.tools import demo_registry
 
     frames = _engine_frames(fake_server, "Weather? [[tool=get_weather]]", tools=demo_registry())
     arguments = [i for i, f in enumerate(frames) if f["type"] == "tool_call_delta" and f["arguments_delta"]]
