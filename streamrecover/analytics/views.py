@@ -1,4 +1,4 @@
-"""The staff-only analytics page and its JSON twin: one filter form, one report (``analytics``).
+"""The staff-only analytics page and its JSON twin: one filter form, one report (``report.build_report``).
 
 Anonymous visitors of the page go to the login page; the JSON endpoint answers them with a
 403 body instead (a script has no login form to follow). Authenticated non-staff users get
