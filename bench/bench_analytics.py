@@ -503,21 +503,21 @@ def explain(queryset: Any) -> str:
 
 def query_parts(window: Any) -> Iterator[tuple[str, Callable[[], Any], Any]]:
     """Each query of one report: its name, a call that runs it, and a queryset to EXPLAIN."""
-    from streamrecover import analytics as a
+    from streamrecover.analytics import queries as q
 
-    plan = a.Plan.of(window).pinned()  # as build_report does, in its transaction
-    yield "runs read row by row: their ids", lambda: a.Plan.of(window).pinned(), None
-    yield "rollup by group and bucket", lambda: list(a._rollup_rows(window, plan)), a._rollup_rows(window, plan)
-    runs = a._run_rows(window, plan.rows)
-    yield "runs row by row (edges, unfolded)", lambda: list(a._run_rows(window, plan.rows)), runs
-    yield "events row by row", lambda: list(a._event_rows(window, plan.rows)), a._event_rows(window, plan.rows)
-    yield "attempts row by row", lambda: list(a._attempt_rows(plan.rows)), a._attempt_rows(plan.rows)
-    yield "percentiles over both parts", lambda: a._percentile_rows(window, plan, "default"), None
+    plan = q.Plan.of(window).pinned()  # as build_report does, in its transaction
+    yield "runs read row by row: their ids", lambda: q.Plan.of(window).pinned(), None
+    yield "rollup by group and bucket", lambda: list(q.rollup_rows(window, plan)), q.rollup_rows(window, plan)
+    runs = q.run_rows(window, plan.rows)
+    yield "runs row by row (edges, unfolded)", lambda: list(q.run_rows(window, plan.rows)), runs
+    yield "events row by row", lambda: list(q.event_rows(window, plan.rows)), q.event_rows(window, plan.rows)
+    yield "attempts row by row", lambda: list(q.attempt_rows(plan.rows)), q.attempt_rows(plan.rows)
+    yield "percentiles over both parts", lambda: q.percentile_rows(window, plan, "default"), None
 
 
 def fold_history(batch: int) -> tuple[int, float]:
     """Fold every settled run (what ``manage.py streamrecover_rollup`` does on an existing history)."""
-    from streamrecover import rollup
+    from streamrecover.analytics import rollup
 
     t = time.perf_counter()
     folded = rollup.fold_all(batch=batch)
@@ -526,7 +526,7 @@ def fold_history(batch: int) -> tuple[int, float]:
 
 def time_single_folds(count: int) -> tuple[float, float]:
     """(median unfold, median fold) seconds for one run at a time: the worker's cost as a run settles."""
-    from streamrecover import rollup
+    from streamrecover.analytics import rollup
     from streamrecover.models import Run
 
     ids = list(Run.objects.filter(analytics_folded=True).order_by("-created").values_list("pk", flat=True)[:count])
@@ -558,7 +558,9 @@ def main(argv: list[str] | None = None) -> int:
     from django.db.models import Max
     from django.test import Client
 
-    from streamrecover import analytics
+    from streamrecover.analytics import queries
+    from streamrecover.analytics.report import build_report
+    from streamrecover.analytics.windows import Window
     from streamrecover.models import AnalyticsRollup, Attempt, RecoveryEvent, Run
 
     have = RecoveryEvent.objects.count()
@@ -595,20 +597,20 @@ def main(argv: list[str] | None = None) -> int:
     windows.append((f"{SPAN_DAYS}d (everything)", timedelta(days=SPAN_DAYS, hours=1)))
     rows: list[tuple[str, str, float, float, float, int]] = []
 
-    def cohort(w: analytics.Window) -> int:
-        return Run.objects.filter(analytics._cohort(w)).count()
+    def cohort(w: Window) -> int:
+        return Run.objects.filter(queries.cohort(w)).count()
 
     for label, span in windows:
         for filters in ({}, {"provider": "anthropic", "model": "claude-sonnet-4-5"}):
-            window = analytics.Window(end - span, end, **filters)
+            window = Window(end - span, end, **filters)
             name = label + (" · anthropic/claude-sonnet-4-5" if filters else "")
-            first, best, median = timed(lambda window=window: analytics.build_report(window), args.repeat)
+            first, best, median = timed(lambda window=window: build_report(window), args.repeat)
             rows.append(("build_report", name, first, best, median, cohort(window)))
             print(f"  build_report {name:<45} median {median * 1000:8.1f} ms", flush=True)
     raw_rows = []
     for label, span in windows[2:]:  # what the rollup saves: the same reports, every row read
-        window = analytics.Window(end - span, end)
-        first, best, median = timed(lambda window=window: analytics.build_report(window, rollup=False), 3)
+        window = Window(end - span, end)
+        first, best, median = timed(lambda window=window: build_report(window, rollup=False), 3)
         raw_rows.append((label, first, best, median))
         print(f"  build_report(rollup=False) {label:<30} median {median * 1000:8.1f} ms", flush=True)
 
@@ -646,13 +648,13 @@ def main(argv: list[str] | None = None) -> int:
         endpoint_rows.append(("streamrecover_stats --json", label, first, best, median))
         print(f"  command  {label:<10} median {median * 1000:8.1f} ms", flush=True)
 
-    window30 = analytics.Window(end - timedelta(days=30), end)
+    window30 = Window(end - timedelta(days=30), end)
     part_rows = []
     plans: list[tuple[str, str]] = []
-    with analytics._tuned("default"):
+    with queries.tuned("default"):
         parts = list(query_parts(window30))
     for name, fn, queryset in parts:
-        with analytics._tuned("default"):  # as build_report runs them
+        with queries.tuned("default"):  # as build_report runs them
             first, best, median = timed(fn, args.repeat)
             if args.explain and queryset is not None:
                 plans.append((name, explain(queryset)))
@@ -719,7 +721,7 @@ def write_results(
         f"- one run at a time, as a worker folds the run it just finished (median of 200): fold "
         f"{ms(single[1])} ms, unfold (re-queue) {ms(single[0])} ms",
         "",
-        "## The query layer: `analytics.build_report(window)`",
+        "## The query layer: `build_report(window)`",
         "",
         "Every figure, per provider/model and in total, plus the time series (6 queries). Windows end at",
         "the newest run (not on a slot boundary), so both edges are read row by row.",

@@ -4,7 +4,7 @@
   checkpoints in the database. Nothing to install but Python.
 - ``DATABASE_URL``: that database (PostgreSQL for more than one machine).
 - ``REDIS_URL``: Redis for the channel layer (pub/sub), Celery's broker and results, and
-  checkpoints; runs execute on Celery workers. Both set: the distributed mode (DESIGN §7).
+  checkpoints; runs execute on Celery workers. Both set: the distributed mode.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "streamrecover",
+    "project.demo",
 ]
 
 MIDDLEWARE = [
@@ -89,7 +90,7 @@ DISTRIBUTED = bool(REDIS_URL)
 if DISTRIBUTED:
     CHANNEL_LAYERS = {
         "default": {
-            # Pub/sub: ~5x the throughput of the core layer at sub-millisecond latency (DESIGN §6).
+            # Pub/sub: ~5x the throughput of the core layer at sub-millisecond latency.
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             "CONFIG": {"hosts": [REDIS_URL]},
         }

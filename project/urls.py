@@ -1,13 +1,13 @@
-"""Demo URLs: the admin, and the app's pages once ``streamrecover.urls`` exists."""
+"""Demo URLs: the admin, the app's JSON API, the analytics page it opts into, and the demo chat."""
 
 from __future__ import annotations
-
-import importlib.util
 
 from django.contrib import admin
 from django.urls import include, path
 
-urlpatterns = [path("admin/", admin.site.urls)]
-
-if importlib.util.find_spec("streamrecover.urls") is not None:
-    urlpatterns.append(path("streamrecover/", include("streamrecover.urls")))
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("streamrecover/", include("streamrecover.urls")),
+    path("streamrecover/", include("streamrecover.analytics.urls")),
+    path("streamrecover/", include("project.demo.urls")),
+]

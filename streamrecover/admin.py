@@ -17,7 +17,7 @@ from django.contrib.auth import get_permission_codename
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
 from . import dispatch
@@ -321,10 +321,13 @@ class RecoveredRunAdmin(RunAdmin):
 
 @admin.register(RecoveryAnalytics)
 class RecoveryAnalyticsAdmin(admin.ModelAdmin):
-    """Not a list: the app list's entry that opens the analytics page (staff only, like the page)."""
+    """Not a list: the app list's entry that opens the analytics page (staff only, like the page).
+
+    Shown only where the host project includes ``streamrecover.analytics.urls``.
+    """
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return request.user.is_active and request.user.is_staff
+        return request.user.is_active and request.user.is_staff and _analytics_url() is not None
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.is_active and request.user.is_staff
@@ -339,7 +342,15 @@ class RecoveryAnalyticsAdmin(admin.ModelAdmin):
         return False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        return HttpResponseRedirect(reverse("streamrecover:analytics"))
+        return HttpResponseRedirect(reverse("streamrecover_analytics:page"))
+
+
+def _analytics_url() -> str | None:
+    """The analytics page's URL, or None when the host project does not include it."""
+    try:
+        return reverse("streamrecover_analytics:page")
+    except NoReverseMatch:
+        return None
 
 
 # ---- the other models -------------------------------------------------------------------------
@@ -460,7 +471,7 @@ class StreamCheckpointAdmin(RunIdSearchMixin, ReadOnlyAdminMixin, admin.ModelAdm
 
 @admin.register(AnalyticsRollup)
 class AnalyticsRollupAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """The rollup is derived data: shown for checking, maintained only by ``streamrecover.rollup``."""
+    """The rollup is derived data: shown for checking, maintained only by ``streamrecover.analytics.rollup``."""
 
     list_display = ("slot", "provider", "model", "runs", "interrupted_runs", "recovered_runs", "interruptions")
     list_filter = ("provider", "model", ("slot", admin.DateFieldListFilter))

@@ -91,7 +91,7 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # True while this run's figures are counted in ``AnalyticsRollup`` (and so nowhere else).
-    # Written only by ``streamrecover.rollup``, with ``update()``: ``save()`` never writes it.
+    # Written only by ``streamrecover.analytics.rollup``, with ``update()``: ``save()`` never writes it.
     analytics_folded = models.BooleanField(default=False, editable=False)
 
     objects = RunQuerySet.as_manager()
@@ -475,13 +475,13 @@ def _turn_number(value: Any) -> int | None:
 class AnalyticsRollup(models.Model):
     """The analytics figures of the settled runs created in one 15-minute slot, per provider/model.
 
-    Maintained on write by ``streamrecover.rollup``: a run is *folded* in (its counts added,
+    Maintained on write by ``streamrecover.analytics.rollup``: a run is *folded* in (its counts added,
     ``Run.analytics_folded`` set, in one transaction) once it is terminal, and folded out
     again if it is re-queued. Reports add these rows to what they read row by row (the runs
     not folded, and the partial slots at a window's edges), so they read a few thousand rows
     for 90 days whatever the number of events. A slot is 15 minutes so that every time zone's
     hours and days (UTC+05:30, +05:45 ...) are whole slots. The counters are the additive
-    figures of ``streamrecover.analytics`` (see ``analytics.ROLLUP_COUNTERS``);
+    figures of ``streamrecover.analytics`` (see ``analytics.definitions.ROLLUP_COUNTERS``);
     ``recover_seconds`` keeps every recovery's duration so that percentiles stay exact.
     """
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.db.models.signals import pre_delete
 
-from . import rollup
+from .analytics import rollup
 from .conf import reload_app_settings
 from .models import Run
 from .runs.signals import run_requeued, run_settled

@@ -7,7 +7,8 @@ import asyncio
 from celery import shared_task
 from django.db import close_old_connections
 
-from . import rollup, starter
+from . import starter
+from .analytics import rollup
 from .runs import lifecycle
 
 

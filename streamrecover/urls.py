@@ -1,25 +1,21 @@
-"""The app's pages; the project includes them under ``streamrecover/``."""
+"""The app's JSON API (session auth + CSRF); a host project includes it, e.g. under ``streamrecover/``.
+
+Nothing else: the analytics page is opt-in (``streamrecover.analytics.urls``), the run's
+WebSocket route is in ``streamrecover.routing``, and the demo chat belongs to the demo project.
+"""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from . import views_analytics, views_api, views_chat
+from . import views
 
 app_name = "streamrecover"
 
 urlpatterns = [
-    path("analytics/", views_analytics.analytics_page, name="analytics"),
-    path("analytics.json", views_analytics.analytics_json, name="analytics-json"),
-    # The demo chat.
-    path("", views_chat.chat, name="chat"),
-    path("threads/<int:thread_id>/", views_chat.chat, name="chat-thread"),
-    path("login/", views_chat.ChatLoginView.as_view(), name="login"),
-    path("logout/", views_chat.ChatLogoutView.as_view(), name="logout"),
-    # The JSON API (session auth + CSRF).
-    path("api/runs/", views_api.create_run, name="api-runs"),
-    path("api/runs/<uuid:run_id>/", views_api.run_detail, name="api-run"),
-    path("api/runs/<uuid:run_id>/cancel/", views_api.cancel_run, name="api-run-cancel"),
-    path("api/threads/", views_api.thread_list, name="api-threads"),
-    path("api/threads/<int:thread_id>/", views_api.thread_detail, name="api-thread"),
+    path("api/runs/", views.create_run, name="api-runs"),
+    path("api/runs/<uuid:run_id>/", views.run_detail, name="api-run"),
+    path("api/runs/<uuid:run_id>/cancel/", views.cancel_run, name="api-run-cancel"),
+    path("api/threads/", views.thread_list, name="api-threads"),
+    path("api/threads/<int:thread_id>/", views.thread_detail, name="api-thread"),
 ]

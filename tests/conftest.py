@@ -97,7 +97,7 @@ def _close_async_db_connections(request: pytest.FixtureRequest) -> Iterator[None
 def fake_server() -> Iterator[object]:
     """One fault-injecting fake provider on loopback for the whole session; tests keep
     apart by scenario key."""
-    from streamrecover.providers.fake import FakeProviderServer
+    from streamrecover.testing.fake import FakeProviderServer
 
     server = FakeProviderServer()
     server.start()

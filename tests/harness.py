@@ -14,9 +14,9 @@ from streamrecover.engine.config import EngineConfig
 from streamrecover.engine.context import RunContext
 from streamrecover.engine.contract import ModelRequest, ProviderConfig
 from streamrecover.engine.sink import CollectingSink
-from streamrecover.providers.fake import FakeProviderServer
 from streamrecover.providers.registry import get_adapter
 from streamrecover.testing.client import ClientView
+from streamrecover.testing.fake import FakeProviderServer
 
 FAST = EngineConfig(backoff_scale=0.0, idle_timeout_s=2.0, request_retry_base_s=0.0)
 

@@ -11,7 +11,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from streamrecover import models, rollup
+from streamrecover import models
+from streamrecover.analytics import rollup
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run, StreamCheckpoint, Thread
 
 from .factories import make_attempt, make_event, make_message, make_run, make_thread, make_user
@@ -244,7 +245,7 @@ def test_admin_index_links_to_the_analytics_page(superuser_client: Client) -> No
     assert "Recovery analytics" in html
     response = superuser_client.get(link)
     assert response.status_code == 302
-    assert response["Location"] == reverse("streamrecover:analytics") == "/streamrecover/analytics/"
+    assert response["Location"] == reverse("streamrecover_analytics:page") == "/streamrecover/analytics/"
     app_html = superuser_client.get(reverse("admin:app_list", args=["streamrecover"])).content.decode()
     assert link in app_html
 

@@ -21,8 +21,10 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from streamrecover import analytics, rollup
-from streamrecover.analytics import Window, build_report, parse_span, percentile_cont
+from streamrecover.analytics import definitions, queries, rollup
+from streamrecover.analytics.queries import percentile_cont
+from streamrecover.analytics.report import build_report
+from streamrecover.analytics.windows import Window, parse_span
 from streamrecover.models import Attempt, RecoveryEvent, Run
 
 from .factories import make_attempt, make_event, make_run
@@ -469,7 +471,7 @@ def test_an_empty_window_has_no_ratios() -> None:
 def test_percentiles_without_percentile_cont_match(history: History, monkeypatch: pytest.MonkeyPatch) -> None:
     """The SQLite path (durations list, percentiles in Python) gives PostgreSQL's numbers."""
     in_db = build_report(history.window())
-    monkeypatch.setattr(analytics, "_uses_percentile_cont", lambda queryset: False)
+    monkeypatch.setattr(queries, "_uses_percentile_cont", lambda queryset: False)
     in_python = build_report(history.window())
     for section in ("totals", *range(len(in_db["groups"]))):
         db = in_db["totals"] if section == "totals" else in_db["groups"][section]
@@ -508,17 +510,17 @@ def test_the_number_of_queries_does_not_grow_with_the_history(history: History) 
 
 
 def test_every_figure_is_defined_once_and_reported() -> None:
-    keys = [f.key for f in analytics.DEFINITIONS]
+    keys = [f.key for f in definitions.DEFINITIONS]
     assert len(keys) == len(set(keys))
     report = build_report(Window.last(timedelta(hours=1)))
     assert list(report["totals"]) == keys
     assert [d["key"] for d in report["definitions"]] == keys
-    assert all(f.definition and f.label for f in analytics.DEFINITIONS)
+    assert all(f.definition and f.label for f in definitions.DEFINITIONS)
 
 
 def test_docs_carry_the_definitions_table() -> None:
     docs = Path(__file__).resolve().parents[1] / "docs" / "analytics.md"
-    assert analytics.definitions_markdown() in docs.read_text()
+    assert definitions.definitions_markdown() in docs.read_text()
 
 
 def test_windows_and_spans() -> None:

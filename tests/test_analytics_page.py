@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from streamrecover import analytics
+from streamrecover.analytics import definitions
 
 from .e2e_helpers import chromium
 from .factories import make_user
@@ -47,8 +47,8 @@ def _close(actual: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 def test_urls() -> None:
-    assert reverse("streamrecover:analytics") == PAGE
-    assert reverse("streamrecover:analytics-json") == JSON_URL
+    assert reverse("streamrecover_analytics:page") == PAGE
+    assert reverse("streamrecover_analytics:json") == JSON_URL
 
 
 @pytest.mark.django_db
@@ -93,7 +93,7 @@ def test_json_carries_the_report(staff: Client, history: History) -> None:
     assert set(data) == {"window", "definitions", "totals", "groups", "series"}
     _close(data["totals"], EXPECTED_TOTAL)
     assert data["window"]["bucket"] == "hour"
-    assert [d["key"] for d in data["definitions"]] == [f.key for f in analytics.DEFINITIONS]
+    assert [d["key"] for d in data["definitions"]] == [f.key for f in definitions.DEFINITIONS]
     assert sum(p["runs"] for p in data["series"]) == 14
 
 
@@ -148,7 +148,7 @@ def test_page_shows_tables_charts_and_definitions(staff: Client, history: Histor
     assert "claude-x" in html
     assert "gpt-x" in html
     # every definition, with its code spans
-    for figure in analytics.DEFINITIONS:
+    for figure in definitions.DEFINITIONS:
         assert figure.label in html
     assert "<code>llm_stream_interrupted</code>" in html
     # the same report as the JSON endpoint, embedded for the charts
@@ -289,5 +289,5 @@ def test_charts_are_drawn_in_chromium(live_server: Any) -> None:
         assert chart["width"] > 100, name
         assert chart["painted"] > 500, name  # axes, labels, lines and bars: far from blank
     assert drawn["series"]["points"] == [24, 24, 24] or drawn["series"]["points"] == [25, 25, 25]
-    assert drawn["causes"]["points"] == [len(analytics.CAUSES) + 1]
+    assert drawn["causes"]["points"] == [len(definitions.CAUSES) + 1]
     assert (artifacts / "analytics.png").stat().st_size > 10_000

@@ -18,8 +18,12 @@ from django.core.management import call_command
 from django.db import close_old_connections, connection
 from django.test.utils import CaptureQueriesContext
 
-from streamrecover import analytics, dispatch, rollup, starter
-from streamrecover.analytics import Plan, Window, build_report, slot_ceil, slot_floor
+from streamrecover import dispatch, starter
+from streamrecover.analytics import rollup
+from streamrecover.analytics.definitions import ROLLUP_COUNTERS
+from streamrecover.analytics.queries import Plan
+from streamrecover.analytics.report import build_report
+from streamrecover.analytics.windows import Window, slot_ceil, slot_floor
 from streamrecover.models import AnalyticsRollup, RecoveryEvent, Run
 from streamrecover.runs import lifecycle
 
@@ -101,7 +105,7 @@ def test_slots_and_the_plan() -> None:
 def test_the_rollup_has_a_column_for_every_additive_figure() -> None:
     """A new cause or plan needs its column (and a migration), or the rollup would file it under 'other'."""
     columns = {f.name for f in AnalyticsRollup._meta.concrete_fields} - {"id", "slot", "provider", "model"}
-    assert columns == {*analytics.ROLLUP_COUNTERS, "recover_seconds"}
+    assert columns == {*ROLLUP_COUNTERS, "recover_seconds"}
 
 
 def test_folding_is_idempotent_and_leaves_going_runs_alone() -> None:

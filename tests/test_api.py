@@ -12,8 +12,8 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 from django.urls import reverse
 
+from project.demo.views import SCENARIOS
 from streamrecover.models import Message, RecoveryEvent, Run, Thread
-from streamrecover.views_chat import SCENARIOS
 
 from .factories import make_attempt, make_run, make_thread, make_user
 
@@ -28,7 +28,7 @@ def logged_in(user: Any, *, csrf: bool = False) -> Client:
 
 def csrf_token(client: Client) -> str:
     """The token a page gives its scripts (the chat page renders one)."""
-    assert client.get(reverse("streamrecover:chat")).status_code == 200
+    assert client.get(reverse("demo:chat")).status_code == 200
     return client.cookies["csrftoken"].value
 
 
@@ -230,14 +230,14 @@ def test_threads_list_and_detail_show_only_the_users_own(user: Any) -> None:
 
 
 def test_the_chat_needs_a_login_and_shows_only_the_users_threads(user: Any) -> None:
-    response = Client().get(reverse("streamrecover:chat"))
+    response = Client().get(reverse("demo:chat"))
     assert response.status_code == 302
-    assert response["Location"].startswith(reverse("streamrecover:login"))
+    assert response["Location"].startswith(reverse("demo:login"))
     mine = make_thread(owner=user, title="<b>mine</b>")
     run = make_run(owner=user, thread=mine)
     theirs = make_thread(owner=make_user(), title="theirs")
     client = logged_in(user)
-    page = client.get(reverse("streamrecover:chat-thread", args=[mine.pk]))
+    page = client.get(reverse("demo:chat-thread", args=[mine.pk]))
     html = page.content.decode()
     assert "&lt;b&gt;mine&lt;/b&gt;" in html
     assert "theirs" not in html
@@ -245,17 +245,17 @@ def test_the_chat_needs_a_login_and_shows_only_the_users_threads(user: Any) -> N
     assert config["runId"] == str(run.pk)
     assert config["threadId"] == mine.pk
     assert [s["key"] for s in config["scenarios"]] == ["none", "r1", "r3", "r4", "overloaded", "exhausted"]
-    assert client.get(reverse("streamrecover:chat-thread", args=[theirs.pk])).status_code == 404
+    assert client.get(reverse("demo:chat-thread", args=[theirs.pk])).status_code == 404
 
 
 @override_settings(DEBUG=True)
 def test_login_page_logs_in_and_goes_to_the_chat(user: Any) -> None:
     client = Client()
-    page = client.get(reverse("streamrecover:login"))
+    page = client.get(reverse("demo:login"))
     assert b"Demo account" in page.content
-    response = client.post(reverse("streamrecover:login"), {"username": user.username, "password": "pw"})
+    response = client.post(reverse("demo:login"), {"username": user.username, "password": "pw"})
     assert response.status_code == 302
-    assert response["Location"] == reverse("streamrecover:chat")
+    assert response["Location"] == reverse("demo:chat")
 
 
 def test_the_demo_user_command_is_idempotent(db: Any) -> None:

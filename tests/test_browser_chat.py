@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from streamrecover.testing.client import ClientView
+from streamrecover.testing.tools import demo_registry
 
 from .e2e_helpers import ChatPage, base_env, chromium, daphne, free_port, manage
 
@@ -250,8 +251,6 @@ def client_page(browser: Any) -> Iterator[Any]:
 def test_client_js_rebuilds_exactly_what_the_reference_client_does(
     client_page: Any, fake_server: Any, prompt: str, kwargs: dict[str, Any], coalesce: bool
 ) -> None:
-    from streamrecover.demo_tools import demo_registry
-
     frames = _engine_frames(fake_server, prompt, tools=demo_registry(), **kwargs)
     if coalesce:
         frames = _coalesced(frames)
@@ -265,7 +264,6 @@ def test_client_js_rebuilds_exactly_what_the_reference_client_does(
 
 
 def test_client_js_goes_on_from_a_snapshot_taken_inside_a_tool_call(client_page: Any, fake_server: Any) -> None:
-    from streamrecover.demo_tools import demo_registry
     from streamrecover.live.snapshot import RunRecord, build_snapshot
     from streamrecover.live.state import RunState
 

@@ -21,9 +21,9 @@ from django.test import override_settings
 from streamrecover import dispatch
 from streamrecover.conf import app_settings
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run
-from streamrecover.providers.fake import FakeProviderServer
 from streamrecover.runs import lifecycle
 from streamrecover.runs.checkpoints import RedisCheckpointStore
+from streamrecover.testing.fake import FakeProviderServer
 
 from .harness import run as run_engine
 

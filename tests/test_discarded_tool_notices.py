@@ -11,9 +11,9 @@ import pytest
 from django.test import override_settings
 
 from streamrecover import starter
-from streamrecover.demo_tools import demo_registry
 from streamrecover.models import Attempt, Message, RecoveryEvent, Thread
 from streamrecover.runs import lifecycle
+from streamrecover.testing.tools import demo_registry
 
 from .harness import events_until, run
 

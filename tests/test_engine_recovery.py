@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from streamrecover.demo_tools import demo_registry
 from streamrecover.engine.cancel import CancelToken
 from streamrecover.engine.checkpoint import Checkpoint, InMemoryCheckpointStore
+from streamrecover.testing.tools import demo_registry
 
 from .harness import assert_invariants, events_until, run, with_config
 

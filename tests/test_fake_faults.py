@@ -19,9 +19,9 @@ import pytest
 
 from streamrecover.engine.contract import CONTINUE_INSTRUCTION
 from streamrecover.engine.sse import SSEDecoder, SSEEvent
-from streamrecover.providers.fake import FakeProviderServer, Fault, FaultKind, parse_script
-from streamrecover.providers.fake.faults import plan_delivery
-from streamrecover.providers.fake.wire import WireEvent
+from streamrecover.testing.fake import FakeProviderServer, Fault, FaultKind, parse_script
+from streamrecover.testing.fake.faults import plan_delivery
+from streamrecover.testing.fake.wire import WireEvent
 
 HTTP = httpx.Client(timeout=10)  # one client: building one per request costs ~50 ms (TLS context)
 PROMPT = "Tell me about bridges [[words=40]]"

@@ -19,7 +19,7 @@ import pytest
 
 from streamrecover.engine.contract import CONTINUE_INSTRUCTION
 from streamrecover.engine.sse import SSEDecoder, SSEEvent
-from streamrecover.providers.fake import FakeProviderServer
+from streamrecover.testing.fake import FakeProviderServer
 
 ANTHROPIC_HEADERS = {"x-api-key": "sk-ant-secret-key", "anthropic-version": "2023-06-01"}
 OPENAI_HEADERS = {"authorization": "Bearer sk-openai-secret-key"}

@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from streamrecover.demo_tools import demo_registry
 from streamrecover.engine.sse import SSEDecoder
+from streamrecover.testing.tools import demo_registry
 
 from .harness import FAST, assert_invariants, run
 from .streams import load_bytes

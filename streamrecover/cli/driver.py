@@ -19,8 +19,8 @@ from ..engine.agent import RunResult
 from ..engine.contract import ProviderConfig
 from ..engine.sink import CollectingSink, RunSink
 from ..models import Attempt, Message, RecoveryEvent, Run
-from ..providers.resolve import FAKE_SCHEME
 from ..runs import lifecycle
+from ..testing import is_fake
 from .console import ConsoleSink
 
 
@@ -82,7 +82,7 @@ def execute_cli_run(options: RunOptions, live: TextIO | None = None, wait_s: flo
     override = resolved if overridden else None
     if options.enqueue and overridden:
         raise ValueError("--base-url/--api-key cannot be handed to a worker: configure the provider in settings")
-    if options.faults and override is not None and not override.base_url.startswith(FAKE_SCHEME):
+    if options.faults and override is not None and not is_fake(override):
         raise ValueError("--fault works only with the built-in fake provider (--provider fake)")
     run = lifecycle.create_run(
         prompt=options.prompt,

@@ -20,7 +20,6 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from ..conf import app_settings
-from ..demo_tools import demo_registry
 from ..engine.agent import RunResult, ToolRegistry, run_agent
 from ..engine.cancel import CancelToken
 from ..engine.context import RunContext
@@ -35,8 +34,8 @@ from ..engine.sink import (
     StructuredEvent,
 )
 from ..models import Attempt, Message, Run
-from ..providers.fake import SCENARIO_HEADER, Fault
-from ..providers.resolve import FAKE_SCHEME, adapter_for, local_fake_server
+from ..providers.registry import get_adapter
+from ..testing import demo_registry, fake_provider, is_fake
 from . import lifecycle
 from .checkpoints import checkpoint_store_from_settings
 from .recorder import RecorderSink
@@ -76,22 +75,14 @@ class RunStatusSink(BaseSink):
 
 
 def provider_for_run(run: Run, consumed_attempts: int, override: ProviderConfig | None = None) -> ProviderConfig:
-    """The run's provider (``override`` when given: a command line's ``--api-key``, never stored);
-    for the built-in fake, scripted with this run's remaining faults."""
+    """The run's provider (``override`` when given: a command line's ``--api-key``, never stored).
+    The built-in fake is pointed at this process's fake server, scripted with this run's remaining
+    faults: each provider call consumes one, so a resumed run does not replay spent ones."""
     config = override or app_settings.provider_config(run.provider)
-    faults = list(run.options.get("faults") or [])[consumed_attempts:]
-    if faults and config.base_url.startswith(FAKE_SCHEME):
-        config = _scripted_fake(config, run, faults)
+    if is_fake(config):
+        faults = list(run.options.get("faults") or [])[consumed_attempts:]
+        config = fake_provider(config, run.model, scenario=f"run-{run.pk}", faults=faults)
     return config
-
-
-def _scripted_fake(config: ProviderConfig, run: Run, faults: list[str]) -> ProviderConfig:
-    """The in-process fake provider with a scenario of its own for this run: each provider call
-    consumes one fault, so a resumed run does not replay spent ones."""
-    adapter_for(config, run.model)  # starts the local fake server
-    scenario = f"run-{run.pk}"
-    local_fake_server().set_faults(scenario, [Fault.parse(spec) for spec in faults])
-    return replace(config, extra_headers={**config.extra_headers, SCENARIO_HEADER: scenario})
 
 
 def tools_for_run(run: Run) -> ToolRegistry:
@@ -152,7 +143,7 @@ async def execute_run(
     if options.get("engine"):
         engine = replace(engine, **options["engine"])
     config = await sync_to_async(provider_for_run)(run, consumed, provider_override)
-    adapter, _ = adapter_for(config, run.model)
+    adapter = get_adapter(config)
     tools = tools or tools_for_run(run)
     request = ModelRequest(
         model=run.model,

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from streamrecover.providers.fake import DEFAULT_SCENARIO, FakeProviderServer, parse_script
+from streamrecover.testing import DEFAULT_SCENARIO, FakeProviderServer, fake_server
 
 
 class Command(BaseCommand):
@@ -23,19 +23,22 @@ class Command(BaseCommand):
         parser.add_argument(
             "--faults",
             default="",
-            help='initial fault script, e.g. "cut:bytes=900;ok" (see streamrecover.providers.fake.faults)',
+            help='initial fault script, e.g. "cut:bytes=900;ok" (see streamrecover.testing.fake.faults)',
         )
         parser.add_argument("--scenario", default=DEFAULT_SCENARIO, help="scenario key the --faults script is for")
         parser.add_argument("--event-delay", type=float, default=0.0, help="seconds between SSE events (e.g. 0.02)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            faults = parse_script(options["faults"])
+            server = fake_server(
+                options["host"],
+                options["port"],
+                event_delay=options["event_delay"],
+                script=options["faults"],
+                scenario=options["scenario"],
+            )
         except ValueError as exc:
             raise CommandError(f"--faults: {exc}") from exc
-        server = FakeProviderServer(options["host"], options["port"], event_delay=options["event_delay"])
-        if faults:
-            server.set_faults(options["scenario"], faults)
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(self._serve(server))
 

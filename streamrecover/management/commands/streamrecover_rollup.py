@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import rollup
+from ...analytics import rollup
 from ...models import AnalyticsRollup, Run
 
 

@@ -1,6 +1,6 @@
 """``manage.py streamrecover_stats``: the recovery analytics as a table, or ``--json``.
 
-The same report as the analytics page and ``analytics.json`` (``streamrecover.analytics``),
+The same report as the analytics page and ``analytics.json`` (``streamrecover.analytics.report``),
 for the runs created in the last ``--window`` (default 24h) or from ``--since`` to
 ``--until`` (default now), optionally of one ``--provider`` and ``--model``.
 """
@@ -15,7 +15,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from ... import analytics
+from ...analytics.definitions import DEFINITIONS
+from ...analytics.report import build_report, display
+from ...analytics.windows import Window, parse_span
 
 
 def parse_moment(text: str) -> datetime:
@@ -47,12 +49,12 @@ class Command(BaseCommand):
             end = parse_moment(opts["until"]) if opts["until"] else timezone.now()
             filters = {"provider": opts["provider"] or None, "model": opts["model"] or None}
             if opts["since"]:
-                window = analytics.Window(parse_moment(opts["since"]), end, **filters)
+                window = Window(parse_moment(opts["since"]), end, **filters)
             else:
-                window = analytics.Window.last(analytics.parse_span(opts["window"]), now=end, **filters)
+                window = Window.last(parse_span(opts["window"]), now=end, **filters)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        report = analytics.build_report(window)
+        report = build_report(window)
         if opts["json"]:
             self.stdout.write(json.dumps(report, indent=2))
         else:
@@ -64,18 +66,18 @@ def render_table(report: dict[str, Any]) -> str:
     groups = report["groups"]
     header = ["figure", "total", *(f"{g['provider']}/{g['model']}" for g in groups)]
     rows: list[list[str]] = []
-    for figure in analytics.DEFINITIONS:
+    for figure in DEFINITIONS:
         if figure.unit == "breakdown":
             continue
         values = [report["totals"][figure.key], *(g[figure.key] for g in groups)]
-        rows.append([figure.label, *(analytics.display(figure.unit, v) for v in values)])
-    for figure in analytics.DEFINITIONS:
+        rows.append([figure.label, *(display(figure.unit, v) for v in values)])
+    for figure in DEFINITIONS:
         if figure.unit != "breakdown":
             continue
         rows.append([f"{figure.label}:", *([""] * (len(header) - 1))])
         for label, count in report["totals"][figure.key].items():
             values = [count, *(g[figure.key][label] for g in groups)]
-            rows.append([f"  {label}", *(analytics.display("count", v) for v in values)])
+            rows.append([f"  {label}", *(display("count", v) for v in values)])
     window = report["window"]
     scope = " ".join(f"{key}={window[key]}" for key in ("provider", "model") if window[key])
     title = f"Runs created from {window['start']} to {window['end']}" + (f" ({scope})" if scope else "")

@@ -1,4 +1,4 @@
-"""The staff-only analytics page and its JSON twin: one filter form, one report (``analytics``).
+"""The staff-only analytics page and its JSON twin: one filter form, one report (``report.build_report``).
 
 Anonymous visitors of the page go to the login page; the JSON endpoint answers them with a
 403 body instead (a script has no login form to follow). Authenticated non-staff users get
@@ -22,7 +22,9 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET
 
-from . import analytics
+from .definitions import DEFINITIONS
+from .report import build_report, choices, display
+from .windows import PRESETS, Window
 
 WINDOW_CHOICES = [
     ("24h", "Last 24 hours"),
@@ -44,7 +46,7 @@ class AnalyticsFilterForm(forms.Form):
     provider = forms.CharField(required=False, max_length=64)
     model = forms.CharField(required=False, max_length=200)
 
-    report_window: analytics.Window  # set by a successful clean()
+    report_window: Window  # set by a successful clean()
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -57,12 +59,12 @@ class AnalyticsFilterForm(forms.Form):
                 self.add_error("end" if data.get("end") else None, str(exc))
         return data
 
-    def _window(self, data: dict[str, Any]) -> analytics.Window:
+    def _window(self, data: dict[str, Any]) -> Window:
         now = timezone.now()
         filters = {"provider": data.get("provider") or None, "model": data.get("model") or None}
         if data.get("window") == "custom":
-            return analytics.Window(data["start"], data.get("end") or now, **filters)
-        return analytics.Window.last(analytics.PRESETS[data.get("window") or "24h"], now=now, **filters)
+            return Window(data["start"], data.get("end") or now, **filters)
+        return Window.last(PRESETS[data.get("window") or "24h"], now=now, **filters)
 
 
 def _login_url() -> str:
@@ -90,12 +92,12 @@ def analytics_page(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"form": form, "report": None}
     if form.is_valid():
         window = form.report_window
-        report = analytics.build_report(window)
+        report = build_report(window)
         context.update(
             report=report,
-            choices=analytics.choices(window),
+            choices=choices(window),
             figure_rows=_figure_rows(report),
-            definitions=[{"figure": f, "html": _code_spans(f.definition)} for f in analytics.DEFINITIONS],
+            definitions=[{"figure": f, "html": _code_spans(f.definition)} for f in DEFINITIONS],
             breakdowns=_breakdown_tables(report),
             json_query=request.GET.urlencode(),
         )
@@ -113,20 +115,20 @@ def analytics_json(request: HttpRequest) -> JsonResponse:
     form = _form(request)
     if not form.is_valid():
         return JsonResponse({"error": "invalid filters", "fields": form.errors.get_json_data()}, status=400)
-    return JsonResponse(analytics.build_report(form.report_window))
+    return JsonResponse(build_report(form.report_window))
 
 
 def _figure_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per scalar figure: label, definition, total and per-group values, formatted."""
     rows = []
-    for figure in analytics.DEFINITIONS:
+    for figure in DEFINITIONS:
         if figure.unit == "breakdown":
             continue
         rows.append(
             {
                 "figure": figure,
-                "total": analytics.display(figure.unit, report["totals"][figure.key]),
-                "groups": [analytics.display(figure.unit, group[figure.key]) for group in report["groups"]],
+                "total": display(figure.unit, report["totals"][figure.key]),
+                "groups": [display(figure.unit, group[figure.key]) for group in report["groups"]],
             }
         )
     return rows
@@ -135,7 +137,7 @@ def _figure_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 def _breakdown_tables(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Interruptions by cause and by plan: one row per value, a column per group."""
     tables = []
-    for figure in analytics.DEFINITIONS:
+    for figure in DEFINITIONS:
         if figure.unit != "breakdown":
             continue
         total = report["totals"][figure.key]
@@ -145,8 +147,8 @@ def _breakdown_tables(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "rows": [
                     {
                         "label": label,
-                        "total": analytics.display("count", count),
-                        "groups": [analytics.display("count", group[figure.key][label]) for group in report["groups"]],
+                        "total": display("count", count),
+                        "groups": [display("count", group[figure.key][label]) for group in report["groups"]],
                     }
                     for label, count in total.items()
                 ],

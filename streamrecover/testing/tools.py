@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from .engine.agent import Tool, ToolRegistry
+from ..engine.agent import Tool, ToolRegistry
 
 
 def get_weather(args: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The demo chat: log in, pick a thread, ask, and watch the answer survive broken streams.
 
-The page is a plain template; ``static/streamrecover/chat.js`` starts runs through the
+The page is a plain template; ``static/demo/chat.js`` starts runs through the
 JSON API and follows them with ``client.js`` over the run's WebSocket. The fault
 scenarios script the built-in fake provider so a visitor can watch each recovery plan.
 """
@@ -17,8 +17,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse, reverse_lazy
 
-from .models import Run, Thread
-from .views_api import ws_url
+from streamrecover.models import Run, Thread
+from streamrecover.views import ws_url
 
 # The fake's planned answer with this text before the tool call has its tool-argument
 # deltas from SSE event 15 on (a test pins that every scenario gives its plan).
@@ -77,7 +77,7 @@ def _page_config(thread: Thread | None, run: Run | None) -> dict[str, Any]:
         "wsUrl": ws_url(run) if run else None,
         "urls": {
             "runs": reverse("streamrecover:api-runs"),
-            "thread": reverse("streamrecover:chat-thread", args=[0]).replace("/0/", "/{id}/"),
+            "thread": reverse("demo:chat-thread", args=[0]).replace("/0/", "/{id}/"),
             "run": reverse("streamrecover:api-run", args=["00000000-0000-0000-0000-000000000000"]).replace(
                 "00000000-0000-0000-0000-000000000000", "{id}"
             ),
@@ -86,7 +86,7 @@ def _page_config(thread: Thread | None, run: Run | None) -> dict[str, Any]:
     }
 
 
-@login_required(login_url=reverse_lazy("streamrecover:login"))
+@login_required(login_url=reverse_lazy("demo:login"))
 def chat(request: HttpRequest, thread_id: int | None = None) -> HttpResponse:
     """The chat page; with a thread, it follows the thread's latest run from its snapshot."""
     thread = get_object_or_404(Thread, pk=thread_id, owner=request.user) if thread_id is not None else None
@@ -97,15 +97,15 @@ def chat(request: HttpRequest, thread_id: int | None = None) -> HttpResponse:
         "scenarios": SCENARIOS,
         "config": _page_config(thread, run),
     }
-    return render(request, "streamrecover/chat.html", context)
+    return render(request, "demo/chat.html", context)
 
 
 class ChatLoginView(LoginView):
-    """Django's login view with the app's template; back to the chat afterwards."""
+    """Django's login view with the demo's template; back to the chat afterwards."""
 
-    template_name = "streamrecover/login.html"
+    template_name = "demo/login.html"
     redirect_authenticated_user = True
-    next_page = reverse_lazy("streamrecover:chat")
+    next_page = reverse_lazy("demo:chat")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -114,4 +114,4 @@ class ChatLoginView(LoginView):
 
 
 class ChatLogoutView(LogoutView):
-    next_page = reverse_lazy("streamrecover:login")
+    next_page = reverse_lazy("demo:login")

@@ -1,6 +1,6 @@
 """Reads an Anthropic Messages request the way the real API does, rules and 400s included.
 
-The rules enforced are the ones a recovery path can break (PROVIDERS.md §A.8): prefill
+The rules enforced are the ones a recovery path can break: prefill
 without trailing whitespace, no prefill with thinking, no prefill on models that refuse
 it, thinking blocks sent back unmodified, tool_use/tool_result pairing, no empty blocks.
 """

@@ -1,4 +1,4 @@
-"""Turning a configured provider into something reachable.
+"""The ``fake://`` scheme: this process's shared fake server, and configs pointed at it.
 
 The built-in fake provider is configured as ``fake://streamrecover``: the first use in a
 process starts one fake server on loopback and every later use shares it (spacing its SSE
@@ -13,8 +13,8 @@ import os
 import threading
 from dataclasses import replace
 
-from ..engine.contract import ProviderAdapter, ProviderConfig
-from .registry import get_adapter
+from ...engine.contract import ProviderConfig
+from .server import FakeProviderServer
 
 FAKE_SCHEME = "fake://"
 OPENAI_STYLE_PREFIXES = ("gpt", "o1", "o3", "o4", "deepseek", "fake-gpt", "fake-openai")
@@ -22,25 +22,18 @@ OPENAI_STYLE_PREFIXES = ("gpt", "o1", "o3", "o4", "deepseek", "fake-gpt", "fake-
 EVENT_DELAY_ENV = "STREAMRECOVER_FAKE_EVENT_DELAY"
 
 _lock = threading.Lock()
-_server = None
+_server: FakeProviderServer | None = None
 
 
-def local_fake_base_url() -> str:
-    """The base URL of this process's fake provider, started on first use."""
+def local_fake_server() -> FakeProviderServer:
+    """This process's fake provider, started on first use."""
     global _server
     with _lock:
         if _server is None:
-            from .fake import FakeProviderServer
-
             server = FakeProviderServer(event_delay=float(os.environ.get(EVENT_DELAY_ENV) or 0))
             server.start()
             _server = server
-        return _server.base_url
-
-
-def local_fake_server():  # -> FakeProviderServer
-    local_fake_base_url()
-    return _server
+        return _server
 
 
 def is_openai_style(model: str) -> bool:
@@ -51,12 +44,7 @@ def materialize(config: ProviderConfig, model: str) -> ProviderConfig:
     """Replace a ``fake://`` base URL with the running fake server, in the model's format."""
     if not config.base_url.startswith(FAKE_SCHEME):
         return config
-    base = local_fake_base_url()
+    base = local_fake_server().base_url
     if is_openai_style(model):
         return replace(config, name="openai", base_url=f"{base}/v1", api_key=config.api_key or "fake-key")
     return replace(config, name="anthropic", base_url=base, api_key=config.api_key or "fake-key")
-
-
-def adapter_for(config: ProviderConfig, model: str) -> tuple[ProviderAdapter, ProviderConfig]:
-    resolved = materialize(config, model)
-    return get_adapter(resolved), resolved

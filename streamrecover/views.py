@@ -19,10 +19,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from . import dispatch
-from .conf import FAKE_BASE_URL, app_settings
+from .conf import app_settings
 from .models import Attempt, Message, Run, Thread
-from .providers.fake import Fault
 from .runs import lifecycle
+from .testing import is_fake, parse_faults
 
 JsonView = Callable[..., JsonResponse]
 
@@ -138,13 +138,12 @@ def _faults(value: Any, provider: str) -> list[str]:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise BadRequest("'faults' must be a list of fault strings such as \"cut:bytes=1500\".")
-    if app_settings.PROVIDERS[provider].get("BASE_URL") != FAKE_BASE_URL:
+    if not is_fake(app_settings.provider_config(provider)):
         raise BadRequest("'faults' work with the built-in fake provider only.")
-    for spec in value:
-        try:
-            Fault.parse(spec)
-        except ValueError as exc:
-            raise BadRequest(f"Bad fault {spec!r}: {exc}.") from None
+    try:
+        parse_faults(value)
+    except ValueError as exc:
+        raise BadRequest(f"{exc}.") from None
     return value
 
 

@@ -1,7 +1,7 @@
-"""Folding settled runs into ``AnalyticsRollup``, so that reports read slots, not events.
+"""The analytics rollup: settled runs folded into ``AnalyticsRollup``, so that reports read slots, not events.
 
 A run is *folded* once it is terminal: its figures, computed by the very queries a report
-runs row by row (``analytics.event_rows_by_run`` and friends), are added to the row of its
+runs row by row (``queries.event_rows_by_run`` and friends), are added to the row of its
 15-minute slot and provider/model, and ``Run.analytics_folded`` is set, in one transaction.
 A report counts a folded run from the rollup and an unfolded one from its rows, so folding
 late (or never) only costs speed, never correctness.
@@ -30,8 +30,10 @@ import structlog
 from django.db import router, transaction
 from django.db.models import Q
 
-from . import analytics
-from .models import AnalyticsRollup, Run
+from ..models import AnalyticsRollup, Run
+from . import queries
+from .definitions import ROLLUP_COUNTERS
+from .windows import slot_floor
 
 log = structlog.get_logger("streamrecover.rollup")
 
@@ -43,11 +45,11 @@ _TOLERANCE = 1e-6  # seconds: a duration read back from JSON is the one that wen
 class Contribution:
     """What some runs add to one rollup row: the counters and the recovery durations."""
 
-    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(analytics.ROLLUP_COUNTERS, 0))
+    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROLLUP_COUNTERS, 0))
     recover_seconds: list[float] = field(default_factory=list)
 
     def add(self, row: dict[str, Any]) -> None:
-        for key in analytics.ROLLUP_COUNTERS:
+        for key in ROLLUP_COUNTERS:
             self.counters[key] += row.get(key) or 0
 
 
@@ -56,20 +58,20 @@ Key = tuple[datetime, str, str]  # slot, provider, model
 
 def contributions(runs: Q) -> dict[Key, Contribution]:
     """The rollup rows' worth of the runs matching ``runs``, by slot and provider/model."""
-    scope = analytics.Scope(runs)
+    scope = queries.Scope(runs)
     keys: dict[Any, Key] = {}
     found: dict[Key, Contribution] = {}
     for pk, provider, model, created in (
         Run.objects.filter(runs).order_by().values_list("pk", "provider", "model", "created")
     ):
-        keys[pk] = (analytics.slot_floor(created), provider, model)
+        keys[pk] = (slot_floor(created), provider, model)
         found.setdefault(keys[pk], Contribution()).counters["runs"] += 1
-    for row in analytics.event_rows_by_run(scope):
+    for row in queries.event_rows_by_run(scope):
         found[keys[row["run_id"]]].add(row)
-    for row in analytics.attempt_rows_by_run(scope):
+    for row in queries.attempt_rows_by_run(scope):
         found[keys[row["run_id"]]].add(row)
-    for run_id, duration in analytics.recoveries(scope).values_list("run_id", "duration"):
-        found[keys[run_id]].recover_seconds.append(analytics.seconds(duration) or 0.0)
+    for run_id, duration in queries.recoveries(scope).values_list("run_id", "duration"):
+        found[keys[run_id]].recover_seconds.append(queries.seconds(duration) or 0.0)
     return found
 
 

@@ -1,6 +1,6 @@
 """A planned answer as the Anthropic Messages API sends it, byte for byte.
 
-Mimics the documented and recorded streams (``/work/shared/streams/anthropic_*.sse``):
+Mimics the documented and recorded Messages streams:
 compact JSON, ``ping`` right after the first ``content_block_start``, an empty
 ``input_json_delta`` opening a tool call, an empty ``thinking_delta`` before the
 signature, input usage in ``message_start`` and cumulative output usage in

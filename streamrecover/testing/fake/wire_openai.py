@@ -1,6 +1,6 @@
 """A planned answer as OpenAI Chat Completions sends it, byte for byte.
 
-Mimics the recorded streams (``/work/shared/streams/openai_chat_*.sse``): unnamed
+Mimics the recorded Chat Completions streams: unnamed
 ``data:`` chunks with the same id/created on each, a first chunk carrying the role,
 tool calls by ``index`` with id and name only on their first fragment, an empty-delta
 ``finish_reason`` chunk, the optional usage chunk with ``choices: []``, then

@@ -1,0 +1,1 @@
+"""The demo chat app: log in, chat with the fake provider, pick a fault and watch the recovery."""
