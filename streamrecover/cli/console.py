@@ -5,9 +5,9 @@ The recovery shows as it happens, in brackets, so the break and the continuation
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
-from ..engine.protocol import FrameKind
+from ..engine.protocol import Frame, FrameKind
 from ..engine.sink import (
     DISCARDED_PARTIAL_TOOL_USE,
     DISCARDED_THINKING,
@@ -64,7 +64,10 @@ class ConsoleSink(BaseSink):
         elif event.name == DISCARDED_THINKING:
             self._note(f"dropped unfinished thinking ({f.get('partial_bytes')} bytes)")
 
-    async def on_frame(self, frame: dict[str, Any]) -> None:
+    async def on_frame(self, frame: Frame) -> None:
+        await self._show(cast("dict[str, Any]", frame))
+
+    async def _show(self, frame: dict[str, Any]) -> None:
         kind = frame["type"]
         if kind == FrameKind.TEXT_DELTA:
             self._write(frame["text"])

@@ -22,12 +22,12 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from channels.layers import get_channel_layer
 
-from ..engine.protocol import DELTA_FIELDS
+from ..engine.protocol import DELTA_FIELDS, Frame
 from ..engine.sink import BaseSink
 from .buffer import FrameBuffer, writer_buffer
 from .delivery import FRAME_EVENT, group_name, group_send
@@ -90,7 +90,11 @@ class Publisher(BaseSink):
 
     # ---- RunSink ------------------------------------------------------------------------
 
-    async def on_frame(self, frame: dict[str, Any]) -> None:
+    async def on_frame(self, frame: Frame) -> None:
+        # The publisher relays frames without looking into their kinds' shapes.
+        await self._relay(cast("dict[str, Any]", frame))
+
+    async def _relay(self, frame: dict[str, Any]) -> None:
         if self.timestamps:
             frame = {**frame, "debug_ts": {"in": time.time()}}
         async with self._lock:
