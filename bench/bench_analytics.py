@@ -1,7 +1,7 @@
 """Analytics at scale: a recorded history of over a million ``RecoveryEvent`` rows in PostgreSQL,
 then the query layer, the JSON endpoint and the stats command timed on it.
 
-The history is synthetic but shaped like the engine's output (DESIGN §5): per run, the
+The history is synthetic but shaped like the engine's output (its structured events): per run, the
 attempts and the events of one of a dozen outcomes (clean, pre-stream retry, R1 once or
 twice, R2, R3 with a discarded tool call, R4, discarded thinking, exhausted, failed after a
 break, cancelled, failed before streaming), spread over 90 days and five provider/model

@@ -325,7 +325,7 @@ NOTES = """
   characters per frame) a stream that arrives as fast as the provider can send it becomes a
   handful of frames per run, and the whole pipeline (worker, Redis, Daphne, sockets) moves
   several times more deltas per second than with one frame per delta (the "per-token
-  `group_send`" DESIGN §6 warns about), at a lower publish latency.
+  `group_send`" that a per-token design would need), at a lower publish latency.
 * **Paced streams** (a token every 20 ms, a fast model) gain less: the window merges only the
   deltas that arrive within 25 ms, and first delta → client is bounded by the window plus the
   publish latency.

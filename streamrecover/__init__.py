@@ -1,0 +1,1 @@
+"""streamrecover: keeps streamed LLM chats and agent runs alive when the provider's stream breaks."""

@@ -1,0 +1,1 @@
+"""The provider-neutral recovery engine; imports nothing from Django (docs/architecture.md)."""

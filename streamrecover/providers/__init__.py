@@ -1,0 +1,1 @@
+"""Provider adapters, one per wire format, and the registry that finds them."""

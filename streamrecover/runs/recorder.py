@@ -1,5 +1,4 @@
-"""The recorder: a sink that turns one run's events into log lines and rows, its attempts and
-committed messages into rows.
+"""The recorder: the sink that writes a run's events, attempts and committed messages to the database and logs.
 
 The app emits; the project configures logging (django-structlog style). A log line and its
 ``RecoveryEvent`` row carry the same redacted fields, so what an operator greps and what

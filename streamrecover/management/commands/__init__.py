@@ -1,0 +1,1 @@
+"""The ``streamrecover_*`` management commands."""
