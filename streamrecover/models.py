@@ -17,7 +17,8 @@ from django.db import models, router
 from django.utils import timezone
 
 from .engine.plan import PlanKind
-from .engine.sink import LLM_STREAM_CONTINUATION_COMPLETED, LLM_STREAM_INTERRUPTED
+from .engine.protocol import RunStatus
+from .engine.sink import LLM_STREAM_CONTINUATION_COMPLETED, LLM_STREAM_INTERRUPTED, AttemptOutcome
 from .querysets import AttemptQuerySet, MessageQuerySet, RecoveryEventQuerySet, RunQuerySet
 from .redaction import redact
 
@@ -50,13 +51,13 @@ class Run(models.Model):
     """One request for an assistant answer (possibly several turns with tools)."""
 
     class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        RECOVERING = "recovering"
-        COMPLETED = "completed"
-        FAILED = "failed"
-        EXHAUSTED = "exhausted"
-        CANCELLED = "cancelled"
+        QUEUED = RunStatus.QUEUED
+        RUNNING = RunStatus.RUNNING
+        RECOVERING = RunStatus.RECOVERING
+        COMPLETED = RunStatus.COMPLETED
+        FAILED = RunStatus.FAILED
+        EXHAUSTED = RunStatus.EXHAUSTED
+        CANCELLED = RunStatus.CANCELLED
 
     TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.EXHAUSTED, Status.CANCELLED})
     ACTIVE_STATUSES = frozenset({Status.QUEUED, Status.RUNNING, Status.RECOVERING})
@@ -244,7 +245,7 @@ class Attempt(models.Model):
     error_kind = models.CharField(max_length=64, blank=True)
     error_message = models.TextField(blank=True)
     stop_reason = models.CharField(max_length=64, blank=True)
-    outcome = models.CharField(max_length=32, default="pending")
+    outcome = models.CharField(max_length=32, default=AttemptOutcome.PENDING)
     request = models.JSONField(
         default=dict, blank=True, encoder=DjangoJSONEncoder, help_text="As sent, secrets removed."
     )

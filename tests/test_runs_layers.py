@@ -29,7 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 RUNS = Path(__file__).resolve().parents[1] / "streamrecover" / "runs"
 ABOVE_RUNS = ("streamrecover.tasks", "streamrecover.dispatch", "streamrecover.starter", "streamrecover.live")
 ABOVE_RUNS += ("streamrecover.views", "streamrecover.admin", "streamrecover.cli", "streamrecover.receivers")
-ABOVE_RUNS += ("streamrecover.rollup", "streamrecover.analytics")
+ABOVE_RUNS += ("streamrecover.analytics",)
 
 
 def _imports(path: Path) -> set[str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from .context import RunContext
 from .contract import ModelRequest, ToolSpec
-from .protocol import FrameKind
+from .protocol import FrameKind, RunStatus
 from .transport import HttpxTransport
 from .turn import TurnResult, TurnRunner
 
@@ -117,7 +117,7 @@ async def run_agent(
     transport = ctx.transport
     messages = [dict(m) for m in request.messages]
     new_messages: list[dict[str, Any]] = []
-    result = RunResult("completed", messages)
+    result = RunResult(RunStatus.COMPLETED, messages)
 
     async def commit(message: dict[str, Any]) -> None:
         messages.append(message)
@@ -137,11 +137,11 @@ async def run_agent(
 
     notices: list[dict[str, Any]] = []
     try:
-        await ctx.frame(FrameKind.RUN_STATUS, status="running")
+        await ctx.frame(FrameKind.RUN_STATUS, status=RunStatus.RUNNING)
         turn = _turn_index(messages)
         while True:
             if cancel.stopped:
-                result.status = "cancelled"
+                result.status = RunStatus.CANCELLED
                 result.error = {"kind": cancel.kind or "cancel", "message": cancel.reason}
                 break
             pending = _pending_tool_calls(messages)
@@ -150,7 +150,7 @@ async def run_agent(
                 notices = []
                 continue
             if result.turns >= config.max_turns:
-                result.status = "failed"
+                result.status = RunStatus.FAILED
                 result.error = {"kind": "max_turns", "message": f"stopped after {config.max_turns} assistant turns"}
                 break
             turn_request = _with_messages(request, messages)
@@ -160,7 +160,7 @@ async def run_agent(
             result.turns += 1
             result.continuations += outcome.continuations
             result.recovered = result.recovered or outcome.recovered
-            if outcome.status != "completed":
+            if outcome.status != RunStatus.COMPLETED:
                 result.status = outcome.status
                 result.error = outcome.error
                 break

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from .context import RunCancelled, RunContext
 from .contract import HTTPRequest
 from .errors import BodyDecodeError, ErrorClass, InterruptCause, ParseError, ProviderError, SSEError, StreamInterrupted
-from .sink import AttemptRecord
+from .sink import AttemptOutcome, AttemptRecord
 from .sse import SSEDecoder
 from .translate import AttemptDone, Translator, as_interrupted
 from .transport import ConnectFailed, OpenedStream
@@ -71,7 +71,7 @@ async def run_attempt(
     ``RunCancelled`` when the cancel token fired. The record is closed in every case.
     """
     error = await _open_and_stream(ctx, http_request, record, translator)
-    await close_attempt(ctx, record, "request_failed", error_kind=error.kind, error_message=error.message)
+    await close_attempt(ctx, record, AttemptOutcome.REQUEST_FAILED, error_kind=error.kind, error_message=error.message)
     return error
 
 
@@ -125,7 +125,7 @@ async def _consume(ctx: RunContext, opened: OpenedStream, record: AttemptRecord,
         stream_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await stream_task
-        await close_attempt(ctx, record, "cancelled")
+        await close_attempt(ctx, record, AttemptOutcome.CANCELLED)
         raise RunCancelled
     stream_task.result()  # re-raises AttemptDone / StreamInterrupted
 
@@ -148,7 +148,7 @@ async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, tr
             + (" (inside an event)" if decoder.had_unterminated_event else ""),
         )
     except AttemptDone:
-        await close_attempt(ctx, record, "completed", stop_reason=translator.acc.stop_reason)
+        await close_attempt(ctx, record, AttemptOutcome.COMPLETED, stop_reason=translator.acc.stop_reason)
         raise
     except (StreamInterrupted, SSEError, BodyDecodeError, ParseError) as exc:
         interrupted = as_interrupted(exc)
@@ -156,7 +156,7 @@ async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, tr
         await close_attempt(
             ctx,
             record,
-            "interrupted",
+            AttemptOutcome.INTERRUPTED,
             interrupt_cause=interrupted.cause.value,
             error_kind=error.kind if error else interrupted.cause.error_kind,
             error_message=interrupted.message,

@@ -40,7 +40,20 @@ DELTA_FIELDS: Final[Mapping[str, str]] = {
     FrameKind.TOOL_CALL_DELTA: "arguments_delta",
 }
 
-TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "exhausted", "cancelled"})
+
+class RunStatus:
+    """A run's status, as ``run_status`` frames, snapshots and the ``Run`` rows carry it."""
+
+    QUEUED: Final = "queued"
+    RUNNING: Final = "running"
+    RECOVERING: Final = "recovering"
+    COMPLETED: Final = "completed"
+    FAILED: Final = "failed"
+    EXHAUSTED: Final = "exhausted"
+    CANCELLED: Final = "cancelled"
+
+
+TERMINAL_STATUSES: Final = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.EXHAUSTED, RunStatus.CANCELLED})
 
 
 # ---- frame shapes -----------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from .events import Usage
 from .protocol import Frame
@@ -39,6 +39,16 @@ class StructuredEvent:
         return {"event": self.name, **self.fields}
 
 
+class AttemptOutcome:
+    """How one provider call ended (``pending`` while it streams)."""
+
+    PENDING: Final = "pending"
+    COMPLETED: Final = "completed"
+    INTERRUPTED: Final = "interrupted"
+    REQUEST_FAILED: Final = "request_failed"
+    CANCELLED: Final = "cancelled"
+
+
 @dataclass(slots=True)
 class AttemptRecord:
     """One HTTP call to the provider, filled in as it goes."""
@@ -61,7 +71,7 @@ class AttemptRecord:
     error_kind: str | None = None
     error_message: str | None = None
     stop_reason: str | None = None
-    outcome: str = "pending"  # completed, interrupted, request_failed, cancelled
+    outcome: str = AttemptOutcome.PENDING
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -31,7 +31,7 @@ from .continuation import (
 from .contract import ModelRequest, Strategy
 from .errors import ErrorClass, RequestFailed, StreamInterrupted
 from .plan import PlanKind, RecoveryPlan, plan
-from .protocol import FrameKind
+from .protocol import FrameKind, RunStatus
 from .retry import backoff_delay
 from .sink import AttemptRecord, StructuredEvent
 from .translate import AttemptDone, Translator, replay_block
@@ -101,7 +101,7 @@ class TurnRunner:
         except RunCancelled:
             await self.writer.delete(self.ctx.run_id)
             return TurnResult(
-                "cancelled",
+                RunStatus.CANCELLED,
                 error={"kind": self.ctx.cancel.kind or "cancel", "message": self.ctx.cancel.reason},
                 continuations=self.continuation,
             )
@@ -262,7 +262,7 @@ class TurnRunner:
             )
             await self.writer.delete(self.ctx.run_id)
             return TurnResult(
-                "exhausted",
+                RunStatus.EXHAUSTED,
                 error={
                     "kind": "exhausted",
                     "message": f"gave up after {self.continuation} continuation attempts ({self._last_error_kind()})",
@@ -363,7 +363,7 @@ class TurnRunner:
     async def _finish_with(self, blocks: list[Block], stop_reason: str | None) -> TurnResult:
         await self.writer.delete(self.ctx.run_id)
         return TurnResult(
-            "completed",
+            RunStatus.COMPLETED,
             blocks=[b.to_content() for b in blocks],
             stop_reason=stop_reason,
             continuations=self.continuation,
@@ -372,7 +372,7 @@ class TurnRunner:
 
     async def _fail(self, kind: str, message: str) -> TurnResult:
         await self.writer.delete(self.ctx.run_id)
-        return TurnResult("failed", error={"kind": kind, "message": message}, continuations=self.continuation)
+        return TurnResult(RunStatus.FAILED, error={"kind": kind, "message": message}, continuations=self.continuation)
 
     # ---- helpers ------------------------------------------------------------------------
 

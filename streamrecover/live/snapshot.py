@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.protocol import TERMINAL_STATUSES, FrameKind
+from ..engine.protocol import TERMINAL_STATUSES, FrameKind, RunStatus
 from .state import RunState
 
 
@@ -32,8 +32,8 @@ def snapshot_status(db_status: str, state: RunState | None) -> str:
     if not live:
         return db_status
     if live in TERMINAL_STATUSES:
-        return db_status if db_status == "queued" else live
-    return live if db_status == "queued" else db_status
+        return db_status if db_status == RunStatus.QUEUED else live
+    return live if db_status == RunStatus.QUEUED else db_status
 
 
 def build_snapshot(record: RunRecord, state: RunState | None) -> dict[str, Any]:

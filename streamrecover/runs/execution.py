@@ -27,6 +27,7 @@ from ..engine.contract import ModelRequest, ProviderConfig
 from ..engine.sink import (
     LLM_STREAM_CONTINUATION_COMPLETED,
     LLM_STREAM_INTERRUPTED,
+    AttemptOutcome,
     AttemptRecord,
     BaseSink,
     FanOutSink,
@@ -70,7 +71,7 @@ class RunStatusSink(BaseSink):
             await lifecycle.mark_running(self.run_id)
 
     async def on_attempt(self, attempt: AttemptRecord) -> None:
-        if attempt.kind in RECOVERY_KINDS and attempt.outcome == "pending":
+        if attempt.kind in RECOVERY_KINDS and attempt.outcome == AttemptOutcome.PENDING:
             await lifecycle.mark_running(self.run_id)
 
 
