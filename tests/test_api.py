@@ -282,10 +282,12 @@ def _scenario_body(key: str, prompt: str) -> dict[str, Any]:
 
 
 def _wait_until_finished(run_id: str, timeout: float = 30) -> Run:
+    """Until the run settled and its thread folded it into the analytics rollup (the thread's last
+    write: returning earlier races the fold's transaction against the test database's flush)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run = Run.objects.get(pk=run_id)
-        if run.is_terminal:
+        if run.is_terminal and run.analytics_folded:
             return run
         time.sleep(0.05)
     raise AssertionError(f"run {run_id} did not finish")
