@@ -17,6 +17,7 @@ from .blocks import TEXT, THINKING, TOOL_USE, Accumulator, Block
 from .contract import CONTINUE_INSTRUCTION, ModelRequest, ProviderAdapter, Strategy
 from .join import ContinuationJoiner
 from .plan import PlanKind, RecoveryPlan
+from .sink import BlockSummary
 
 # Stop reasons after which the answer ends as it is: continuing would only repeat the refusal.
 NEVER_CONTINUE_STOPS = frozenset({"refusal", "content_filter", "context_overflow"})
@@ -98,7 +99,7 @@ def joiner_for(prefix: list[Block], strategy: Strategy | None, echoes_prefix: bo
     return ContinuationJoiner(overlap_with=text)
 
 
-def summary(blocks: list[Block]) -> dict[str, int]:
+def summary(blocks: list[Block]) -> BlockSummary:
     """Counts of kept blocks, for the events."""
     return {
         "text_blocks": sum(1 for b in blocks if b.kind == TEXT),

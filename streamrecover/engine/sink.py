@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, NotRequired, Protocol, TypedDict
 
 from .events import Usage
 from .protocol import Frame
@@ -17,15 +17,106 @@ from .protocol import Frame
 log = logging.getLogger(__name__)
 
 # Structured event names: the one place they are spelled.
-LLM_STREAM_INTERRUPTED = "llm_stream_interrupted"
-LLM_STREAM_CONTINUATION_STARTED = "llm_stream_continuation_started"
-LLM_STREAM_CONTINUATION_COMPLETED = "llm_stream_continuation_completed"
-LLM_STREAM_CONTINUATION_FAILED = "llm_stream_continuation_failed"
-LLM_STREAM_CONTINUATION_EXHAUSTED = "llm_stream_continuation_exhausted"
-DISCARDED_PARTIAL_TOOL_USE = "discarded_partial_tool_use"
-DISCARDED_THINKING = "discarded_thinking"
-LLM_REQUEST_RETRY = "llm_request_retry"
-LLM_RUN_RESUMED = "llm_run_resumed"
+LLM_STREAM_INTERRUPTED: Final = "llm_stream_interrupted"
+LLM_STREAM_CONTINUATION_STARTED: Final = "llm_stream_continuation_started"
+LLM_STREAM_CONTINUATION_COMPLETED: Final = "llm_stream_continuation_completed"
+LLM_STREAM_CONTINUATION_FAILED: Final = "llm_stream_continuation_failed"
+LLM_STREAM_CONTINUATION_EXHAUSTED: Final = "llm_stream_continuation_exhausted"
+DISCARDED_PARTIAL_TOOL_USE: Final = "discarded_partial_tool_use"
+DISCARDED_THINKING: Final = "discarded_thinking"
+LLM_REQUEST_RETRY: Final = "llm_request_retry"
+LLM_RUN_RESUMED: Final = "llm_run_resumed"
+
+
+# ---- event payloads: every event carries EventContext plus its own fields -----------------
+
+
+class EventContext(TypedDict):
+    """The fields every structured event carries."""
+
+    provider: str
+    model: str
+    run_id: str
+    turn_id: str
+    attempt: int | None
+
+
+class BlockSummary(TypedDict):
+    """Counts of the blocks a continuation carries on from."""
+
+    text_blocks: int
+    text_chars: int
+    tool_calls: int
+    thinking_blocks: int
+
+
+class InterruptedFields(TypedDict):
+    continuation_attempt: int
+    cause: str
+    error_kind: str
+    error_message: str
+    committed_text_blocks: int
+    committed_partial_text: bool
+    discarded_partial_tool_uses: int
+    discarded_thinking_blocks: int
+    usage_flushed: bool
+    plan: str
+    kept_text_chars: int
+    kept_output_tokens_estimate: int  # ceil(kept_text_chars / 4): the base of "tokens saved"
+
+
+class ContinuationStartedFields(TypedDict):
+    continuation_attempt: int
+    backoff_s: float
+    committed: BlockSummary
+    strategy: str | None  # None: a whole restart
+    plan: str
+
+
+class ContinuationCompletedFields(TypedDict):
+    continuation_attempt: int
+    completion_reason: str  # the stop reason, or "synthesized_tool_use"
+    plan: NotRequired[str]
+
+
+class ContinuationFailedFields(TypedDict):
+    continuation_attempt: int
+    error_kind: str
+    error_message: str
+    fallback_strategy: NotRequired[str]  # set when a refused prefill falls back
+
+
+class ContinuationExhaustedFields(TypedDict):
+    attempts: int
+    final_reason: str
+
+
+class DiscardedToolFields(TypedDict):
+    tool_name: str | None
+    tool_call_id: str | None
+    partial_input_bytes: int
+    reason: str
+
+
+class DiscardedThinkingFields(TypedDict):
+    kind: str
+    partial_bytes: int
+    reason: str
+
+
+class RequestRetryFields(TypedDict):
+    status: int | None
+    error_kind: str
+    retry_after_s: float | None
+    delay_s: float
+    retry: int
+
+
+class RunResumedFields(TypedDict):
+    plan: str
+    committed: BlockSummary
+    checkpoint_attempt: int
+    checkpoint_continuation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +124,9 @@ class StructuredEvent:
     """One structured event; ``fields`` always carries provider, model, run_id, turn_id, attempt."""
 
     name: str
-    fields: dict[str, Any]
+    fields: dict[str, object]  # EventContext plus the event's own fields (the TypedDicts above)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"event": self.name, **self.fields}
 
 

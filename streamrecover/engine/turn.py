@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, Unpack, overload
 
 from . import sink as ev
 from .attempts import open_attempt, run_attempt
@@ -437,9 +437,41 @@ class TurnRunner:
         record = self._current_attempt
         return (record.error_kind or record.interrupt_cause or "unknown") if record else "unknown"
 
-    async def _emit(self, name: str, **fields: Any) -> None:
+    # One overload per event: each call site is checked against that event's payload shape.
+    @overload
+    async def _emit(self, name: Literal["llm_stream_interrupted"], **fields: Unpack[ev.InterruptedFields]) -> None: ...
+    @overload
+    async def _emit(
+        self, name: Literal["llm_stream_continuation_started"], **fields: Unpack[ev.ContinuationStartedFields]
+    ) -> None: ...
+    @overload
+    async def _emit(
+        self, name: Literal["llm_stream_continuation_completed"], **fields: Unpack[ev.ContinuationCompletedFields]
+    ) -> None: ...
+    @overload
+    async def _emit(
+        self, name: Literal["llm_stream_continuation_failed"], **fields: Unpack[ev.ContinuationFailedFields]
+    ) -> None: ...
+    @overload
+    async def _emit(
+        self, name: Literal["llm_stream_continuation_exhausted"], **fields: Unpack[ev.ContinuationExhaustedFields]
+    ) -> None: ...
+    @overload
+    async def _emit(
+        self, name: Literal["discarded_partial_tool_use"], **fields: Unpack[ev.DiscardedToolFields]
+    ) -> None: ...
+    @overload
+    async def _emit(
+        self, name: Literal["discarded_thinking"], **fields: Unpack[ev.DiscardedThinkingFields]
+    ) -> None: ...
+    @overload
+    async def _emit(self, name: Literal["llm_request_retry"], **fields: Unpack[ev.RequestRetryFields]) -> None: ...
+    @overload
+    async def _emit(self, name: Literal["llm_run_resumed"], **fields: Unpack[ev.RunResumedFields]) -> None: ...
+
+    async def _emit(self, name: str, **fields: object) -> None:
         attempt = self._current_attempt
-        base = {
+        base: ev.EventContext = {
             "provider": self.ctx.provider,
             "model": self.request.model,
             "run_id": self.ctx.run_id,
