@@ -99,12 +99,14 @@ class Translator:
         self.acc = Accumulator()
         self.mapper = IndexMapper(self.acc, [])
         self.joiner: ContinuationJoiner | None = None
+        self.final_usage = False  # the response's closing usage arrived (not just message_start's)
 
     def begin(self, acc: Accumulator, prefix: list[Block], joiner: ContinuationJoiner | None) -> None:
         """Start one response that continues from ``prefix`` (already restored into ``acc``)."""
         self.acc = acc
         self.mapper = IndexMapper(acc, prefix)
         self.joiner = joiner
+        self.final_usage = False
 
     async def on_event(self, event: StreamEvent, record: AttemptRecord) -> None:
         """One normalized event; raises ``AttemptDone`` at the terminator, ``StreamInterrupted``
@@ -163,6 +165,7 @@ class Translator:
                 record.usage = record.usage.merged(usage)
             case UsageUpdate(usage=usage):
                 record.usage = record.usage.merged(usage)
+                self.final_usage = True
             case StopReason():
                 self.acc.apply(event)
             case ProviderErrorEvent():

@@ -20,11 +20,14 @@ from .blocks import TEXT, Accumulator, Block, BlockStatus, Snapshot
 from .checkpoint import Checkpoint, CheckpointWriter, CoalescePolicy
 from .context import RunCancelled, RunContext
 from .continuation import (
+    ENDED_STOPS,
     NEVER_CONTINUE_STOPS,
     as_restart,
     continuation_messages,
     continue_from,
     joiner_for,
+    prefill_refused,
+    remember_prefill_refused,
     strategy_for,
     summary,
 )
@@ -109,7 +112,6 @@ class TurnRunner:
     # ---- the loop -----------------------------------------------------------------------
 
     async def _loop(self) -> TurnResult:
-        prefill_fallback_used = False
         while True:
             self.ctx.check_cancel()
             try:
@@ -118,13 +120,11 @@ class TurnRunner:
                 return await self._finish_completed()
             except RequestFailed as failed:
                 error = failed.error
-                if (
-                    error.error_class is ErrorClass.PREFILL_REFUSED
-                    and self.strategy is Strategy.PREFILL
-                    and not prefill_fallback_used
-                ):
-                    # The model takes no prefill: same continuation, explicit continue message.
-                    prefill_fallback_used = True
+                if error.error_class is ErrorClass.PREFILL_REFUSED and self.strategy is Strategy.PREFILL:
+                    # The model takes no prefill: same continuation, explicit continue message,
+                    # and no prefill again for this model in this run (nor in this process).
+                    self.ctx.prefill_refused.add(self.request.model)
+                    remember_prefill_refused(self.ctx.provider, self.request.model)
                     self.strategy = Strategy.CONTINUE_MESSAGE
                     await self._emit(
                         ev.LLM_STREAM_CONTINUATION_FAILED,
@@ -201,17 +201,16 @@ class TurnRunner:
         provider_error = interrupted.provider_error
         permanent = provider_error is not None and provider_error.permanent
         never = snapshot.stop_reason in NEVER_CONTINUE_STOPS
-        structured_restart = (
-            recovery.continues
-            and self.request.structured
-            and strategy_for(self.ctx.adapter, self.request) is not Strategy.PREFILL
-        )
+        # The stop reason arrived, so the answer had ended: only the terminator (and, where the
+        # provider sends usage after the stop reason, the final usage) was lost.
+        ended = snapshot.stop_reason in ENDED_STOPS and not permanent
+        structured_restart = recovery.continues and self.request.structured and self._strategy() is not Strategy.PREFILL
         if structured_restart:
             recovery = as_restart(recovery)
 
         kept_chars = sum(len(b.text) for b in recovery.keep if b.kind == TEXT)
         attempt = self._current_attempt
-        usage_flushed = attempt is not None and attempt.usage.output_tokens is not None
+        usage_flushed = self.translator.final_usage
         await self._emit(
             ev.LLM_STREAM_INTERRUPTED,
             continuation_attempt=self.continuation,
@@ -223,10 +222,18 @@ class TurnRunner:
             discarded_partial_tool_uses=len(recovery.discarded_tools),
             discarded_thinking_blocks=len(recovery.discarded_thinking),
             usage_flushed=usage_flushed,
+            answer_complete=ended,
+            final_usage_missing=not usage_flushed,
             plan=recovery.kind.value,
             kept_text_chars=kept_chars,
             kept_output_tokens_estimate=-(-kept_chars // 4),
         )
+        if snapshot.stop_reason is not None and attempt is not None:
+            # visible on the attempt: interrupted, yet with the stop reason that had arrived
+            attempt.stop_reason = snapshot.stop_reason
+            await self.ctx.sink.on_attempt(attempt)
+        if ended:
+            return await self._finish_completed()
         await self._publish_discards(recovery)
         if never:
             # A refusal or content filter already arrived: the answer ends here, as it is.
@@ -301,13 +308,23 @@ class TurnRunner:
         return None
 
     def _set_prefix(self, recovery: RecoveryPlan) -> None:
-        chosen = continue_from(recovery, strategy_for(self.ctx.adapter, self.request))
+        chosen = continue_from(recovery, self._strategy())
         self.prefix, self.strategy, self.acc, self.attempt_kind = (
             chosen.prefix,
             chosen.strategy,
             chosen.acc,
             chosen.kind,
         )
+
+    def _strategy(self) -> Strategy:
+        """The model's strategy; ``continue_message`` once it refused a prefill in this run or process."""
+        strategy = strategy_for(self.ctx.adapter, self.request)
+        model = self.request.model
+        if strategy is Strategy.PREFILL and (
+            model in self.ctx.prefill_refused or prefill_refused(self.ctx.provider, model)
+        ):
+            return Strategy.CONTINUE_MESSAGE
+        return strategy
 
     # ---- resume from a checkpoint -----------------------------------------------------
 
