@@ -14,7 +14,7 @@ from streamrecover.engine.continuation import forget_prefill_refusals
 from streamrecover.engine.sse import SSEDecoder
 from streamrecover.testing.tools import demo_registry
 
-from .harness import assert_invariants, run
+from .harness import assert_invariants, events_until, run
 
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."  # what the fake refuses with
 STORY = "Tell me a story about the sea [[words=120]]"
@@ -162,3 +162,44 @@ async def test_a_run_re_executed_after_its_final_commit_adds_nothing(fake_server
     assert out.result.new_messages == []
     assert out.result.messages == thread
     assert out.log == []  # the provider was not asked again
+
+
+# ---- extended thinking on a continuation -----------------------------------------------------
+
+
+async def test_a_continuations_thinking_block_is_shown_then_dropped_and_the_text_stays_one_block(fake_server):
+    reference = await run(fake_server, STORY, thinking_budget=2048)
+    thinking_end = await events_until(fake_server, reference, "thinking")
+    faults = [
+        f"cut:events={thinking_end + 8}",  # in the first response's text
+        "cut:events=10",  # inside the continuation's own thinking block (unsigned: dropped as partial)
+        "cut:events=45",  # after the next continuation's thinking block, inside its text
+    ]
+    out = await run(fake_server, STORY, thinking_budget=2048, faults=faults)
+    assert_invariants(out, reference)  # committed = client view = uninterrupted
+    assert [b["type"] for b in out.assistant[0]["content"]] == ["thinking", "text"]
+    assert [e.understood_as for e in out.log] == ["fresh"] + ["continue_message"] * 3
+    # every continuation started with a thinking block; the client saw it stream (after the
+    # text, block 2) and was told to drop it each time
+    assert {f["block"] for f in out.frames("thinking_delta")} == {0, 2}
+    assert [e["reason"] for e in out.events("discarded_thinking")] == [
+        "unsigned_partial_thinking",
+        "thinking_after_text",
+        "thinking_after_text",
+    ]
+    cancels = [(f["block"], f["kind"], f["reason"]) for f in out.frames("block_cancel")]
+    assert cancels == [
+        (2, "thinking", "partial"),
+        (2, "thinking", "thinking_after_text"),
+        (2, "thinking", "thinking_after_text"),
+    ]
+
+
+async def test_without_continuation_thinking_nothing_is_dropped(fake_server):
+    prompt = STORY + " [[no_continuation_thinking]]"
+    reference = await run(fake_server, prompt, thinking_budget=2048)
+    thinking_end = await events_until(fake_server, reference, "thinking")
+    out = await run(fake_server, prompt, thinking_budget=2048, faults=[f"cut:events={thinking_end + 8}"])
+    assert_invariants(out, reference)
+    assert out.frames("block_cancel") == []
+    assert out.events("discarded_thinking") == []

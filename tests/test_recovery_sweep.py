@@ -5,7 +5,10 @@ must equal what was committed, no text may be billed twice, and no partial tool 
 ever reach history.
 
 Reference streams are served byte for byte by the fake provider (``set_recording``); a
-continuation is answered with the rest of the recorded answer.
+continuation is answered with the rest of the recorded answer. With thinking enabled every
+continuation starts with a new signed thinking block, as the real API's responses do: the
+committed message must still be the uninterrupted one (that block is dropped, and the
+client told so).
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ RECORDED = {
 }
 
 GENERATED = {
+    "anthropic-thinking-text-then-tool": (
+        "anthropic",
+        "claude-3-7-sonnet",
+        2048,
+        "Think, then check [[words=40]] [[tool=get_weather]]",
+    ),
     "anthropic-long-text": ("anthropic", "claude-3-7-sonnet", None, "A long story [[words=150]]"),
     "anthropic-text-then-tool": ("anthropic", "claude-3-7-sonnet", None, "Weather? [[words=40]] [[tool=get_weather]]"),
     "anthropic-thinking-text": ("anthropic", "claude-3-7-sonnet", 2048, "Think first [[words=120]]"),

@@ -87,7 +87,7 @@ class TurnRunner:
             ),
             on_error=self._store_failed,
         )
-        self.translator = Translator(ctx, self._maybe_checkpoint, self._checkpoint_now)
+        self.translator = Translator(ctx, self._maybe_checkpoint, self._checkpoint_now, self._thinking_dropped)
         self._current_attempt: AttemptRecord | None = None
         self.store_errors: list[str] = []
         self.discarded_tools: list[dict[str, Any]] = []
@@ -422,6 +422,15 @@ class TurnRunner:
             )
         for block in [*recovery.discarded_thinking, *recovery.discarded_other]:
             await self.ctx.frame(FrameKind.BLOCK_CANCEL, block=block.index, kind=block.kind, reason="partial")
+
+    async def _thinking_dropped(self, block: Block) -> None:
+        """A continuation's thinking block closed after the prefix's text: not kept (see ``translate``)."""
+        await self._emit(
+            ev.DISCARDED_THINKING,
+            kind=block.kind,
+            partial_bytes=len(block.text.encode()),
+            reason="thinking_after_text",
+        )
 
     async def _maybe_checkpoint(self, delta_bytes: int) -> None:
         if self.writer.note(delta_bytes):
