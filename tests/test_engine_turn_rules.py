@@ -203,3 +203,47 @@ async def test_without_continuation_thinking_nothing_is_dropped(fake_server):
     assert_invariants(out, reference)
     assert out.frames("block_cancel") == []
     assert out.events("discarded_thinking") == []
+
+
+# ---- max_tokens is the turn's budget ---------------------------------------------------------
+
+LONG = "Tell me a long story about the sea [[words=400]]"
+LIMIT = 500  # output tokens: the uninterrupted answer stops here with max_tokens
+
+
+def _text(out) -> str:
+    return "".join(b["text"] for m in out.assistant for b in m["content"] if b["type"] == "text")
+
+
+@pytest.mark.parametrize(("wire", "model"), [("anthropic", "claude-3-7-sonnet"), ("openai", "gpt-4o")])
+async def test_a_turn_cut_twice_never_receives_more_than_max_tokens(fake_server, wire, model):
+    reference = await run(fake_server, LONG, wire=wire, model=model, max_tokens=LIMIT)
+    assert reference.sink.attempts[-1].stop_reason == "max_tokens"  # the fake honours max_tokens
+    assert reference.log[0].billed_output_tokens == LIMIT
+    out = await run(
+        fake_server, LONG, wire=wire, model=model, max_tokens=LIMIT, faults=["cut:events=80", "cut:events=40"]
+    )
+    assert out.status == "completed", out.result.error
+    for reconstructed, committed in out.view.turns:
+        assert reconstructed == committed
+    # never more output than the caller allowed, across every call of the turn
+    assert sum(e.billed_output_tokens for e in out.log) <= LIMIT
+    sent = [a.request["json"].get("max_tokens") for a in out.sink.attempts]
+    assert sent[0] == LIMIT
+    assert sent[0] > sent[1] > sent[2] > 0
+    # it ends as the uninterrupted run does: at its limit, with max_tokens, not continued again
+    assert len(out.log) == 3
+    assert out.sink.attempts[-1].stop_reason == "max_tokens"
+    assert _text(reference).startswith(_text(out))
+
+
+async def test_a_turn_whose_budget_is_spent_at_the_break_ends_with_max_tokens(fake_server):
+    out = await run(fake_server, LONG, max_tokens=120, faults=["cut:events=110"])
+    assert out.status == "completed", out.result.error
+    assert len(out.log) == 1  # no continuation: nothing is left of the budget
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["turn_output_tokens"] >= 120
+    reference = await run(fake_server, LONG, max_tokens=120)
+    assert _text(reference).startswith(_text(out))
+    for reconstructed, committed in out.view.turns:
+        assert reconstructed == committed

@@ -118,6 +118,9 @@ class Translator:
         self.mapper = IndexMapper(self.acc, [])
         self.joiner: ContinuationJoiner | None = None
         self.final_usage = False  # the response's closing usage arrived (not just message_start's)
+        # UTF-8 bytes of the output received in this response (text, thinking, tool names and
+        # arguments): every output token streams at least one byte, so this over-counts tokens
+        self.received_bytes = 0
 
     def begin(self, acc: Accumulator, prefix: list[Block], joiner: ContinuationJoiner | None) -> None:
         """Start one response that continues from ``prefix`` (already restored into ``acc``)."""
@@ -125,6 +128,7 @@ class Translator:
         self.mapper = IndexMapper(acc, prefix)
         self.joiner = joiner
         self.final_usage = False
+        self.received_bytes = 0
 
     async def on_event(self, event: StreamEvent, record: AttemptRecord) -> None:
         """One normalized event; raises ``AttemptDone`` at the terminator, ``StreamInterrupted``
@@ -133,6 +137,7 @@ class Translator:
         mapper, joiner = self.mapper, self.joiner
         match event:
             case TextDelta(index=i, text=text):
+                self.received_bytes += len(text.encode())
                 target = mapper.target(i, TEXT)
                 if joiner is not None and target == mapper.merge_index:
                     text = joiner.feed(text)
@@ -142,6 +147,7 @@ class Translator:
                 await frame(FrameKind.TEXT_DELTA, block=target, text=text)
                 await self.on_progress(len(text))
             case ToolArgsDelta(index=i, partial_json=part):
+                self.received_bytes += len(part.encode())
                 target = mapper.target(i, TOOL_USE)
                 block = self.acc.apply(ToolArgsDelta(target, part))
                 assert block is not None
@@ -151,12 +157,14 @@ class Translator:
                 await frame(FrameKind.TOOL_CALL_DELTA, block=target, id=block.id, name=block.name, arguments_delta=part)
                 await self.on_progress(len(part))
             case ThinkingDelta(index=i, thinking=text):
+                self.received_bytes += len(text.encode())
                 target = mapper.target(i, THINKING)
                 self.acc.apply(ThinkingDelta(target, text))
                 await frame(FrameKind.THINKING_DELTA, block=target, thinking=text)
             case SignatureDelta(index=i, signature=sig):
                 self.acc.apply(SignatureDelta(mapper.target(i, THINKING), sig))
             case BlockStart(kind=kind):
+                self.received_bytes += len((event.name or "").encode())
                 mapped = mapper.start(event)
                 if mapped is None:
                     return

@@ -41,6 +41,8 @@ from .translate import AttemptDone, Translator, replay_block
 
 log = logging.getLogger(__name__)
 
+MIN_THINKING_BUDGET = 1024  # the smallest extended-thinking budget a provider takes
+
 
 @dataclass(slots=True)
 class DiscardedTool:
@@ -91,6 +93,8 @@ class TurnRunner:
         self._current_attempt: AttemptRecord | None = None
         self.store_errors: list[str] = []
         self.discarded_tools: list[dict[str, Any]] = []
+        # output tokens the blocks this turn builds on cost so far: max_tokens is the turn's budget
+        self.output_used = 0
 
     # ---- public -------------------------------------------------------------------------
 
@@ -159,7 +163,7 @@ class TurnRunner:
         """One provider call with its pre-stream retries; raises AttemptDone on the terminator."""
         cfg = self.ctx.config
         messages = continuation_messages(self.request.messages, self.prefix, self.strategy)
-        http_request = self.ctx.adapter.build_request(replace(self.request, messages=messages))
+        http_request = self.ctx.adapter.build_request(self._budgeted(replace(self.request, messages=messages)))
         retries = 0
         kind = self.attempt_kind
         while True:
@@ -196,6 +200,7 @@ class TurnRunner:
             kind = "pre_stream_retry"
 
     async def _on_interrupted(self, interrupted: StreamInterrupted) -> TurnResult | None:
+        self.output_used += self._attempt_output()
         snapshot = self.acc.snapshot()
         recovery = plan(snapshot)
         provider_error = interrupted.provider_error
@@ -227,6 +232,8 @@ class TurnRunner:
             plan=recovery.kind.value,
             kept_text_chars=kept_chars,
             kept_output_tokens_estimate=-(-kept_chars // 4),
+            turn_output_tokens=self.output_used,
+            max_tokens=self.request.max_tokens,
         )
         if snapshot.stop_reason is not None and attempt is not None:
             # visible on the attempt: interrupted, yet with the stop reason that had arrived
@@ -250,6 +257,11 @@ class TurnRunner:
                 plan=recovery.kind.value,
             )
             result.recovered = True
+            return result
+        if recovery.continues and self.output_used >= self.request.max_tokens:
+            # The turn's budget is spent: it ends here, as an uninterrupted answer at its limit would.
+            result = await self._finish_with(recovery.keep, "max_tokens")
+            result.recovered = self.continuation > 0
             return result
         retry_after = provider_error.retry_after_s if provider_error is not None else None
         return await self._next_continuation(retry_after, recovery)
@@ -309,12 +321,35 @@ class TurnRunner:
 
     def _set_prefix(self, recovery: RecoveryPlan) -> None:
         chosen = continue_from(recovery, self._strategy())
+        if chosen.kind == "restart":
+            self.output_used = 0  # the answer starts over: what was dropped does not count against it
         self.prefix, self.strategy, self.acc, self.attempt_kind = (
             chosen.prefix,
             chosen.strategy,
             chosen.acc,
             chosen.kind,
         )
+
+    def _attempt_output(self) -> int:
+        """Output tokens of the attempt that just broke: the provider's count when its final usage
+        arrived, else an estimate that can only over-count (the bytes received, at least one per
+        token; the provider's running count when that is higher)."""
+        record = self._current_attempt
+        reported = record.usage.output_tokens if record is not None else None
+        if self.translator.final_usage and reported is not None:
+            return reported
+        return max(self.translator.received_bytes, reported or 0)
+
+    def _budgeted(self, request: ModelRequest) -> ModelRequest:
+        """A continuation asks for what is left of the turn's ``max_tokens``, never more. An
+        extended-thinking budget must stay below it (and at least 1024): lowered, or left out."""
+        if not self.prefix or not self.output_used:
+            return request
+        left = max(1, request.max_tokens - self.output_used)
+        thinking = request.thinking_budget
+        if thinking is not None and thinking >= left:
+            thinking = left - 1 if left - 1 >= MIN_THINKING_BUDGET else None
+        return replace(request, max_tokens=left, thinking_budget=thinking)
 
     def _strategy(self) -> Strategy:
         """The model's strategy; ``continue_message`` once it refused a prefill in this run or process."""
@@ -344,6 +379,8 @@ class TurnRunner:
             checkpoint_continuation=checkpoint.continuation,
         )
         self.continuation = checkpoint.continuation  # a resume spends no continuation
+        # the checkpoint does not say what the kept blocks cost: their bytes over-count it
+        self.output_used = sum(len(b.text.encode()) + len(b.arguments.encode()) for b in recovery.keep)
         if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
             self.acc.restore(recovery.keep)
             result = await self._finish_with(recovery.keep, "tool_use")

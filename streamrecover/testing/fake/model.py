@@ -269,6 +269,33 @@ def _continue_plan(
     return Plan(tuple(rest), stop), True
 
 
+def limit_plan(plan: Plan, max_tokens: int) -> Plan:
+    """The answer cut at ``max_tokens`` output tokens (non-empty pieces), stop reason
+    ``max_tokens``, as a real model stops there. A thinking block cut short is signed as
+    it stands; a tool call that does not fit whole is left out."""
+    if plan.output_tokens <= max_tokens:
+        return plan
+    left = max_tokens
+    blocks: list[PlannedBlock] = []
+    for block in plan.blocks:
+        count = sum(1 for p in block.pieces if p)
+        if count <= left:
+            blocks.append(block)
+            left -= count
+            continue
+        if block.kind is not BlockKind.TOOL_USE and left > 0:
+            pieces: list[str] = []
+            for piece in block.pieces:
+                if piece and left == 0:
+                    break
+                pieces.append(piece)
+                left -= 1 if piece else 0
+            signature = sign_thinking("".join(pieces)) if block.kind is BlockKind.THINKING else block.signature
+            blocks.append(PlannedBlock(block.kind, tuple(pieces), signature, block.call_id, block.name))
+        break
+    return Plan(tuple(blocks), "max_tokens")
+
+
 def sign_thinking(thinking: str) -> str:
     """The signature of a thinking block: proves later that the text came back unmodified."""
     mac = hmac.new(_SIGNING_KEY, thinking.encode(), hashlib.sha256).digest()

@@ -42,7 +42,7 @@ from .http11 import (
 )
 from .interpret import Interpretation, RequestRejected
 from .log import LogEntry
-from .model import Directives, Plan, continue_plan, plan_answer
+from .model import Directives, Plan, continue_plan, limit_plan, plan_answer
 from .recording import Recording
 from .wire import ErrorSpec, ResponseContext
 
@@ -476,6 +476,8 @@ def _understand(
             thinking_about=_prompt_of(interpretation) if thinks else None,
         )
         outcome.prefix_chars, outcome.prefix_matched = len(interpretation.prefix_text), matched
+    if interpretation.max_tokens is not None:
+        plan = limit_plan(plan, interpretation.max_tokens)
     outcome.output_tokens = plan.output_tokens
     ctx = ResponseContext(
         model=interpretation.model,
