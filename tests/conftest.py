@@ -93,6 +93,16 @@ def _close_async_db_connections(request: pytest.FixtureRequest) -> Iterator[None
         asyncio.run(sync_to_async(connections.close_all)())
 
 
+@pytest.fixture(autouse=True)
+def _forget_prefill_refusals() -> Iterator[None]:
+    """A model's prefill refusal is remembered process-wide: no test sees another's."""
+    from streamrecover.engine.continuation import forget_prefill_refusals
+
+    forget_prefill_refusals()
+    yield
+    forget_prefill_refusals()
+
+
 @pytest.fixture(scope="session")
 def fake_server() -> Iterator[object]:
     """One fault-injecting fake provider on loopback for the whole session; tests keep

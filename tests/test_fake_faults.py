@@ -117,6 +117,7 @@ def event_boundaries(raw: bytes) -> list[int]:
         "cut:events=12",
         "cut:events=12,mid=true",
         "eof:events=12",
+        "cut:from_end=1",
         "stall:events=5,seconds=3",
         "stall:bytes=10,seconds=0.5,then=continue",
         "error:events=8,type=overloaded_error",
@@ -150,8 +151,8 @@ def test_fault_short_forms_and_scripts() -> None:
     ("text", "complaint"),
     [
         ("explode", "unknown fault kind"),
-        ("cut", "exactly one of events= or bytes="),
-        ("cut:events=1,bytes=2", "exactly one of events= or bytes="),
+        ("cut", "exactly one of events=, bytes= or from_end="),
+        ("cut:events=1,bytes=2", "exactly one of events=, bytes= or from_end="),
         ("cut:bytes=-1", "cannot be negative"),
         ("cut:colour=red", "unknown fault parameter 'colour'"),
         ("eof:events=x", "bad value for events"),
@@ -190,6 +191,12 @@ def test_delivery_splits_at_the_exact_byte_and_bills_whole_events_only() -> None
     assert plan_delivery(stream, Fault("cut", byte_offset=10)).triggered  # all bytes, but no last chunk
     assert not plan_delivery(stream, Fault("eof", events=3)).triggered
     assert not plan_delivery(stream, Fault("garbage", events=3)).triggered
+
+    # counted back from the end: only the last event (the terminator) is lost
+    last = plan_delivery(stream, Fault("cut", from_end=1))
+    assert [p.data for p in last.pieces] == [b"aaaa", b"bbbb"]
+    assert (last.clean_end, last.triggered, last.complete) == (False, True, False)
+    assert not plan_delivery(stream, Fault("cut", from_end=4)).triggered
 
 
 # -- what a client sees -------------------------------------------------------------------------

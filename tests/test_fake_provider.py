@@ -312,8 +312,20 @@ def test_thinking_block_comes_first_and_must_come_back_unmodified(server: FakePr
     assistant = {"role": "assistant", "content": [thinking, {"type": "text", "text": partial}]}
     body = anthropic_body(prompt, assistant, user(CONTINUE_INSTRUCTION), thinking=THINKING)
     rest = anthropic_message(post_anthropic(server, body))
-    assert [b["type"] for b in rest["content"]] == ["text"]
+    # like the real API, every response starts with a thinking block, a continuation's too
+    new_thinking, rest_text = rest["content"]
+    assert (new_thinking["type"], rest_text["type"]) == ("thinking", "text")
+    assert new_thinking["signature"]
+    assert new_thinking["thinking"] != thinking["thinking"]
     assert partial + rest["text"] == text["text"]
+    # the switch: a continuation without one
+    quiet = user("Think first [[words=40]] [[no_continuation_thinking]]")
+    whole = anthropic_message(post_anthropic(server, anthropic_body(quiet, thinking=THINKING)))
+    q_thinking, q_text = whole["content"]
+    q_partial = q_text["text"][:50].rstrip()
+    q_assistant = {"role": "assistant", "content": [q_thinking, {"type": "text", "text": q_partial}]}
+    q_body = anthropic_body(quiet, q_assistant, user(CONTINUE_INSTRUCTION), thinking=THINKING)
+    assert [b["type"] for b in anthropic_message(post_anthropic(server, q_body))["content"]] == ["text"]
 
     tampered = {"role": "assistant", "content": [thinking | {"thinking": thinking["thinking"] + "!"}, text]}
     response = post_anthropic(server, anthropic_body(prompt, tampered, user(CONTINUE_INSTRUCTION), thinking=THINKING))

@@ -5,7 +5,10 @@ must equal what was committed, no text may be billed twice, and no partial tool 
 ever reach history.
 
 Reference streams are served byte for byte by the fake provider (``set_recording``); a
-continuation is answered with the rest of the recorded answer.
+continuation is answered with the rest of the recorded answer. With thinking enabled every
+continuation starts with a new signed thinking block, as the real API's responses do: the
+committed message must still be the uninterrupted one (that block is dropped, and the
+client told so).
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ RECORDED = {
 }
 
 GENERATED = {
+    "anthropic-thinking-text-then-tool": (
+        "anthropic",
+        "claude-3-7-sonnet",
+        2048,
+        "Think, then check [[words=40]] [[tool=get_weather]]",
+    ),
     "anthropic-long-text": ("anthropic", "claude-3-7-sonnet", None, "A long story [[words=150]]"),
     "anthropic-text-then-tool": ("anthropic", "claude-3-7-sonnet", None, "Weather? [[words=40]] [[tool=get_weather]]"),
     "anthropic-thinking-text": ("anthropic", "claude-3-7-sonnet", 2048, "Think first [[words=120]]"),
@@ -87,15 +96,29 @@ async def _sweep(server, *, wire, model, thinking, prompt, recording: bytes | No
     sampled = boundaries[:: max(1, len(boundaries) // MAX_SAMPLES)] + boundaries[-1:]
     cases += [f.format(n=n) for n in sampled for f in SAMPLED_FAULTS]
     cases += [f"cut:bytes={b}" for b in _byte_offsets(raw, byte_samples)]
+    refusal = reference.sink.attempts[-1].stop_reason == "refusal"
     for fault in cases:
         outcome = await once([fault])
         try:
+            if refusal and outcome.result.messages != reference.result.messages:
+                _assert_refusal_kept_as_it_is(outcome, reference)
+                continue
             assert_invariants(outcome, reference)
             assistant_text = "".join(b["text"] for m in outcome.assistant for b in m["content"] if b["type"] == "text")
             _assert_billed_once(outcome, assistant_text)
         except AssertionError as exc:
             raise AssertionError(f"fault {fault!r}: {exc}") from exc
     return len(cases)
+
+
+def _assert_refusal_kept_as_it_is(outcome, reference) -> None:
+    """A refusal is never continued, wherever it is cut: what arrived of it is the answer."""
+    assert outcome.status == "completed", outcome.result.error
+    assert outcome.events("llm_stream_continuation_started") == []
+    for reconstructed, committed in outcome.view.turns:
+        assert reconstructed == committed
+    text = "".join(b["text"] for m in outcome.assistant for b in m["content"] if b["type"] == "text")
+    assert "".join(b["text"] for m in reference.assistant for b in m["content"] if b["type"] == "text").startswith(text)
 
 
 def _raw_of(reference) -> bytes:

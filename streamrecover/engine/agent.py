@@ -149,6 +149,10 @@ async def run_agent(
                 await commit(await _execute_tools(pending, tools, notices))
                 notices = []
                 continue
+            if messages and messages[-1].get("role") == "assistant":
+                # The thread already ends with the answer (a run re-executed after its final
+                # commit): asking again would only add an empty assistant message.
+                break
             if result.turns >= config.max_turns:
                 result.status = RunStatus.FAILED
                 result.error = {"kind": "max_turns", "message": f"stopped after {config.max_turns} assistant turns"}
@@ -164,7 +168,10 @@ async def run_agent(
                 result.status = outcome.status
                 result.error = outcome.error
                 break
-            await commit({"role": "assistant", "content": outcome.blocks})
+            if outcome.blocks:
+                await commit({"role": "assistant", "content": outcome.blocks})
+            # else: an answer with no content (a stream that ended with nothing, a refusal before
+            # any text) is not committed: providers reject an empty assistant message in history.
             if config.notify_model_of_discarded_tools:
                 notices.extend(outcome.discarded_tools)
             turn += 1

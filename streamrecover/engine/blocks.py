@@ -275,6 +275,10 @@ class Accumulator:
             copy.closed = True
             self._blocks[copy.index] = copy
 
+    def remove(self, index: int) -> None:
+        """Forget a block (one that may not reach history); the other blocks keep their indices."""
+        self._blocks.pop(index, None)
+
     def reopen(self, index: int) -> None:
         """A continuation carries on inside this (text) block: it is open again."""
         self._blocks[index].closed = False

@@ -39,6 +39,8 @@ class RunContext:
     seq: int = 0  # the last client frame number; a resumed run numbers on from it
     attempts: int = 0  # attempts so far across the run (the first attempt's index), for AttemptRecord.index
     provider_name: str = ""  # the configured provider's name for events (default: the adapter's)
+    # models that refused a prefill in this run: every later continuation uses continue_message
+    prefill_refused: set[str] = field(default_factory=set)
 
     @property
     def provider(self) -> str:

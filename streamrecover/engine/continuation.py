@@ -21,6 +21,27 @@ from .sink import BlockSummary
 
 # Stop reasons after which the answer ends as it is: continuing would only repeat the refusal.
 NEVER_CONTINUE_STOPS = frozenset({"refusal", "content_filter", "context_overflow"})
+# Stop reasons of an answer that had ended: a stream cut after one of them lost only its
+# terminator (and perhaps the final usage), never any of the answer, so it is not continued.
+ENDED_STOPS = frozenset({"end_turn", "max_tokens", "stop_sequence", "tool_use"})
+
+# (provider, model) pairs that refused a prefill with a 400 in this process: later
+# continuations go straight to ``continue_message`` instead of paying for a second refusal.
+_PREFILL_REFUSED: set[tuple[str, str]] = set()
+
+
+def remember_prefill_refused(provider: str, model: str) -> None:
+    """``model`` of ``provider`` refused a prefill: no later continuation in this process sends one."""
+    _PREFILL_REFUSED.add((provider, model))
+
+
+def prefill_refused(provider: str, model: str) -> bool:
+    return (provider, model) in _PREFILL_REFUSED
+
+
+def forget_prefill_refusals() -> None:
+    """Forget every refusal remembered in this process (tests start from a clean slate)."""
+    _PREFILL_REFUSED.clear()
 
 
 @dataclass(slots=True)

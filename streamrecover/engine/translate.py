@@ -4,6 +4,13 @@ A turn's blocks are numbered the way the client sees them: ``IndexMapper`` maps 
 response's block indices onto the turn's, merging a continuation's first text block into
 the prefix's last text block (through the ``ContinuationJoiner``, which drops what the
 provider repeats) and giving everything else the next number.
+
+With extended thinking every response starts with a thinking block, a continuation's
+too. In the committed message that block would follow the prefix's text, where the
+provider does not accept a thinking block back (it must lead the assistant message), so
+it is shown while it streams and dropped when it closes: removed from the turn's blocks,
+the client told with ``block_cancel`` (reason ``thinking_after_text``), the turn told
+through ``on_thinking_dropped`` so it records ``discarded_thinking``.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypedDict
 
-from .blocks import TEXT, THINKING, TOOL_USE, Accumulator, Block
+from .blocks import REDACTED_THINKING, TEXT, THINKING, TOOL_USE, Accumulator, Block
 from .context import RunContext
 from .errors import BodyDecodeError, InterruptCause, StreamInterrupted
 from .events import (
@@ -54,10 +61,19 @@ class IndexMapper:
         self.next = len(prefix)
         self.merge_index: int | None = len(prefix) - 1 if prefix and prefix[-1].kind == TEXT else None
         self._merge_open = self.merge_index is not None
+        # a continuation's thinking blocks before its text: they would follow the prefix's text
+        self.after_text_thinking: set[int] = set()
 
     def start(self, event: BlockStart) -> int | None:
         if event.index in self.map:
             return self.map[event.index]
+        if self._merge_open and event.kind in (THINKING, REDACTED_THINKING):
+            target = self.next
+            self.next += 1
+            self.map[event.index] = target
+            self.after_text_thinking.add(target)
+            self.acc.apply(BlockStart(target, event.kind, event.id, event.name, event.data))
+            return target  # the merge stays open for the text that follows
         if self._merge_open and event.kind == TEXT and self.merge_index is not None:
             self._merge_open = False
             self.map[event.index] = self.merge_index
@@ -91,20 +107,28 @@ class Translator:
         ctx: RunContext,
         on_progress: Callable[[int], Awaitable[None]],
         on_tool_closed: Callable[[], Awaitable[None]],
+        on_thinking_dropped: Callable[[Block], Awaitable[None]] | None = None,
     ) -> None:
         self.ctx = ctx
         self.on_progress = on_progress
         self.on_tool_closed = on_tool_closed
+        self.on_thinking_dropped = on_thinking_dropped
         self.in_flight_tool: InFlightTool | None = None
         self.acc = Accumulator()
         self.mapper = IndexMapper(self.acc, [])
         self.joiner: ContinuationJoiner | None = None
+        self.final_usage = False  # the response's closing usage arrived (not just message_start's)
+        # UTF-8 bytes of the output received in this response (text, thinking, tool names and
+        # arguments): every output token streams at least one byte, so this over-counts tokens
+        self.received_bytes = 0
 
     def begin(self, acc: Accumulator, prefix: list[Block], joiner: ContinuationJoiner | None) -> None:
         """Start one response that continues from ``prefix`` (already restored into ``acc``)."""
         self.acc = acc
         self.mapper = IndexMapper(acc, prefix)
         self.joiner = joiner
+        self.final_usage = False
+        self.received_bytes = 0
 
     async def on_event(self, event: StreamEvent, record: AttemptRecord) -> None:
         """One normalized event; raises ``AttemptDone`` at the terminator, ``StreamInterrupted``
@@ -113,6 +137,7 @@ class Translator:
         mapper, joiner = self.mapper, self.joiner
         match event:
             case TextDelta(index=i, text=text):
+                self.received_bytes += len(text.encode())
                 target = mapper.target(i, TEXT)
                 if joiner is not None and target == mapper.merge_index:
                     text = joiner.feed(text)
@@ -122,6 +147,7 @@ class Translator:
                 await frame(FrameKind.TEXT_DELTA, block=target, text=text)
                 await self.on_progress(len(text))
             case ToolArgsDelta(index=i, partial_json=part):
+                self.received_bytes += len(part.encode())
                 target = mapper.target(i, TOOL_USE)
                 block = self.acc.apply(ToolArgsDelta(target, part))
                 assert block is not None
@@ -131,12 +157,14 @@ class Translator:
                 await frame(FrameKind.TOOL_CALL_DELTA, block=target, id=block.id, name=block.name, arguments_delta=part)
                 await self.on_progress(len(part))
             case ThinkingDelta(index=i, thinking=text):
+                self.received_bytes += len(text.encode())
                 target = mapper.target(i, THINKING)
                 self.acc.apply(ThinkingDelta(target, text))
                 await frame(FrameKind.THINKING_DELTA, block=target, thinking=text)
             case SignatureDelta(index=i, signature=sig):
                 self.acc.apply(SignatureDelta(mapper.target(i, THINKING), sig))
             case BlockStart(kind=kind):
+                self.received_bytes += len((event.name or "").encode())
                 mapped = mapper.start(event)
                 if mapped is None:
                     return
@@ -159,10 +187,16 @@ class Translator:
                 if stopped is not None and stopped.kind == TOOL_USE:
                     self.in_flight_tool = None
                     await self.on_tool_closed()
+                elif stopped is not None and target in mapper.after_text_thinking:
+                    self.acc.remove(target)
+                    await frame(FrameKind.BLOCK_CANCEL, block=target, kind=stopped.kind, reason="thinking_after_text")
+                    if self.on_thinking_dropped is not None:
+                        await self.on_thinking_dropped(stopped)
             case MessageStart(usage=usage):
                 record.usage = record.usage.merged(usage)
             case UsageUpdate(usage=usage):
                 record.usage = record.usage.merged(usage)
+                self.final_usage = True
             case StopReason():
                 self.acc.apply(event)
             case ProviderErrorEvent():

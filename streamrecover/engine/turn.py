@@ -20,11 +20,14 @@ from .blocks import TEXT, Accumulator, Block, BlockStatus, Snapshot
 from .checkpoint import Checkpoint, CheckpointWriter, CoalescePolicy
 from .context import RunCancelled, RunContext
 from .continuation import (
+    ENDED_STOPS,
     NEVER_CONTINUE_STOPS,
     as_restart,
     continuation_messages,
     continue_from,
     joiner_for,
+    prefill_refused,
+    remember_prefill_refused,
     strategy_for,
     summary,
 )
@@ -37,6 +40,8 @@ from .sink import AttemptRecord, StructuredEvent
 from .translate import AttemptDone, Translator, replay_block
 
 log = logging.getLogger(__name__)
+
+MIN_THINKING_BUDGET = 1024  # the smallest extended-thinking budget a provider takes
 
 
 @dataclass(slots=True)
@@ -84,10 +89,12 @@ class TurnRunner:
             ),
             on_error=self._store_failed,
         )
-        self.translator = Translator(ctx, self._maybe_checkpoint, self._checkpoint_now)
+        self.translator = Translator(ctx, self._maybe_checkpoint, self._checkpoint_now, self._thinking_dropped)
         self._current_attempt: AttemptRecord | None = None
         self.store_errors: list[str] = []
         self.discarded_tools: list[dict[str, Any]] = []
+        # output tokens the blocks this turn builds on cost so far: max_tokens is the turn's budget
+        self.output_used = 0
 
     # ---- public -------------------------------------------------------------------------
 
@@ -109,7 +116,6 @@ class TurnRunner:
     # ---- the loop -----------------------------------------------------------------------
 
     async def _loop(self) -> TurnResult:
-        prefill_fallback_used = False
         while True:
             self.ctx.check_cancel()
             try:
@@ -118,13 +124,11 @@ class TurnRunner:
                 return await self._finish_completed()
             except RequestFailed as failed:
                 error = failed.error
-                if (
-                    error.error_class is ErrorClass.PREFILL_REFUSED
-                    and self.strategy is Strategy.PREFILL
-                    and not prefill_fallback_used
-                ):
-                    # The model takes no prefill: same continuation, explicit continue message.
-                    prefill_fallback_used = True
+                if error.error_class is ErrorClass.PREFILL_REFUSED and self.strategy is Strategy.PREFILL:
+                    # The model takes no prefill: same continuation, explicit continue message,
+                    # and no prefill again for this model in this run (nor in this process).
+                    self.ctx.prefill_refused.add(self.request.model)
+                    remember_prefill_refused(self.ctx.provider, self.request.model)
                     self.strategy = Strategy.CONTINUE_MESSAGE
                     await self._emit(
                         ev.LLM_STREAM_CONTINUATION_FAILED,
@@ -159,7 +163,7 @@ class TurnRunner:
         """One provider call with its pre-stream retries; raises AttemptDone on the terminator."""
         cfg = self.ctx.config
         messages = continuation_messages(self.request.messages, self.prefix, self.strategy)
-        http_request = self.ctx.adapter.build_request(replace(self.request, messages=messages))
+        http_request = self.ctx.adapter.build_request(self._budgeted(replace(self.request, messages=messages)))
         retries = 0
         kind = self.attempt_kind
         while True:
@@ -196,22 +200,22 @@ class TurnRunner:
             kind = "pre_stream_retry"
 
     async def _on_interrupted(self, interrupted: StreamInterrupted) -> TurnResult | None:
+        self.output_used += self._attempt_output()
         snapshot = self.acc.snapshot()
         recovery = plan(snapshot)
         provider_error = interrupted.provider_error
         permanent = provider_error is not None and provider_error.permanent
         never = snapshot.stop_reason in NEVER_CONTINUE_STOPS
-        structured_restart = (
-            recovery.continues
-            and self.request.structured
-            and strategy_for(self.ctx.adapter, self.request) is not Strategy.PREFILL
-        )
+        # The stop reason arrived, so the answer had ended: only the terminator (and, where the
+        # provider sends usage after the stop reason, the final usage) was lost.
+        ended = snapshot.stop_reason in ENDED_STOPS and not permanent
+        structured_restart = recovery.continues and self.request.structured and self._strategy() is not Strategy.PREFILL
         if structured_restart:
             recovery = as_restart(recovery)
 
         kept_chars = sum(len(b.text) for b in recovery.keep if b.kind == TEXT)
         attempt = self._current_attempt
-        usage_flushed = attempt is not None and attempt.usage.output_tokens is not None
+        usage_flushed = self.translator.final_usage
         await self._emit(
             ev.LLM_STREAM_INTERRUPTED,
             continuation_attempt=self.continuation,
@@ -223,10 +227,20 @@ class TurnRunner:
             discarded_partial_tool_uses=len(recovery.discarded_tools),
             discarded_thinking_blocks=len(recovery.discarded_thinking),
             usage_flushed=usage_flushed,
+            answer_complete=ended,
+            final_usage_missing=not usage_flushed,
             plan=recovery.kind.value,
             kept_text_chars=kept_chars,
             kept_output_tokens_estimate=-(-kept_chars // 4),
+            turn_output_tokens=self.output_used,
+            max_tokens=self.request.max_tokens,
         )
+        if snapshot.stop_reason is not None and attempt is not None:
+            # visible on the attempt: interrupted, yet with the stop reason that had arrived
+            attempt.stop_reason = snapshot.stop_reason
+            await self.ctx.sink.on_attempt(attempt)
+        if ended:
+            return await self._finish_completed()
         await self._publish_discards(recovery)
         if never:
             # A refusal or content filter already arrived: the answer ends here, as it is.
@@ -243,6 +257,11 @@ class TurnRunner:
                 plan=recovery.kind.value,
             )
             result.recovered = True
+            return result
+        if recovery.continues and self.output_used >= self.request.max_tokens:
+            # The turn's budget is spent: it ends here, as an uninterrupted answer at its limit would.
+            result = await self._finish_with(recovery.keep, "max_tokens")
+            result.recovered = self.continuation > 0
             return result
         retry_after = provider_error.retry_after_s if provider_error is not None else None
         return await self._next_continuation(retry_after, recovery)
@@ -301,13 +320,46 @@ class TurnRunner:
         return None
 
     def _set_prefix(self, recovery: RecoveryPlan) -> None:
-        chosen = continue_from(recovery, strategy_for(self.ctx.adapter, self.request))
+        chosen = continue_from(recovery, self._strategy())
+        if chosen.kind == "restart":
+            self.output_used = 0  # the answer starts over: what was dropped does not count against it
         self.prefix, self.strategy, self.acc, self.attempt_kind = (
             chosen.prefix,
             chosen.strategy,
             chosen.acc,
             chosen.kind,
         )
+
+    def _attempt_output(self) -> int:
+        """Output tokens of the attempt that just broke: the provider's count when its final usage
+        arrived, else an estimate that can only over-count (the bytes received, at least one per
+        token; the provider's running count when that is higher)."""
+        record = self._current_attempt
+        reported = record.usage.output_tokens if record is not None else None
+        if self.translator.final_usage and reported is not None:
+            return reported
+        return max(self.translator.received_bytes, reported or 0)
+
+    def _budgeted(self, request: ModelRequest) -> ModelRequest:
+        """A continuation asks for what is left of the turn's ``max_tokens``, never more. An
+        extended-thinking budget must stay below it (and at least 1024): lowered, or left out."""
+        if not self.prefix or not self.output_used:
+            return request
+        left = max(1, request.max_tokens - self.output_used)
+        thinking = request.thinking_budget
+        if thinking is not None and thinking >= left:
+            thinking = left - 1 if left - 1 >= MIN_THINKING_BUDGET else None
+        return replace(request, max_tokens=left, thinking_budget=thinking)
+
+    def _strategy(self) -> Strategy:
+        """The model's strategy; ``continue_message`` once it refused a prefill in this run or process."""
+        strategy = strategy_for(self.ctx.adapter, self.request)
+        model = self.request.model
+        if strategy is Strategy.PREFILL and (
+            model in self.ctx.prefill_refused or prefill_refused(self.ctx.provider, model)
+        ):
+            return Strategy.CONTINUE_MESSAGE
+        return strategy
 
     # ---- resume from a checkpoint -----------------------------------------------------
 
@@ -327,6 +379,8 @@ class TurnRunner:
             checkpoint_continuation=checkpoint.continuation,
         )
         self.continuation = checkpoint.continuation  # a resume spends no continuation
+        # the checkpoint does not say what the kept blocks cost: their bytes over-count it
+        self.output_used = sum(len(b.text.encode()) + len(b.arguments.encode()) for b in recovery.keep)
         if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
             self.acc.restore(recovery.keep)
             result = await self._finish_with(recovery.keep, "tool_use")
@@ -405,6 +459,15 @@ class TurnRunner:
             )
         for block in [*recovery.discarded_thinking, *recovery.discarded_other]:
             await self.ctx.frame(FrameKind.BLOCK_CANCEL, block=block.index, kind=block.kind, reason="partial")
+
+    async def _thinking_dropped(self, block: Block) -> None:
+        """A continuation's thinking block closed after the prefix's text: not kept (see ``translate``)."""
+        await self._emit(
+            ev.DISCARDED_THINKING,
+            kind=block.kind,
+            partial_bytes=len(block.text.encode()),
+            reason="thinking_after_text",
+        )
 
     async def _maybe_checkpoint(self, delta_bytes: int) -> None:
         if self.writer.note(delta_bytes):

@@ -146,7 +146,11 @@ class OpenAIChatStreamParser:
             self._text(content, out)
         refusal = delta.get("refusal")
         if refusal:
-            self._refused = True  # the finish_reason stays "stop"; the stop reason must not
+            if not self._refused:
+                # A refusal is known from its first delta: the answer is one, wherever the
+                # stream is cut, so the stop reason is set now (the finish_reason stays "stop").
+                self._refused = True
+                out.append(StopReason("refusal", None))
             self._text(refusal, out)
         tool_calls = delta.get("tool_calls")
         if tool_calls:

@@ -12,6 +12,8 @@ Compact string form (a command-line flag; ``;`` separates the faults of a script
     cut:bytes=900                         close abruptly after 900 body bytes (no last chunk)
     cut:events=12                         ... after 12 whole SSE events
     cut:events=12,mid                     ... halfway through event 13
+    cut:from_end=1                        ... before the last event (only the terminator is lost;
+                                          from_end=2 on OpenAI with usage: the usage chunk too)
     eof:events=12                         clean end (last chunk sent) after 12 events, no terminator
     stall:events=5,seconds=3[,then=cut]   after 5 events send nothing for 3 s (connection open),
                                           then cut (default), eof, or continue the stream
@@ -63,9 +65,9 @@ _INTERNAL = {v: k for k, v in _EXTERNAL.items()}
 _ALLOWED = {
     FaultKind.OK: set(),
     FaultKind.DROP: set(),
-    FaultKind.CUT: {"events", "byte_offset", "mid"},
-    FaultKind.EOF: {"events", "byte_offset", "mid"},
-    FaultKind.STALL: {"events", "byte_offset", "mid", "seconds", "then"},
+    FaultKind.CUT: {"events", "byte_offset", "mid", "from_end"},
+    FaultKind.EOF: {"events", "byte_offset", "mid", "from_end"},
+    FaultKind.STALL: {"events", "byte_offset", "mid", "seconds", "then", "from_end"},
     FaultKind.ERROR: {"events", "error_type", "message"},
     FaultKind.GARBAGE: {"events"},
     FaultKind.BAD_UTF8: {"events"},
@@ -73,7 +75,7 @@ _ALLOWED = {
         "code", "error_type", "message", "retry_after", "retry_after_ms", "retry_after_date", "should_retry", "quota",
     },
 }  # fmt: skip
-_INTS = {"events", "byte_offset", "code", "retry_after_ms"}
+_INTS = {"events", "byte_offset", "code", "retry_after_ms", "from_end"}
 _FLOATS = {"seconds", "retry_after", "retry_after_date"}
 _BOOLS = {"mid", "quota", "should_retry"}
 _THEN = ("cut", "eof", "continue")
@@ -99,6 +101,7 @@ class Fault:
     retry_after_date: float | None = None
     should_retry: bool | None = None
     quota: bool = False
+    from_end: int | None = None  # a position counted back from the stream's last event
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", FaultKind(self.kind))
@@ -107,13 +110,13 @@ class Fault:
         if unexpected:
             raise ValueError(f"{self.kind} fault takes no {', '.join(_EXTERNAL.get(n, n) for n in unexpected)}")
         positioned = self.kind in (FaultKind.CUT, FaultKind.EOF, FaultKind.STALL)
-        if positioned and (self.events is None) == (self.byte_offset is None):
-            raise ValueError(f"{self.kind} fault needs exactly one of events= or bytes=")
+        if positioned and sum(v is not None for v in (self.events, self.byte_offset, self.from_end)) != 1:
+            raise ValueError(f"{self.kind} fault needs exactly one of events=, bytes= or from_end=")
         if self.mid and self.events is None:
             raise ValueError("mid needs events=")
         if self.kind in (FaultKind.ERROR, FaultKind.GARBAGE, FaultKind.BAD_UTF8) and self.events is None:
             raise ValueError(f"{self.kind} fault needs events=")
-        if any(v is not None and v < 0 for v in (self.events, self.byte_offset)):
+        if any(v is not None and v < 0 for v in (self.events, self.byte_offset, self.from_end)):
             raise ValueError("positions cannot be negative")
         if self.kind is FaultKind.STALL and self.seconds <= 0:
             raise ValueError("stall fault needs seconds= (positive)")
@@ -285,6 +288,11 @@ def plan_delivery(events: Sequence[WireEvent], fault: Fault | None, error_event:
 def _split(events: Sequence[WireEvent], fault: Fault) -> tuple[tuple[Piece, ...], tuple[Piece, ...]] | None:
     """The pieces before and after the fault's position; None when it lies beyond the stream."""
     whole = [Piece(e.data, e.tokens, e.text) for e in events]
+    if fault.from_end is not None:
+        n = len(events) - fault.from_end
+        if n < 0:
+            return None
+        return tuple(whole[:n]), tuple(whole[n:])
     if fault.events is not None:
         n = fault.events
         if n > len(events) or (fault.mid and n == len(events)):

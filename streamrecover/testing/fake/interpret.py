@@ -56,6 +56,7 @@ class Interpretation:
     prefix_text: str = ""
     prefix_calls: tuple[ToolCall, ...] = ()
     include_usage: bool = False
+    max_tokens: int | None = None  # the request's output limit (the answer stops there: max_tokens)
 
     @property
     def continues(self) -> bool:

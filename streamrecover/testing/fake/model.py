@@ -22,11 +22,15 @@ from the last user text prompt; directives anywhere in that prompt steer it:
     A model that changes its mind: asked to go on after a break that cut its tool call
     off (no complete call in the prefix), it finishes its text and ends the turn
     (``end_turn``) instead of calling the tool again.
+``[[no_continuation_thinking]]``
+    With thinking enabled, a continuation starts without a thinking block. The real API
+    starts every response with one, a continuation included: that is the default.
 
 When the last user turn carries tool results, the answer is a final text that names each
 result ("NAME returned: ..."), then generated words. With thinking enabled (and a text
-prompt, not tool results) a thinking block comes first; its signature is an HMAC of its
-text, so a block sent back in history can be verified byte-exact.
+prompt, not tool results) a thinking block comes first, on a continuation too (a new one,
+about going on); its signature is an HMAC of its text, so a block sent back in history can
+be verified byte-exact.
 
 Generated text contains multi-byte UTF-8 (``café``, ``日本語``, ``🚀`` within the first six
 words) and newlines, so byte cuts land inside characters. Every block is pre-split into
@@ -155,6 +159,7 @@ class Directives:
     tools: int = 0  # number of tool calls wanted
     refuse: bool = False
     no_tool_after_break: bool = False
+    no_continuation_thinking: bool = False
     topic: str = ""  # the prompt without directives
 
     @classmethod
@@ -175,6 +180,8 @@ class Directives:
                 values["refuse"] = True
             elif name == "no_tool_after_break":
                 values["no_tool_after_break"] = True
+            elif name == "no_continuation_thinking":
+                values["no_continuation_thinking"] = True
         return cls(**values)
 
     @classmethod
@@ -213,16 +220,33 @@ def plan_answer(conversation: Conversation, *, tool_id_prefix: str = "toolu_") -
 
 
 def continue_plan(
-    plan: Plan, prefix_text: str, prefix_calls: Sequence[ToolCall] = (), *, drop_tools: bool = False
+    plan: Plan,
+    prefix_text: str,
+    prefix_calls: Sequence[ToolCall] = (),
+    *,
+    drop_tools: bool = False,
+    thinking_about: str | None = None,
 ) -> tuple[Plan, bool]:
     """What a model asked to go on after an assistant prefix says: only the rest.
 
     Returns ``(rest, True)`` when the prefix matches the plan, else ``(plan without its
     thinking block, False)``: a model that does not recognise its own words starts over,
-    which is what exposes a recovery bug. No new thinking block either way. ``drop_tools``
-    (``[[no_tool_after_break]]``): when the prefix holds no complete call, the rest has no
-    call either and ends the turn.
+    which is what exposes a recovery bug. ``thinking_about`` (the prompt, when thinking is
+    enabled): either way the response starts with a new signed thinking block, as the real
+    API's every response does. ``drop_tools`` (``[[no_tool_after_break]]``): when the prefix
+    holds no complete call, the rest has no call either and ends the turn.
     """
+    rest_plan, matched = _continue_plan(plan, prefix_text, prefix_calls, drop_tools=drop_tools)
+    if thinking_about is None:
+        return rest_plan, matched
+    return Plan(
+        (_continuation_thinking_block(thinking_about, prefix_text), *rest_plan.blocks), rest_plan.stop_reason
+    ), matched
+
+
+def _continue_plan(
+    plan: Plan, prefix_text: str, prefix_calls: Sequence[ToolCall], *, drop_tools: bool
+) -> tuple[Plan, bool]:
     blocks = tuple(b for b in plan.blocks if b.kind is not BlockKind.THINKING)
     restart = Plan(blocks, plan.stop_reason)
     text_block = next((b for b in blocks if b.kind is BlockKind.TEXT), None)
@@ -243,6 +267,33 @@ def continue_plan(
     if stop == "tool_use" and not any(b.kind is BlockKind.TOOL_USE for b in rest):
         stop = "end_turn"
     return Plan(tuple(rest), stop), True
+
+
+def limit_plan(plan: Plan, max_tokens: int) -> Plan:
+    """The answer cut at ``max_tokens`` output tokens (non-empty pieces), stop reason
+    ``max_tokens``, as a real model stops there. A thinking block cut short is signed as
+    it stands; a tool call that does not fit whole is left out."""
+    if plan.output_tokens <= max_tokens:
+        return plan
+    left = max_tokens
+    blocks: list[PlannedBlock] = []
+    for block in plan.blocks:
+        count = sum(1 for p in block.pieces if p)
+        if count <= left:
+            blocks.append(block)
+            left -= count
+            continue
+        if block.kind is not BlockKind.TOOL_USE and left > 0:
+            pieces: list[str] = []
+            for piece in block.pieces:
+                if piece and left == 0:
+                    break
+                pieces.append(piece)
+                left -= 1 if piece else 0
+            signature = sign_thinking("".join(pieces)) if block.kind is BlockKind.THINKING else block.signature
+            blocks.append(PlannedBlock(block.kind, tuple(pieces), signature, block.call_id, block.name))
+        break
+    return Plan(tuple(blocks), "max_tokens")
 
 
 def sign_thinking(thinking: str) -> str:
@@ -331,6 +382,14 @@ def _text_block(text: str) -> PlannedBlock:
 def _thinking_block(prompt: str, directives: Directives) -> PlannedBlock:
     about = directives.topic[:80] or "this"
     thinking = f"Let me think about {about}.\n" + generate_text("thinking\x00" + prompt, 30, about=prompt)
+    return PlannedBlock(BlockKind.THINKING, split_pieces(thinking, 3, 12), signature=sign_thinking(thinking))
+
+
+def _continuation_thinking_block(prompt: str, prefix_text: str) -> PlannedBlock:
+    tail = " ".join(prefix_text.split()[-6:]) or "the start"
+    thinking = f"My answer was cut off after “{tail}”. I will go on from exactly there.\n" + generate_text(
+        "continuation-thinking\x00" + prompt + "\x00" + prefix_text, 12, about=prompt
+    )
     return PlannedBlock(BlockKind.THINKING, split_pieces(thinking, 3, 12), signature=sign_thinking(thinking))
 
 

@@ -57,6 +57,7 @@ def interpret(body: Any) -> Interpretation:
         conversation=Conversation(base, tools, thinking),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
+        max_tokens=max_tokens,
     )
 
 

@@ -53,7 +53,22 @@ def interpret(body: Any) -> Interpretation:
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
         include_usage=isinstance(options, Mapping) and options.get("include_usage") is True,
+        max_tokens=_max_tokens(body),
     )
+
+
+def _max_tokens(body: Mapping[str, Any]) -> int | None:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise RequestRejected(
+                    f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got {value} instead.",
+                    param=name,
+                    code="integer_below_min_value",
+                )
+            return value
+    return None
 
 
 def _tools(tools: Any) -> tuple[ToolOffer, ...]:

@@ -42,7 +42,7 @@ from .http11 import (
 )
 from .interpret import Interpretation, RequestRejected
 from .log import LogEntry
-from .model import Directives, Plan, continue_plan, plan_answer
+from .model import Directives, Plan, continue_plan, limit_plan, plan_answer
 from .recording import Recording
 from .wire import ErrorSpec, ResponseContext
 
@@ -466,13 +466,18 @@ def _understand(
         plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
     outcome.understood_as = interpretation.mode.value
     if interpretation.continues:
+        directives = Directives.of(interpretation.conversation)
+        thinks = interpretation.conversation.thinking and not directives.no_continuation_thinking
         plan, matched = continue_plan(
             plan,
             interpretation.prefix_text,
             interpretation.prefix_calls,
-            drop_tools=Directives.of(interpretation.conversation).no_tool_after_break,
+            drop_tools=directives.no_tool_after_break,
+            thinking_about=_prompt_of(interpretation) if thinks else None,
         )
         outcome.prefix_chars, outcome.prefix_matched = len(interpretation.prefix_text), matched
+    if interpretation.max_tokens is not None:
+        plan = limit_plan(plan, interpretation.max_tokens)
     outcome.output_tokens = plan.output_tokens
     ctx = ResponseContext(
         model=interpretation.model,
@@ -481,6 +486,10 @@ def _understand(
         include_usage=interpretation.include_usage,
     )
     return interpretation, plan, ctx
+
+
+def _prompt_of(interpretation: Interpretation) -> str:
+    return next((t.text for t in reversed(interpretation.conversation.turns) if t.role == "user" and t.text), "")
 
 
 def _check_request(dialect: Dialect, request: Request) -> ErrorSpec | None:

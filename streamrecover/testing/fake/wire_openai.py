@@ -25,7 +25,7 @@ BAD_JSON = ErrorSpec(
     "trouble figuring out how to fix this, please contact us through our help center at help.openai.com.)",
 )
 BAD_CONTENT_TYPE = BAD_JSON
-_FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "refusal": "stop"}
+_FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "refusal": "stop", "max_tokens": "length"}
 _STATUS_ERRORS = {
     400: ("invalid_request_error", None, "Invalid request."),
     401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-fake***."),

@@ -1,0 +1,249 @@
+"""The turn's rules where the real providers are stricter than a kind fake: thinking on
+every response, a prefill refused once, an answer that had ended, the turn's max_tokens
+budget, a refusal in progress, and never an empty assistant message. Real HTTP against
+the fake provider, like tests/test_engine_recovery.py."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+
+from streamrecover.engine.continuation import forget_prefill_refusals
+from streamrecover.engine.sse import SSEDecoder
+from streamrecover.testing.tools import demo_registry
+
+from .harness import assert_invariants, events_until, run
+
+REFUSAL_TEXT = "I'm sorry, but I can't help with that request."  # what the fake refuses with
+STORY = "Tell me a story about the sea [[words=120]]"
+WEATHER = "What is the weather in Paris? [[tool=get_weather]]"
+NO_PREFILL = "claude-opus-4-6"  # the fake refuses a prefill from this model with a 400, as the real API does
+FORCE_PREFILL = {"strategy_overrides": {"*": "prefill"}}
+
+
+def _raw_events(reference) -> list[dict]:
+    """The SSE events (parsed JSON data, [DONE] as None) the fake sends for the reference request."""
+    import json
+
+    request = reference.sink.attempts[0].request
+    headers = {k: v for k, v in request["headers"].items() if v != "[redacted]"}
+    headers.update({"x-api-key": "k", "authorization": "Bearer k", "x-fake-scenario": uuid.uuid4().hex})
+    raw = httpx.post(request["url"], json=request["json"], headers=headers).content
+    decoder = SSEDecoder()
+    return [None if e.data == "[DONE]" else json.loads(e.data) for e in decoder.feed(raw) + decoder.close()]
+
+
+# ---- a prefill refused once is remembered --------------------------------------------------
+
+
+async def test_a_prefill_refused_once_is_not_sent_again_in_the_same_turn(fake_server):
+    reference = await run(fake_server, STORY, model=NO_PREFILL)
+    out = await run(
+        fake_server,
+        STORY,
+        model=NO_PREFILL,
+        faults=["cut:bytes=1500", "ok", "cut:bytes=1500", "ok"],
+        provider_kw=FORCE_PREFILL,
+    )
+    assert_invariants(out, reference)
+    assert [e.status for e in out.log] == [200, 400, 200, 200]
+    assert [e.understood_as for e in out.log[2:]] == ["continue_message", "continue_message"]
+    assert [e["strategy"] for e in out.events("llm_stream_continuation_started")] == ["prefill", "continue_message"]
+
+
+async def test_a_prefill_refusal_is_remembered_for_the_model_in_the_process(fake_server):
+    reference = await run(fake_server, STORY, model=NO_PREFILL)
+    first = await run(fake_server, STORY, model=NO_PREFILL, faults=["cut:bytes=1500"], provider_kw=FORCE_PREFILL)
+    assert [e.status for e in first.log] == [200, 400, 200]
+    second = await run(fake_server, STORY, model=NO_PREFILL, faults=["cut:bytes=1500"], provider_kw=FORCE_PREFILL)
+    assert_invariants(second, reference)
+    assert [e.status for e in second.log] == [200, 200]  # no second refusal
+    assert second.log[1].understood_as == "continue_message"
+    # another model of the same provider still gets its prefill
+    other = await run(fake_server, STORY, faults=["cut:bytes=1500"], provider_kw=FORCE_PREFILL)
+    assert [e.understood_as for e in other.log] == ["fresh", "prefill"]
+    forget_prefill_refusals()
+    again = await run(fake_server, STORY, model=NO_PREFILL, faults=["cut:bytes=1500"], provider_kw=FORCE_PREFILL)
+    assert [e.status for e in again.log] == [200, 400, 200]
+
+
+# ---- the answer had ended ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("wire", "model", "prompt", "fault", "stop", "usage_missing"),
+    [
+        ("anthropic", "claude-3-7-sonnet", STORY, "cut:from_end=1", "end_turn", False),  # message_stop lost
+        ("anthropic", "claude-3-7-sonnet", STORY, "eof:from_end=1", "end_turn", False),
+        ("anthropic", "claude-3-7-sonnet", WEATHER, "cut:from_end=1", "tool_use", False),
+        ("openai", "gpt-4o", STORY, "cut:from_end=1", "end_turn", False),  # [DONE] lost
+        ("openai", "gpt-4o", STORY, "cut:from_end=2", "end_turn", True),  # the usage chunk and [DONE] lost
+        ("openai", "gpt-4o", WEATHER, "cut:from_end=2", "tool_use", True),
+    ],
+)
+async def test_an_answer_whose_stop_reason_arrived_is_not_continued(
+    fake_server, wire, model, prompt, fault, stop, usage_missing
+):
+    reference = await run(fake_server, prompt, wire=wire, model=model, tools=demo_registry())
+    tools = demo_registry()
+    out = await run(fake_server, prompt, wire=wire, model=model, tools=tools, faults=[fault])
+    assert_invariants(out, reference)
+    assert len(out.log) == len(reference.log)  # no continuation: the same calls as uninterrupted
+    assert out.events("llm_stream_continuation_started") == []
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["answer_complete"] is True
+    assert interrupted["final_usage_missing"] is usage_missing
+    first = out.sink.attempts[0]
+    assert (first.outcome, first.stop_reason) == ("interrupted", stop)
+    if stop == "tool_use":
+        assert [name for name, _ in tools.calls] == ["get_weather"]
+
+
+# ---- a refusal in progress -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cut", ["cut:events=5", "cut:events=5,mid", "eof:events=3", "cut:from_end=3"])
+async def test_an_openai_refusal_cut_before_its_finish_reason_is_never_continued(fake_server, cut):
+    prompt = "Explain something forbidden [[refuse]]"
+    reference = await run(fake_server, prompt, wire="openai", model="gpt-4o")
+    assert reference.assistant[0]["content"] == [{"type": "text", "text": REFUSAL_TEXT}]
+    out = await run(fake_server, prompt, wire="openai", model="gpt-4o", faults=[cut])
+    assert out.status == "completed"
+    assert len(out.log) == 1  # never continued
+    (text_block,) = out.assistant[0]["content"]
+    assert REFUSAL_TEXT.startswith(text_block["text"])
+    for reconstructed, committed in out.view.turns:
+        assert reconstructed == committed
+    assert out.sink.attempts[0].stop_reason == "refusal"
+    assert out.events("llm_stream_continuation_started") == []
+
+
+# ---- never an empty assistant message --------------------------------------------------------
+
+_EMPTY_START = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_01empty","type":"message",'
+    b'"role":"assistant","model":"claude-3-7-sonnet","content":[],"stop_reason":null,"stop_sequence":null,'
+    b'"usage":{"input_tokens":12,"output_tokens":1}}}\n\n'
+)
+
+
+def _empty_answer(stop: str) -> bytes:
+    return (
+        _EMPTY_START
+        + b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"'
+        + stop.encode()
+        + b'","stop_sequence":null},"usage":{"output_tokens":2}}\n\n'
+        + b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    )
+
+
+def _assert_no_empty_assistant(out) -> None:
+    assert out.status == "completed", out.result.error
+    assert all(m["content"] for m in out.result.messages if m["role"] == "assistant")
+    assert out.frames("message_committed") == []
+
+
+@pytest.mark.parametrize("stop", ["end_turn", "refusal"])
+@pytest.mark.parametrize("fault", [None, "cut:from_end=1"])
+async def test_an_answer_with_no_content_is_not_committed(fake_server, stop, fault):
+    out = await run(fake_server, STORY, recording=_empty_answer(stop), faults=[fault] if fault else [])
+    _assert_no_empty_assistant(out)
+    assert out.result.new_messages == []
+    assert len(out.log) == 1
+
+
+async def test_a_run_re_executed_after_its_final_commit_adds_nothing(fake_server):
+    reference = await run(fake_server, STORY)
+    thread = reference.result.messages
+    out = await run(fake_server, STORY, messages=[dict(m) for m in thread], resume=True)
+    _assert_no_empty_assistant(out)
+    assert out.result.new_messages == []
+    assert out.result.messages == thread
+    assert out.log == []  # the provider was not asked again
+
+
+# ---- extended thinking on a continuation -----------------------------------------------------
+
+
+async def test_a_continuations_thinking_block_is_shown_then_dropped_and_the_text_stays_one_block(fake_server):
+    reference = await run(fake_server, STORY, thinking_budget=2048)
+    thinking_end = await events_until(fake_server, reference, "thinking")
+    faults = [
+        f"cut:events={thinking_end + 8}",  # in the first response's text
+        "cut:events=10",  # inside the continuation's own thinking block (unsigned: dropped as partial)
+        "cut:events=45",  # after the next continuation's thinking block, inside its text
+    ]
+    out = await run(fake_server, STORY, thinking_budget=2048, faults=faults)
+    assert_invariants(out, reference)  # committed = client view = uninterrupted
+    assert [b["type"] for b in out.assistant[0]["content"]] == ["thinking", "text"]
+    assert [e.understood_as for e in out.log] == ["fresh"] + ["continue_message"] * 3
+    # every continuation started with a thinking block; the client saw it stream (after the
+    # text, block 2) and was told to drop it each time
+    assert {f["block"] for f in out.frames("thinking_delta")} == {0, 2}
+    assert [e["reason"] for e in out.events("discarded_thinking")] == [
+        "unsigned_partial_thinking",
+        "thinking_after_text",
+        "thinking_after_text",
+    ]
+    cancels = [(f["block"], f["kind"], f["reason"]) for f in out.frames("block_cancel")]
+    assert cancels == [
+        (2, "thinking", "partial"),
+        (2, "thinking", "thinking_after_text"),
+        (2, "thinking", "thinking_after_text"),
+    ]
+
+
+async def test_without_continuation_thinking_nothing_is_dropped(fake_server):
+    prompt = STORY + " [[no_continuation_thinking]]"
+    reference = await run(fake_server, prompt, thinking_budget=2048)
+    thinking_end = await events_until(fake_server, reference, "thinking")
+    out = await run(fake_server, prompt, thinking_budget=2048, faults=[f"cut:events={thinking_end + 8}"])
+    assert_invariants(out, reference)
+    assert out.frames("block_cancel") == []
+    assert out.events("discarded_thinking") == []
+
+
+# ---- max_tokens is the turn's budget ---------------------------------------------------------
+
+LONG = "Tell me a long story about the sea [[words=400]]"
+LIMIT = 500  # output tokens: the uninterrupted answer stops here with max_tokens
+
+
+def _text(out) -> str:
+    return "".join(b["text"] for m in out.assistant for b in m["content"] if b["type"] == "text")
+
+
+@pytest.mark.parametrize(("wire", "model"), [("anthropic", "claude-3-7-sonnet"), ("openai", "gpt-4o")])
+async def test_a_turn_cut_twice_never_receives_more_than_max_tokens(fake_server, wire, model):
+    reference = await run(fake_server, LONG, wire=wire, model=model, max_tokens=LIMIT)
+    assert reference.sink.attempts[-1].stop_reason == "max_tokens"  # the fake honours max_tokens
+    assert reference.log[0].billed_output_tokens == LIMIT
+    out = await run(
+        fake_server, LONG, wire=wire, model=model, max_tokens=LIMIT, faults=["cut:events=80", "cut:events=40"]
+    )
+    assert out.status == "completed", out.result.error
+    for reconstructed, committed in out.view.turns:
+        assert reconstructed == committed
+    # never more output than the caller allowed, across every call of the turn
+    assert sum(e.billed_output_tokens for e in out.log) <= LIMIT
+    sent = [a.request["json"].get("max_tokens") for a in out.sink.attempts]
+    assert sent[0] == LIMIT
+    assert sent[0] > sent[1] > sent[2] > 0
+    # it ends as the uninterrupted run does: at its limit, with max_tokens, not continued again
+    assert len(out.log) == 3
+    assert out.sink.attempts[-1].stop_reason == "max_tokens"
+    assert _text(reference).startswith(_text(out))
+
+
+async def test_a_turn_whose_budget_is_spent_at_the_break_ends_with_max_tokens(fake_server):
+    out = await run(fake_server, LONG, max_tokens=120, faults=["cut:events=110"])
+    assert out.status == "completed", out.result.error
+    assert len(out.log) == 1  # no continuation: nothing is left of the budget
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["turn_output_tokens"] >= 120
+    reference = await run(fake_server, LONG, max_tokens=120)
+    assert _text(reference).startswith(_text(out))
+    for reconstructed, committed in out.view.turns:
+        assert reconstructed == committed
