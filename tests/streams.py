@@ -52,3 +52,25 @@ def cut_points(text: str) -> list[int]:
     for end in boundaries:
         cuts.update({end - 1, end, end + 1, max(0, end - 20)})
     return sorted(c for c in cuts if c < len(text))
+
+
+# ---- the recorded real-API streams (``../shared/recorded``) ---------------------------------
+
+RECORDED_BESIDE = Path(__file__).resolve().parents[2] / "shared" / "recorded"
+RECORDED = Path(os.environ.get("STREAMRECOVER_RECORDED_DIR") or RECORDED_BESIDE)
+MISSING_RECORDED = "recorded real-API streams not found"
+
+
+def recorded_path(name: str) -> Path:
+    """A stream recorded from a real API. Without the folder the test is skipped, saying where
+    it looked; a folder that is there but lacks this stream fails the test."""
+    path = RECORDED / name
+    if not RECORDED.is_dir():
+        pytest.skip(f"{MISSING_RECORDED}: {RECORDED} does not exist (set STREAMRECOVER_RECORDED_DIR)")
+    if not path.is_file():
+        pytest.fail(f"recorded stream {path} is missing from {RECORDED}", pytrace=False)
+    return path
+
+
+def load_recorded(name: str) -> bytes:
+    return recorded_path(name).read_bytes()

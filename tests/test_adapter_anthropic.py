@@ -15,6 +15,8 @@ from streamrecover.engine.errors import ErrorClass, ParseError
 from streamrecover.engine.events import (
     BlockStart,
     BlockStop,
+    CitationDelta,
+    FieldDelta,
     MessageStart,
     ProviderErrorEvent,
     SignatureDelta,
@@ -252,12 +254,20 @@ def test_message_delta_without_a_stop_reason_or_usage_emits_nothing():
     [
         {"type": "ping"},
         {"type": "some_new_event", "payload": [1, 2]},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": {"x": 1}}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "compaction_delta", "content": "…"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "some_new_delta", "content": "…"}},
     ],
 )
 def test_pings_and_unknown_types_are_ignored(data: dict[str, Any]):
     assert feed_one(data) == []
+
+
+def test_citations_and_compaction_deltas_are_kept():
+    """They fill what history must carry back (a text block's citations, a compaction's summary)."""
+    citation = {"type": "web_search_result_location", "cited_text": "x", "encrypted_index": "Eo8B"}
+    cite = {"type": "content_block_delta", "index": 2, "delta": {"type": "citations_delta", "citation": citation}}
+    assert feed_one(cite) == [CitationDelta(2, citation)]
+    compact = {"type": "content_block_delta", "index": 0, "delta": {"type": "compaction_delta", "content": "…"}}
+    assert feed_one(compact) == [FieldDelta(0, "content", "…")]
 
 
 def test_deltas_map_to_their_events():

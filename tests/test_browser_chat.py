@@ -281,3 +281,32 @@ def test_client_js_goes_on_from_a_snapshot_taken_inside_a_tool_call(client_page:
     assert result["messages"] == view.messages
     assert result["stats"]["mismatches"] == 0
     assert result["stats"]["checked"] == 2
+
+
+def test_client_js_shows_server_tools_citations_and_compaction_like_the_reference_client(
+    client_page: Any, fake_server: Any
+) -> None:
+    """A server tool's input streamed after its block frame, citations, a compaction block
+    re-sent whole: the same trace as the Python reducer, also from a snapshot taken inside
+    the server tool's input."""
+    from streamrecover.live.snapshot import RunRecord, build_snapshot
+    from streamrecover.live.state import RunState
+
+    from .recorded_reading import compaction_stream, mcp_stream, web_search_stream
+
+    for raw in (web_search_stream(), mcp_stream(), compaction_stream()):
+        frames = _engine_frames(fake_server, "Replay", recording=raw, model="claude-sonnet-4-5")
+        result = client_page.evaluate(JS_TRACE, frames)
+        assert result["trace"] == _python_trace(frames)
+        assert result["stats"]["mismatches"] == 0
+        assert result["stats"]["checked"] == 1
+    frames = _engine_frames(fake_server, "Replay", recording=web_search_stream(), model="claude-sonnet-4-5")
+    cut = [i for i, f in enumerate(frames) if f["type"] == "tool_call_delta" and f["arguments_delta"]][1]
+    state = RunState()
+    for frame in frames[:cut]:
+        state.apply(frame)
+    user = {"role": "user", "content": [{"type": "text", "text": "Replay"}]}
+    snapshot = build_snapshot(RunRecord(frames[0]["run_id"], "running", None, {0: user}), state)
+    result = client_page.evaluate(JS_TRACE, [snapshot, *frames[cut:]])
+    assert result["messages"] == ClientView(messages=[user]).apply_all(frames).messages
+    assert result["stats"]["mismatches"] == 0

@@ -15,6 +15,8 @@ from typing import Any
 from .events import (
     BlockStart,
     BlockStop,
+    CitationDelta,
+    FieldDelta,
     MessageStart,
     ProviderErrorEvent,
     SignatureDelta,
@@ -73,6 +75,8 @@ class Block(_BlockParts):
     signature: str = ""
     data: dict[str, Any] | None = None  # redacted_thinking / opaque blocks, whole
     closed: bool = False
+    citations: list[dict[str, Any]] | None = None  # a text block's citations, as sent
+    field: str = ""  # an opaque block's string field that ``text`` fills (FieldDelta)
 
     def status(self) -> BlockStatus:
         if self.kind == TEXT:
@@ -101,6 +105,8 @@ class Block(_BlockParts):
     def to_content(self) -> dict[str, Any]:
         """The block in the canonical content shape used for history and output."""
         if self.kind == TEXT:
+            if self.citations:
+                return {"type": "text", "text": self.text, "citations": [dict(c) for c in self.citations]}
             return {"type": "text", "text": self.text}
         if self.kind == TOOL_USE:
             return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.parsed_input() or {}}
@@ -111,17 +117,25 @@ class Block(_BlockParts):
         content = dict(self.data or {"type": self.kind})
         if self.arguments:  # server tool calls stream their input like tool_use does
             content["input"] = self.parsed_input() or {}
+        if self.field:  # a field streamed in pieces (a compaction block's content)
+            content[self.field] = self.text
         return content
 
     def copy(self) -> Block:
-        return replace(self, data=dict(self.data) if self.data is not None else None)
+        return replace(
+            self,
+            data=dict(self.data) if self.data is not None else None,
+            citations=list(self.citations) if self.citations is not None else None,
+        )
 
     @classmethod
     def from_content(cls, index: int, content: dict[str, Any]) -> Block:
         """A closed block from canonical content (a checkpoint or a stored message)."""
         kind = content.get("type", "")
         if kind == TEXT:
-            return cls(index, TEXT, text=content.get("text", ""), closed=True)
+            cited = content.get("citations")
+            citations = [dict(c) for c in cited] if isinstance(cited, list) and cited else None
+            return cls(index, TEXT, text=content.get("text", ""), citations=citations, closed=True)
         if kind == TOOL_USE:
             return cls(
                 index,
@@ -238,6 +252,17 @@ class Accumulator:
             case SignatureDelta(index=i, signature=s):
                 block = self._block(i, THINKING)
                 block.signature = s
+                return block
+            case CitationDelta(index=i, citation=c):
+                block = self._block(i, TEXT)
+                if block.citations is None:
+                    block.citations = []
+                block.citations.append(c)
+                return block
+            case FieldDelta(index=i, field=name, text=t):
+                block = self._block(i, name)
+                block.field = name
+                block._text_parts.append(t)
                 return block
             case BlockStart(index=i, kind=k, id=ident, name=name, data=data):
                 block = Block(i, k, id=ident, name=name, data=dict(data) if data else None)

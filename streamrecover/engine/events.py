@@ -91,6 +91,24 @@ class SignatureDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class CitationDelta:
+    """One citation of a text block (web search, documents): appended to its ``citations``."""
+
+    index: int
+    citation: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldDelta:
+    """A piece of one string field of an opaque block (a ``compaction`` block's ``content``):
+    the pieces are joined, in order, into that field of the block's content."""
+
+    index: int
+    field: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class BlockStop:
     index: int
 
@@ -131,6 +149,8 @@ StreamEvent = (
     | ToolArgsDelta
     | ThinkingDelta
     | SignatureDelta
+    | CitationDelta
+    | FieldDelta
     | BlockStop
     | UsageUpdate
     | StopReason

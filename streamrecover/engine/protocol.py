@@ -23,6 +23,7 @@ class FrameKind:
     THINKING_DELTA: Final = "thinking_delta"
     TOOL_CALL_DELTA: Final = "tool_call_delta"
     BLOCK: Final = "block"
+    CITATION: Final = "citation"
     TOOL_CALL_CANCEL: Final = "tool_call_cancel"
     BLOCK_CANCEL: Final = "block_cancel"
     STREAM_RESET: Final = "stream_reset"
@@ -86,11 +87,22 @@ class ToolCallDeltaFrame(_Header):
 
 
 class BlockFrame(_Header):
-    """A whole block of a kind that streams no deltas (``redacted_thinking``, ...)."""
+    """A whole block of a kind that streams no text deltas (``redacted_thinking``, server tool
+    calls and results, ``compaction``). Sent again for the same index it replaces the block
+    (a compaction block, announced empty, is sent again whole when it closes); a server tool
+    call's input then arrives as ``tool_call_delta`` frames for its index."""
 
     type: Literal["block"]
     block: int
     content: dict[str, Any]
+
+
+class CitationFrame(_Header):
+    """One citation of the text block ``block`` (web search answers): appended to its ``citations``."""
+
+    type: Literal["citation"]
+    block: int
+    citation: dict[str, Any]
 
 
 class ToolCallCancelFrame(_Header):
@@ -159,6 +171,7 @@ Frame = (
     | ThinkingDeltaFrame
     | ToolCallDeltaFrame
     | BlockFrame
+    | CitationFrame
     | ToolCallCancelFrame
     | BlockCancelFrame
     | StreamResetFrame
@@ -179,6 +192,14 @@ def frame_span(frame: Mapping[str, Any]) -> tuple[int, int]:
 # ---- the reducer ------------------------------------------------------------------------
 
 
+def _shown_input(arguments: str) -> Any:
+    """A tool call's arguments as the client shows them (unparseable ones as ``__unparsed__``)."""
+    try:
+        return json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {"__unparsed__": arguments}
+
+
 @dataclass(slots=True)
 class PartialBlock:
     """One in-flight block as a client holds it: text so far, or a tool call's raw arguments."""
@@ -187,26 +208,29 @@ class PartialBlock:
     text: str = ""
     id: str | None = None
     name: str | None = None
-    arguments: str = ""
-    content: dict[str, Any] | None = None  # a whole block (kinds without deltas)
+    arguments: str = ""  # a tool call's, or a server tool call's (announced by a ``block`` frame)
+    content: dict[str, Any] | None = None  # a whole block (kinds without text deltas)
+    citations: list[dict[str, Any]] | None = None  # a text block's
 
     def to_content(self) -> dict[str, Any]:
         """What the client shows: canonical content (unparseable arguments kept as ``__unparsed__``)."""
         if self.kind == "text":
+            if self.citations:
+                return {"type": "text", "text": self.text, "citations": list(self.citations)}
             return {"type": "text", "text": self.text}
         if self.kind == "tool_use":
-            try:
-                parsed = json.loads(self.arguments) if self.arguments.strip() else {}
-            except ValueError:
-                parsed = {"__unparsed__": self.arguments}
-            return {"type": "tool_use", "id": self.id, "name": self.name, "input": parsed}
+            return {"type": "tool_use", "id": self.id, "name": self.name, "input": _shown_input(self.arguments)}
         if self.kind == "thinking":
             return {"type": "thinking", "thinking": self.text}
-        return dict(self.content or {"type": self.kind})
+        content = dict(self.content or {"type": self.kind})
+        if self.arguments:  # a server tool call's input, streamed after its block frame
+            content["input"] = _shown_input(self.arguments)
+        return content
 
     def to_snapshot_content(self) -> dict[str, Any]:
         """The block in a snapshot. A tool call's arguments may be half a JSON document:
-        ``partial_json`` carries them verbatim so the client appends further deltas."""
+        ``partial_json`` carries them verbatim so the client appends further deltas (a
+        server tool call's too, beside its whole content)."""
         if self.kind == "tool_use":
             try:
                 parsed = json.loads(self.arguments) if self.arguments.strip() else {}
@@ -219,6 +243,8 @@ class PartialBlock:
                 "input": parsed if isinstance(parsed, dict) else {},
                 "partial_json": self.arguments,
             }
+        if self.kind not in ("text", "thinking") and self.arguments:
+            return {**dict(self.content or {"type": self.kind}), "partial_json": self.arguments}
         return self.to_content()
 
     @classmethod
@@ -226,14 +252,16 @@ class PartialBlock:
         """A snapshot's partial block back into the form later deltas append to."""
         kind = str(content.get("type", ""))
         if kind == "text":
-            return cls("text", text=content.get("text", ""))
+            cited = content.get("citations")
+            return cls("text", text=content.get("text", ""), citations=list(cited) if cited else None)
         if kind == "thinking":
             return cls("thinking", text=content.get("thinking", ""))
+        raw = content.get("partial_json")
         if kind == "tool_use":
-            raw = content.get("partial_json")
             arguments = raw if isinstance(raw, str) else json.dumps(content.get("input"))
             return cls("tool_use", id=content.get("id"), name=content.get("name"), arguments=arguments)
-        return cls(kind, content=dict(content))
+        whole = {k: v for k, v in content.items() if k != "partial_json"}
+        return cls(kind, content=whole, arguments=raw if isinstance(raw, str) else "")
 
 
 class FrameReducer:
@@ -258,8 +286,12 @@ class FrameReducer:
         elif kind == FrameKind.THINKING_DELTA:
             self.blocks.setdefault(block, PartialBlock("thinking")).text += frame.get("thinking", "")
         elif kind == FrameKind.TOOL_CALL_DELTA:
+            # also a server tool call's input, after the block frame that announced it
             entry = self.blocks.setdefault(block, PartialBlock("tool_use", id=frame.get("id"), name=frame.get("name")))
             entry.arguments += frame.get("arguments_delta", "")
+        elif kind == FrameKind.CITATION:
+            entry = self.blocks.setdefault(block, PartialBlock("text"))
+            entry.citations = [*(entry.citations or []), frame.get("citation") or {}]
         elif kind == FrameKind.BLOCK:
             content = frame.get("content") or {}
             self.blocks[block] = PartialBlock(content.get("type", "block"), content=content)

@@ -24,6 +24,8 @@ from .errors import BodyDecodeError, InterruptCause, StreamInterrupted
 from .events import (
     BlockStart,
     BlockStop,
+    CitationDelta,
+    FieldDelta,
     MessageStart,
     ProviderErrorEvent,
     SignatureDelta,
@@ -163,6 +165,13 @@ class Translator:
                 await frame(FrameKind.THINKING_DELTA, block=target, thinking=text)
             case SignatureDelta(index=i, signature=sig):
                 self.acc.apply(SignatureDelta(mapper.target(i, THINKING), sig))
+            case CitationDelta(index=i, citation=citation):
+                target = mapper.target(i, TEXT)
+                self.acc.apply(CitationDelta(target, citation))
+                await frame(FrameKind.CITATION, block=target, citation=citation)
+            case FieldDelta(index=i, field=name, text=text):
+                # shown whole when the block closes (a compaction summary arrives in one piece)
+                self.acc.apply(FieldDelta(mapper.target(i, name), name, text))
             case BlockStart(kind=kind):
                 self.received_bytes += len((event.name or "").encode())
                 mapped = mapper.start(event)
@@ -192,6 +201,9 @@ class Translator:
                     await frame(FrameKind.BLOCK_CANCEL, block=target, kind=stopped.kind, reason="thinking_after_text")
                     if self.on_thinking_dropped is not None:
                         await self.on_thinking_dropped(stopped)
+                elif stopped is not None and stopped.field:
+                    # an opaque block whose content streamed: the client gets it again, whole
+                    await frame(FrameKind.BLOCK, block=target, content=stopped.to_content())
             case MessageStart(usage=usage):
                 record.usage = record.usage.merged(usage)
             case UsageUpdate(usage=usage):
@@ -217,12 +229,16 @@ async def replay_block(ctx: RunContext, block: Block) -> None:
     """The frames that show a kept block to a client that starts from nothing (a resume)."""
     if block.kind == TEXT:
         await ctx.frame(FrameKind.TEXT_DELTA, block=block.index, text=block.text)
+        for citation in block.citations or ():
+            await ctx.frame(FrameKind.CITATION, block=block.index, citation=citation)
     elif block.kind == TOOL_USE:
         await ctx.frame(
             FrameKind.TOOL_CALL_DELTA, block=block.index, id=block.id, name=block.name, arguments_delta=block.arguments
         )
     elif block.kind == THINKING:
         await ctx.frame(FrameKind.THINKING_DELTA, block=block.index, thinking=block.text)
+    else:  # redacted thinking, server tool calls and results, compaction: whole
+        await ctx.frame(FrameKind.BLOCK, block=block.index, content=block.to_content())
 
 
 def as_interrupted(exc: BaseException) -> StreamInterrupted:

@@ -69,18 +69,24 @@ class RunState(FrameReducer):
 def _stored(block: PartialBlock) -> dict[str, Any]:
     """An in-flight block as the buffer stores it (the stored JSON shape is unchanged across versions)."""
     if block.kind in ("text", "thinking"):
-        return {"kind": block.kind, "text": block.text}
+        stored: dict[str, Any] = {"kind": block.kind, "text": block.text}
+        if block.citations:
+            stored["citations"] = block.citations
+        return stored
     if block.kind == "tool_use":
         return {"kind": "tool_use", "id": block.id, "name": block.name, "arguments": block.arguments}
-    return {"kind": block.kind, "content": block.content}
+    stored = {"kind": block.kind, "content": block.content}
+    if block.arguments:  # a server tool call's streamed input
+        stored["arguments"] = block.arguments
+    return stored
 
 
 def _loaded(entry: dict[str, Any]) -> PartialBlock:
     kind = entry["kind"]
     if kind in ("text", "thinking"):
-        return PartialBlock(kind, text=entry.get("text", ""))
+        return PartialBlock(kind, text=entry.get("text", ""), citations=entry.get("citations"))
     if kind == "tool_use":
         return PartialBlock(
             "tool_use", id=entry.get("id"), name=entry.get("name"), arguments=entry.get("arguments", "")
         )
-    return PartialBlock(kind, content=entry.get("content"))
+    return PartialBlock(kind, content=entry.get("content"), arguments=entry.get("arguments", ""))

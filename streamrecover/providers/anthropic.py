@@ -17,6 +17,8 @@ from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
     BlockStart,
     BlockStop,
+    CitationDelta,
+    FieldDelta,
     MessageStart,
     ProviderErrorEvent,
     SignatureDelta,
@@ -179,10 +181,16 @@ class AnthropicStreamParser:
         block = obj["content_block"]
         kind = block["type"]
         if kind == "text":
+            out_text: list[StreamEvent] = [BlockStart(index, "text")]
             text = block.get("text")
             if text:  # the start normally carries "", but keep any initial text
-                return [BlockStart(index, "text"), TextDelta(index, text)]
-            return [BlockStart(index, "text")]
+                out_text.append(TextDelta(index, text))
+            cited = block.get("citations")  # normally [] (filled by citations_delta) or absent
+            if cited:
+                if type(cited) is not list or any(type(c) is not dict for c in cited):
+                    raise _ShapeError("citations is not a list of objects")
+                out_text.extend(CitationDelta(index, c) for c in cited)
+            return out_text
         if kind == "tool_use":
             # The start's "input": {} is a placeholder; the input arrives as input_json_delta.
             return [BlockStart(index, "tool_use", id=block["id"], name=block["name"])]
@@ -211,9 +219,19 @@ class AnthropicStreamParser:
             if type(text) is not str:
                 raise _ShapeError("text is not a string")
             return [TextDelta(index, text)]
+        if dtype == "citations_delta":
+            citation = delta["citation"]
+            if type(citation) is not dict:
+                raise _ShapeError("citation is not an object")
+            return [CitationDelta(index, citation)]
+        if dtype == "compaction_delta":
+            content = delta["content"]
+            if type(content) is not str:
+                raise _ShapeError("content is not a string")
+            return [FieldDelta(index, "content", content)]
         make = _DELTAS.get(dtype)
         if make is None:
-            return []  # citations_delta, compaction_delta, future types: not needed to continue
+            return []  # future delta types: ignored, never guessed at
         field, cls = make
         value = delta[field]
         if type(value) is not str:
@@ -284,6 +302,8 @@ def _content_block(block: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any]
     if btype == "text":
         out = {"type": "text", "text": block["text"]}
+        if block.get("citations"):  # sent back as received (web search answers need them)
+            out["citations"] = block["citations"]
     elif btype == "tool_use":
         out = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block.get("input") or {}}
     elif btype == "tool_result":

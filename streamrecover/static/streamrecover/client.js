@@ -3,8 +3,9 @@
  *
  * Frames are applied with exactly the rules of streamrecover/engine/protocol.py (the
  * reducer the tests' reference client builds on): deltas append to the in-flight block they
- * name, tool_call_cancel / block_cancel drop one block, stream_reset drops them all,
- * message_committed moves the turn into the committed messages, a snapshot replaces
+ * name (a server tool call's input too, after the block frame that announced it), citation
+ * frames append to a text block's citations, a block frame (re)places a whole block,
+ * tool_call_cancel / block_cancel drop one block, stream_reset drops them all, message_committed moves the turn into the committed messages, a snapshot replaces
  * everything. A coalesced frame covers seqs first_seq..seq; any other jump means a frame
  * was lost, and the client asks for a fresh snapshot ("resync"). A dropped socket is
  * reopened with backoff and ?after=<last seq>, so the server replays only what was missed.
@@ -29,28 +30,45 @@
 
   function blockFromContent(content) {
     var kind = content.type || "";
-    if (kind === "text") return { kind: "text", text: content.text || "" };
+    if (kind === "text") {
+      var cited = content.citations && content.citations.length ? content.citations.slice() : null;
+      return { kind: "text", text: content.text || "", citations: cited };
+    }
     if (kind === "thinking") return { kind: "thinking", text: content.thinking || "" };
+    var raw = typeof content.partial_json === "string" ? content.partial_json : null;
     if (kind === "tool_use") {
-      var args = typeof content.partial_json === "string" ? content.partial_json : JSON.stringify(content.input);
+      var args = raw !== null ? raw : JSON.stringify(content.input);
       return { kind: "tool_use", id: content.id, name: content.name, arguments: args };
     }
-    return { kind: kind, content: content };
+    var whole = Object.assign({}, content);
+    delete whole.partial_json;
+    return { kind: kind, content: whole, arguments: raw !== null ? raw : "" };
+  }
+
+  /* A tool call's arguments as shown (unparseable ones as __unparsed__). */
+  function shownInput(args) {
+    try {
+      return args.trim() ? JSON.parse(args) : {};
+    } catch (e) {
+      return { __unparsed__: args };
+    }
   }
 
   function blockToContent(block) {
-    if (block.kind === "text") return { type: "text", text: block.text };
+    if (block.kind === "text") {
+      if (block.citations && block.citations.length) {
+        return { type: "text", text: block.text, citations: block.citations.slice() };
+      }
+      return { type: "text", text: block.text };
+    }
     if (block.kind === "thinking") return { type: "thinking", thinking: block.text };
     if (block.kind === "tool_use") {
-      var parsed;
-      try {
-        parsed = block.arguments.trim() ? JSON.parse(block.arguments) : {};
-      } catch (e) {
-        parsed = { __unparsed__: block.arguments };
-      }
-      return { type: "tool_use", id: block.id, name: block.name, input: parsed };
+      return { type: "tool_use", id: block.id, name: block.name, input: shownInput(block.arguments) };
     }
-    return Object.assign({}, block.content || { type: block.kind });
+    var content = Object.assign({}, block.content || { type: block.kind });
+    // a server tool call's input, streamed as tool_call_delta frames after its block frame
+    if (block.arguments) content.input = shownInput(block.arguments);
+    return content;
   }
 
   /* A block without what the client is never sent (thinking signatures). */
@@ -228,10 +246,16 @@
       if (!partial.has(block)) partial.set(block, { kind: "thinking", text: "" });
       partial.get(block).text += frame.thinking;
     } else if (kind === "tool_call_delta") {
+      // also a server tool call's input, after the block frame that announced it
       if (!partial.has(block)) partial.set(block, { kind: "tool_use", id: frame.id, name: frame.name, arguments: "" });
-      partial.get(block).arguments += frame.arguments_delta || "";
+      var entry = partial.get(block);
+      entry.arguments = (entry.arguments || "") + (frame.arguments_delta || "");
+    } else if (kind === "citation") {
+      if (!partial.has(block)) partial.set(block, { kind: "text", text: "" });
+      var cited = partial.get(block);
+      cited.citations = (cited.citations || []).concat([frame.citation || {}]);
     } else if (kind === "block") {
-      partial.set(block, { kind: frame.content.type || "block", content: frame.content });
+      partial.set(block, { kind: frame.content.type || "block", content: frame.content, arguments: "" });
     } else if (kind === "tool_call_cancel" || kind === "block_cancel") {
       partial.delete(block);
     } else if (kind === "stream_reset") {
@@ -272,6 +296,7 @@
   };
 
   StreamRecoverClient.blockToContent = blockToContent;
+  StreamRecoverClient.blockFromContent = blockFromContent;
   StreamRecoverClient.TERMINAL = TERMINAL;
 
   root.StreamRecoverClient = StreamRecoverClient;
