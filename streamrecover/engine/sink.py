@@ -59,10 +59,14 @@ class InterruptedFields(TypedDict):
     committed_partial_text: bool
     discarded_partial_tool_uses: int
     discarded_thinking_blocks: int
-    usage_flushed: bool
+    usage_flushed: bool  # the response's closing usage arrived
+    answer_complete: bool  # its stop reason arrived: only the terminator was lost, nothing is continued
+    final_usage_missing: bool
     plan: str
     kept_text_chars: int
     kept_output_tokens_estimate: int  # ceil(kept_text_chars / 4): the base of "tokens saved"
+    turn_output_tokens: int  # output counted against the turn's max_tokens so far
+    max_tokens: int
 
 
 class ContinuationStartedFields(TypedDict):
