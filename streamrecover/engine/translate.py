@@ -3,7 +3,8 @@
 A turn's blocks are numbered the way the client sees them: ``IndexMapper`` maps one
 response's block indices onto the turn's, merging a continuation's first text block into
 the prefix's last text block (through the ``ContinuationJoiner``, which drops what the
-provider repeats) and giving everything else the next number.
+provider repeats) when both are plain or both cited, and giving everything else the next
+number.
 """
 
 from __future__ import annotations
@@ -56,11 +57,16 @@ class IndexMapper:
         self.next = len(prefix)
         self.merge_index: int | None = len(prefix) - 1 if prefix and prefix[-1].kind == TEXT else None
         self._merge_open = self.merge_index is not None
+        self._merge_cited = bool(prefix and prefix[-1].citations)
 
     def start(self, event: BlockStart) -> int | None:
         if event.index in self.map:
             return self.map[event.index]
-        if self._merge_open and event.kind == TEXT and self.merge_index is not None:
+        # The first text block goes on in the kept one unless their kinds differ: a cited span
+        # is a block of its own (a start with "citations"), so a cited block never continues
+        # a plain one, nor a plain block a cited one; it is the next block, as uninterrupted.
+        cited = bool(event.data is not None and "citations" in event.data)
+        if self._merge_open and event.kind == TEXT and self.merge_index is not None and cited == self._merge_cited:
             self._merge_open = False
             self.map[event.index] = self.merge_index
             self.acc.reopen(self.merge_index)
