@@ -701,3 +701,29 @@ def test_an_invalid_override_is_a_clear_error():
 def test_prefill_is_never_echoed():
     assert ADAPTER.echoes_prefix is False
     assert ADAPTER.name == "anthropic"
+
+
+def test_a_blank_assistant_text_block_is_kept_in_history_but_never_sent() -> None:
+    """A web search answer sends " " and "\\n\\n" as text blocks between its cited spans; the API
+    refuses a whitespace-only text block in a request (400 "text content blocks must contain
+    non-whitespace text"), so the request leaves it out."""
+    assistant = [
+        {"type": "text", "text": "Cited.", "citations": [{"type": "web_search_result_location", "cited_text": "c"}]},
+        {"type": "text", "text": " "},
+        {"type": "text", "text": "\n\n"},
+        {"type": "text", "text": "Plain."},
+    ]
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "News?"}]},
+        {"role": "assistant", "content": assistant},
+        {"role": "user", "content": [{"type": "text", "text": "Thanks"}]},
+    ]
+    body = ADAPTER.build_request(ModelRequest(model="claude-sonnet-4-5", messages=messages, max_tokens=100)).json
+    assert body["messages"][1]["content"] == [assistant[0], assistant[3]]
+
+
+def test_a_cited_text_start_says_so_to_the_engine() -> None:
+    start = {"type": "content_block_start", "index": 3, "content_block": {"citations": [], "type": "text", "text": ""}}
+    assert feed_one(start) == [BlockStart(3, "text", data={"citations": []})]
+    plain = {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}}
+    assert feed_one(plain) == [BlockStart(2, "text")]

@@ -155,3 +155,65 @@ def test_client_view_accepts_coalesced_frames_and_a_mid_tool_snapshot():
     assert view.reconstructed() == [{"type": "tool_use", "id": "t", "name": "f", "input": {"a": 1}}]
     view.apply({"type": "text_delta", "seq": 9, "block": 1, "text": "x"})
     assert view.gaps == 1
+
+
+# ---- text that is not enough to go on from, or that the API takes no more ---------------------
+
+
+def test_a_cited_block_cut_between_its_citations_and_its_text_is_cancelled_for_the_client():
+    """The client saw the citations (citation frames): the block is dropped with a block_cancel,
+    not silently, or the client would show them twice when the continuation sends the block."""
+    from streamrecover.engine.events import CitationDelta
+
+    p = plan(
+        _acc(
+            BlockStart(0, "text"),
+            TextDelta(0, "Here is what I found: "),
+            BlockStop(0),
+            BlockStart(1, "text", data={"citations": []}),
+            CitationDelta(1, {"type": "web_search_result_location", "cited_text": "x"}),
+        )
+    )
+    assert p.kind is PlanKind.CONTINUE_TEXT
+    assert [b.index for b in p.keep] == [0]
+    assert [b.index for b in p.discarded_other] == [1]
+
+
+def test_only_whitespace_text_restarts_the_turn():
+    """The API refuses a blank text block, and a prefix of nothing else would be an empty
+    assistant message: there is nothing to go on from (the adaptive answer opens with "\\n\\n")."""
+    p = plan(_acc(BlockStart(0, "text"), TextDelta(0, "\n\n"), BlockStop(0), BlockStart(1, "thinking")))
+    assert p.kind is PlanKind.WHOLE_RESTART
+    assert p.keep == []
+
+
+def test_a_blank_last_block_is_not_sent_so_the_continuation_writes_it_again_once():
+    from streamrecover.engine.blocks import Block
+    from streamrecover.engine.continuation import joiner_for
+    from streamrecover.engine.contract import Strategy
+
+    prefix = [Block(0, "text", text="Cited span.", closed=True), Block(1, "text", text=" ", closed=True)]
+    for strategy in (Strategy.PREFILL, Strategy.CONTINUE_MESSAGE):
+        joiner = joiner_for(prefix, strategy, echoes_prefix=False)
+        assert joiner is not None
+        assert joiner.feed(" ") + joiner.feed("Next.") == "Next.", strategy
+
+
+def test_a_cited_continuation_block_never_joins_plain_kept_text_nor_plain_a_cited_one():
+    """A cited span is a block of its own: the continuation's first text block continues the
+    kept one only when both are plain or both cited (the remainder of a cut cited span)."""
+    from streamrecover.engine.blocks import Block
+    from streamrecover.engine.translate import IndexMapper
+
+    plain = Block(0, "text", text="Here is what I found: ")
+    cited = Block(0, "text", text="the lighth", citations=[{"cited_text": "x"}])
+    cases = [
+        (plain, BlockStart(0, "text", data={"citations": []}), 1),
+        (plain, BlockStart(0, "text"), 0),
+        (cited, BlockStart(0, "text"), 1),
+        (cited, BlockStart(0, "text", data={"citations": []}), 0),
+    ]
+    for kept, start, expected in cases:
+        acc = Accumulator()
+        acc.restore([kept])
+        assert IndexMapper(acc, [kept]).start(start) == expected, (kept.citations, start.data)

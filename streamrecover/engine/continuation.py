@@ -113,6 +113,8 @@ def joiner_for(prefix: list[Block], strategy: Strategy | None, echoes_prefix: bo
     if not prefix or prefix[-1].kind != TEXT:
         return None
     text = prefix[-1].text
+    if not text.strip():  # a blank block is not sent (the API refuses it): the model writes it again
+        return ContinuationJoiner(text)
     if strategy is Strategy.PREFILL:
         return ContinuationJoiner(text[len(text.rstrip()) :])
     if strategy is Strategy.PREFIX_FLAG:

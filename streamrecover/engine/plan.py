@@ -43,7 +43,9 @@ def plan(snapshot: Snapshot) -> RecoveryPlan:
     Text, complete or partial, is kept; complete tool calls are kept; thinking only when it
     could be sent back (closed with its signature; redacted thinking closed); anything else
     is discarded. Complete tool calls end the turn (R2); text goes on (R1, or R3 when a tool
-    call was dropped); nothing salvageable restarts the turn (R4).
+    call was dropped); nothing salvageable restarts the turn (R4). Text that is only
+    whitespace is not enough to go on from: the API takes no blank text block back, so a
+    prefix of only that would be an empty assistant message.
     """
     result = RecoveryPlan(PlanKind.WHOLE_RESTART)
     for block in snapshot.blocks:
@@ -51,6 +53,8 @@ def plan(snapshot: Snapshot) -> RecoveryPlan:
         if block.kind == TEXT:
             if block.text:
                 result.keep.append(block)
+            elif block.citations:  # cut between its citations and its text: the client saw them
+                result.discarded_other.append(block)
         elif block.kind == TOOL_USE:
             (result.keep if status is BlockStatus.COMPLETE else result.discarded_tools).append(block)
         elif block.kind in (THINKING, REDACTED_THINKING):
@@ -60,7 +64,7 @@ def plan(snapshot: Snapshot) -> RecoveryPlan:
 
     if any(b.kind == TOOL_USE for b in result.keep):
         result.kind = PlanKind.SYNTHESIZE_TOOL_USE
-    elif any(b.kind == TEXT for b in result.keep):
+    elif any(b.kind == TEXT and b.text.strip() for b in result.keep):
         result.kind = PlanKind.TRUNCATE_BEFORE_TOOL if result.discarded_tools else PlanKind.CONTINUE_TEXT
         # A continuation carries on from the last text block: nothing may follow it.
         last_text = max(i for i, b in enumerate(result.keep) if b.kind == TEXT)

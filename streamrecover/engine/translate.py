@@ -3,7 +3,8 @@
 A turn's blocks are numbered the way the client sees them: ``IndexMapper`` maps one
 response's block indices onto the turn's, merging a continuation's first text block into
 the prefix's last text block (through the ``ContinuationJoiner``, which drops what the
-provider repeats) and giving everything else the next number.
+provider repeats) when both are plain or both cited, and giving everything else the next
+number.
 
 With extended thinking every response starts with a thinking block, a continuation's
 too. In the committed message that block would follow the prefix's text, where the
@@ -65,6 +66,7 @@ class IndexMapper:
         self._merge_open = self.merge_index is not None
         # a continuation's thinking blocks before its text: they would follow the prefix's text
         self.after_text_thinking: set[int] = set()
+        self._merge_cited = bool(prefix and prefix[-1].citations)
 
     def start(self, event: BlockStart) -> int | None:
         if event.index in self.map:
@@ -76,7 +78,11 @@ class IndexMapper:
             self.after_text_thinking.add(target)
             self.acc.apply(BlockStart(target, event.kind, event.id, event.name, event.data))
             return target  # the merge stays open for the text that follows
-        if self._merge_open and event.kind == TEXT and self.merge_index is not None:
+        # The first text block goes on in the kept one unless their kinds differ: a cited span
+        # is a block of its own (a start with "citations"), so a cited block never continues
+        # a plain one, nor a plain block a cited one; it is the next block, as uninterrupted.
+        cited = bool(event.data is not None and "citations" in event.data)
+        if self._merge_open and event.kind == TEXT and self.merge_index is not None and cited == self._merge_cited:
             self._merge_open = False
             self.map[event.index] = self.merge_index
             self.acc.reopen(self.merge_index)

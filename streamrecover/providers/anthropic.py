@@ -181,7 +181,10 @@ class AnthropicStreamParser:
         block = obj["content_block"]
         kind = block["type"]
         if kind == "text":
-            out_text: list[StreamEvent] = [BlockStart(index, "text")]
+            # a cited span opens with "citations": the engine must not join it to plain text
+            out_text: list[StreamEvent] = [
+                BlockStart(index, "text", data={"citations": []} if "citations" in block else None)
+            ]
             text = block.get("text")
             if text:  # the start normally carries "", but keep any initial text
                 out_text.append(TextDelta(index, text))
@@ -330,8 +333,15 @@ def _message(message: dict[str, Any]) -> dict[str, Any]:
     prefill is simply a trailing assistant message."""
     content = message["content"]
     if not isinstance(content, str):
-        content = [_content_block(b) for b in content]
+        content = [_content_block(b) for b in content if not _blank_assistant_text(message, b)]
     return {"role": message["role"], "content": content}
+
+
+def _blank_assistant_text(message: dict[str, Any], block: dict[str, Any]) -> bool:
+    """A whitespace-only text block of an assistant message: kept in the committed message
+    (a web search answer sends " " and "\n\n" between its cited spans) but never sent
+    back, since the API refuses it ("text content blocks must contain non-whitespace text")."""
+    return message["role"] == "assistant" and block.get("type") == "text" and not str(block.get("text", "")).strip()
 
 
 # -- errors ---------------------------------------------------------------------------

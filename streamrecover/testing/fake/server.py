@@ -312,7 +312,13 @@ class FakeProviderServer:
             dialect.error_event(fault.error_type, fault.message) if fault and fault.kind is FaultKind.ERROR else None
         )
         replay = recording is not None and not interpretation.continues and not _after_tools(interpretation)
-        events = list(recording.events) if replay and recording is not None else dialect.stream_events(plan, ctx)
+        events = list(recording.events) if replay and recording is not None else None
+        if recording is not None and interpretation.continues and not _after_tools(interpretation):
+            events = recording.continuation(json.loads(request.body), thinking=interpretation.conversation.thinking)
+            if events is not None:  # the rest of the recorded answer, in its own encoding
+                outcome.output_tokens, outcome.prefix_matched = sum(e.tokens for e in events), True
+        if events is None:
+            events = dialect.stream_events(plan, ctx)
         delivery = plan_delivery(events, fault, injected)
         outcome.fault_triggered = delivery.triggered
         await self._send_stream(writer, dialect, request_id, delivery, outcome, record)
