@@ -135,3 +135,52 @@ def _assert_billed_once(outcome, committed: str) -> None:
     extra = len(billed) - len(committed)
     prefills = sum(1 for e in outcome.log if e.understood_as == "prefill")
     assert 0 <= extra <= 2 * prefills, f"{extra} characters billed twice"
+
+
+# A model asked to continue with a continue message that does not simply continue:
+# seam directive -> the join kinds it may report, and whether the committed answer still
+# equals the uninterrupted one (a rephrase or a different restart cannot).
+SEAMS = {
+    "repeat": ({"clean", "overlap_trimmed", "restart_trimmed"}, True),
+    "repeat:8": ({"clean", "overlap_trimmed", "restart_trimmed"}, True),
+    "restart": ({"restart_trimmed"}, True),
+    "rephrase": ({"clean", "rephrased"}, False),
+    "restart_new": ({"restart_replaced", "restart_trimmed"}, False),
+}
+SEAM_PROMPTS = {
+    "openai": ("openai", "gpt-4o", "A long story [[words=60]]"),
+    "anthropic-noprefill": ("anthropic", "claude-opus-4-6", "Weather? [[words=30]] [[tool=get_weather]]"),
+}
+
+
+@pytest.mark.parametrize("seam", sorted(SEAMS))
+@pytest.mark.parametrize("case", sorted(SEAM_PROMPTS))
+async def test_sweep_seams(fake_server, seam, case):
+    """Every event boundary, with a model that repeats, rephrases or restarts at the seam:
+    the client and the committed message agree, the event names the join, a repeat or an
+    identical restart leaves exactly the uninterrupted answer, and the only text billed
+    twice is what the model repeated (reported as the join's characters)."""
+    wire, model, prompt = SEAM_PROMPTS[case]
+    prompt = f"{prompt} [[seam={seam}]]"
+    kinds, exact = SEAMS[seam]
+
+    async def once(faults):
+        return await run(fake_server, prompt, faults=faults, wire=wire, model=model, tools=demo_registry(), config=FAST)
+
+    reference = await once([])
+    raw = _raw_of(reference)
+    seen: set[str] = set()
+    for n in range(1, _event_count(raw)):
+        fault = f"cut:events={n}"
+        outcome = await once([fault])
+        try:
+            assert_invariants(outcome, reference if exact else None)
+            joins = [j for e in outcome.events("llm_stream_continuation_completed") for j in e.get("joins", [])]
+            assert {j["kind"] for j in joins} <= kinds, joins
+            seen.update(j["kind"] for j in joins)
+            committed = "".join(b["text"] for m in outcome.assistant for b in m["content"] if b["type"] == "text")
+            repeated = sum(j["chars"] for j in joins if j["kind"] != "rephrased")
+            assert len(outcome.billed_text()) - len(committed) == repeated, "text billed twice"
+        except AssertionError as exc:
+            raise AssertionError(f"fault {fault!r}: {exc}") from exc
+    assert seen - {"clean"}, f"the seam {seam!r} never showed"

@@ -15,6 +15,8 @@ Compact string form (a command-line flag; ``;`` separates the faults of a script
     eof:events=12                         clean end (last chunk sent) after 12 events, no terminator
     stall:events=5,seconds=3[,then=cut]   after 5 events send nothing for 3 s (connection open),
                                           then cut (default), eof, or continue the stream
+    stall_headers:seconds=30              read the request, then send nothing at all (not even the
+                                          status line) for 30 s, then answer normally
     error:events=8[,type=overloaded_error][,message=Overloaded]
                                           a mid-stream error event after 8 events (HTTP 200), clean end
     garbage:events=3                      event 4 sent with its JSON truncated (invalid), clean end
@@ -56,6 +58,7 @@ class FaultKind(enum.StrEnum):
     GARBAGE = "garbage"
     BAD_UTF8 = "bad_utf8"
     STATUS = "status"
+    STALL_HEADERS = "stall_headers"
 
 
 _EXTERNAL = {"byte_offset": "bytes", "error_type": "type"}  # field name -> dict / string key
@@ -69,6 +72,7 @@ _ALLOWED = {
     FaultKind.ERROR: {"events", "error_type", "message"},
     FaultKind.GARBAGE: {"events"},
     FaultKind.BAD_UTF8: {"events"},
+    FaultKind.STALL_HEADERS: {"seconds"},
     FaultKind.STATUS: {
         "code", "error_type", "message", "retry_after", "retry_after_ms", "retry_after_date", "should_retry", "quota",
     },
@@ -115,8 +119,8 @@ class Fault:
             raise ValueError(f"{self.kind} fault needs events=")
         if any(v is not None and v < 0 for v in (self.events, self.byte_offset)):
             raise ValueError("positions cannot be negative")
-        if self.kind is FaultKind.STALL and self.seconds <= 0:
-            raise ValueError("stall fault needs seconds= (positive)")
+        if self.kind in (FaultKind.STALL, FaultKind.STALL_HEADERS) and self.seconds <= 0:
+            raise ValueError(f"{self.kind} fault needs seconds= (positive)")
         if self.then not in _THEN:
             raise ValueError(f"then= must be one of {', '.join(_THEN)}")
         if self.kind is FaultKind.STATUS and (self.code is None or not 400 <= self.code <= 599):

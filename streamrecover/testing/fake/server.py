@@ -40,9 +40,9 @@ from .http11 import (
     read_request,
     response_head,
 )
-from .interpret import Interpretation, RequestRejected
+from .interpret import Interpretation, Mode, RequestRejected
 from .log import LogEntry
-from .model import Directives, Plan, continue_plan, plan_answer
+from .model import Directives, Plan, continue_plan, plan_answer, seam_plan
 from .recording import Recording
 from .wire import ErrorSpec, ResponseContext
 
@@ -289,6 +289,9 @@ class FakeProviderServer:
         if fault is not None and fault.kind is FaultKind.DROP:
             outcome.fault_triggered = True
             return
+        if fault is not None and fault.kind is FaultKind.STALL_HEADERS:
+            outcome.fault_triggered = True
+            await asyncio.sleep(fault.seconds)
         try:
             answer = _understand(dialect, request, fault, outcome, recording)
         except Exception as exc:  # a bug in the fake must not look like a network failure to the client
@@ -434,6 +437,11 @@ class FakeProviderServer:
         return 404, {"error": f"no control endpoint {request.method} {request.path}"}
 
 
+def _prompt_of(interpretation: Interpretation) -> str:
+    turns = interpretation.conversation.turns
+    return next((t.text for t in reversed(turns) if t.role == "user" and t.text), "")
+
+
 def _after_tools(interpretation: Interpretation) -> bool:
     turns = interpretation.conversation.turns
     return bool(turns) and bool(turns[-1].tool_results)
@@ -466,6 +474,7 @@ def _understand(
         plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
     outcome.understood_as = interpretation.mode.value
     if interpretation.continues:
+        whole = plan
         plan, matched = continue_plan(
             plan,
             interpretation.prefix_text,
@@ -473,6 +482,9 @@ def _understand(
             drop_tools=Directives.of(interpretation.conversation).no_tool_after_break,
         )
         outcome.prefix_chars, outcome.prefix_matched = len(interpretation.prefix_text), matched
+        directives = Directives.of(interpretation.conversation)
+        if matched and directives.seam and interpretation.mode is Mode.CONTINUE_MESSAGE:
+            plan = seam_plan(whole, plan, interpretation.prefix_text, directives, _prompt_of(interpretation))
     outcome.output_tokens = plan.output_tokens
     ctx = ResponseContext(
         model=interpretation.model,
