@@ -1,8 +1,9 @@
 """The sweep: real provider streams and long generated ones, broken at every event
 boundary and at many byte offsets (inside multi-byte characters too), by every fault
-kind. Every run must complete with exactly the uninterrupted answer, the client's view
-must equal what was committed, no text may be billed twice, and no partial tool call may
-ever reach history.
+kind (a GOAWAY over HTTP/2 among them). Every run must complete with exactly the
+uninterrupted answer, the client's view must equal what was committed, no text may be
+billed twice, and no partial tool call may ever reach history. Models that repeat,
+rephrase or restart when asked to continue are swept too (``test_sweep_seams``).
 
 Reference streams are served byte for byte by the fake provider (``set_recording``); a
 continuation is answered with the rest of the recorded answer.
@@ -15,6 +16,7 @@ import uuid
 import pytest
 
 from streamrecover.engine.sse import SSEDecoder
+from streamrecover.engine.transport import HttpxTransport
 from streamrecover.testing.tools import demo_registry
 
 from .harness import FAST, assert_invariants, run
@@ -27,6 +29,7 @@ SAMPLED_FAULTS = (
     "error:events={n}",
     "garbage:events={n}",
     "bad_utf8:events={n}",
+    "goaway:events={n}",  # over HTTP/2 (the fake's h2c mode): GOAWAY mid-stream
 )
 MAX_SAMPLES = 12  # boundaries per sampled fault kind (evenly spread, first and last included)
 
@@ -66,18 +69,20 @@ def _byte_offsets(raw: bytes, count: int) -> list[int]:
 
 async def _sweep(server, *, wire, model, thinking, prompt, recording: bytes | None, byte_samples: int) -> int:
     async def once(faults):
-        scenario_run = await run(
-            server,
-            prompt,
-            faults=faults,
-            wire=wire,
-            model=model,
-            thinking_budget=thinking,
-            tools=demo_registry(),
-            config=FAST,
-            recording=recording,
-        )
-        return scenario_run
+        http2 = any(str(f).startswith("goaway") for f in faults)
+        async with HttpxTransport(http2_prior_knowledge=http2) as transport:
+            return await run(
+                server,
+                prompt,
+                faults=faults,
+                wire=wire,
+                model=model,
+                thinking_budget=thinking,
+                tools=demo_registry(),
+                config=FAST,
+                recording=recording,
+                transport=transport,
+            )
 
     reference = await once([])
     assert_invariants(reference)
@@ -91,6 +96,9 @@ async def _sweep(server, *, wire, model, thinking, prompt, recording: bytes | No
         outcome = await once([fault])
         try:
             assert_invariants(outcome, reference)
+            if fault.startswith("goaway") and not outcome.log[0].completed:
+                first = outcome.sink.attempts[0]
+                assert first.interrupt_cause == "goaway", (first.interrupt_cause, first.error_message)
             assistant_text = "".join(b["text"] for m in outcome.assistant for b in m["content"] if b["type"] == "text")
             _assert_billed_once(outcome, assistant_text)
         except AssertionError as exc:
