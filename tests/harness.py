@@ -14,6 +14,7 @@ from streamrecover.engine.config import EngineConfig
 from streamrecover.engine.context import RunContext
 from streamrecover.engine.contract import ModelRequest, ProviderConfig
 from streamrecover.engine.sink import CollectingSink
+from streamrecover.engine.transport import HttpxTransport
 from streamrecover.providers.registry import get_adapter
 from streamrecover.testing.client import ClientView
 from streamrecover.testing.fake import FakeProviderServer
@@ -79,6 +80,7 @@ async def run(
     provider_kw: dict[str, Any] | None = None,
     structured: bool = False,
     recording: bytes | None = None,
+    transport: HttpxTransport | None = None,
 ) -> Outcome:
     scenario = uuid.uuid4().hex
     server.set_faults(scenario, list(faults))
@@ -100,6 +102,7 @@ async def run(
         sink=sink,
         checkpoints=checkpoints or InMemoryCheckpointStore(),
         cancel=cancel or CancelToken(),
+        transport=transport,
     )
     result = await run_agent(ctx, request, tools=tools, resume=resume)
     outcome = Outcome(result, sink, server.log_for(scenario))

@@ -285,6 +285,27 @@ async def test_cancel_during_streaming_stops_at_once_and_never_continues(fake_se
     assert out.events("llm_stream_continuation_started") == []
 
 
+@pytest.mark.parametrize("fault", ["stall_headers:seconds=30", "stall:events=0,seconds=30"])
+async def test_cancel_while_waiting_for_the_response_beats_the_timeouts(fake_server, fault):
+    """A provider that accepts the connection and then sends nothing (no headers, or headers
+    and no body byte): a cancel ends the run at once, not after the connect or idle timeout."""
+    cancel = CancelToken()
+    config = with_config(idle_timeout_s=60.0, connect_timeout_s=60.0)
+
+    async def cancel_soon():
+        await asyncio.sleep(0.3)
+        cancel.cancel("user pressed stop")
+
+    task = asyncio.ensure_future(cancel_soon())
+    started = time.monotonic()
+    out = await asyncio.wait_for(run(fake_server, STORY, faults=[fault], cancel=cancel, config=config), 20)
+    await task
+    assert out.status == "cancelled"
+    assert time.monotonic() - started < 2
+    assert [a.outcome for a in out.sink.attempts] == ["cancelled"]
+    assert out.events("llm_stream_continuation_started") == []
+
+
 async def test_cancel_during_backoff_beats_the_continuation(fake_server):
     cancel = CancelToken()
     config = with_config(backoff_schedule=(5.0,), backoff_scale=1.0)

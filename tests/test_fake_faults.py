@@ -128,6 +128,9 @@ def event_boundaries(raw: bytes) -> list[int]:
         "status:529,retry_after_ms=1500,should_retry=false",
         "status:429,retry_after_date=5",
         "status:429,quota=true",
+        "stall_headers:seconds=30",
+        "goaway:events=12",
+        "goaway:bytes=900",
     ],
 )
 def test_fault_forms_round_trip(text: str) -> None:
@@ -165,6 +168,9 @@ def test_fault_short_forms_and_scripts() -> None:
         ("status:429,retry_after=1,retry_after_date=2", "choose one"),
         ("drop:events=1", "takes no events"),
         ("cut:bytes=3,mid", "mid needs events="),
+        ("stall_headers", "needs seconds="),
+        ("stall_headers:seconds=1,events=2", "takes no events"),
+        ("goaway", "exactly one of events= or bytes="),
     ],
 )
 def test_invalid_faults_are_refused(text: str, complaint: str) -> None:
@@ -375,6 +381,30 @@ def test_garbage_and_bad_utf8_after_n_events(server: FakeProviderServer, provide
     with pytest.raises(UnicodeDecodeError):
         bad.body[ends[5] :].decode()
     assert [e.billed_output_tokens for e in server.log[-2:]] == [delivered_text(full[: ends[5]])[1]] * 2
+
+
+def test_stall_headers_sends_nothing_then_answers(server: FakeProviderServer) -> None:
+    full = fetch(server).body
+    server.set_faults("default", ["stall_headers:seconds=0.4", "stall_headers:seconds=0.2"])
+    with pytest.raises(httpx.ReadTimeout):
+        fetch(server, timeout=httpx.Timeout(5, read=0.15))  # not even the status line came
+    started = time.monotonic()
+    assert fetch(server).body == full
+    assert time.monotonic() - started >= 0.2
+    deadline = time.monotonic() + 5
+    while len(server.log) < 3 and time.monotonic() < deadline:  # the abandoned request ends too
+        time.sleep(0.05)
+    assert [e.fault["kind"] if e.fault else None for e in server.log] == [None, "stall_headers", "stall_headers"]
+
+
+def test_goaway_over_http1_is_a_plain_cut(server: FakeProviderServer) -> None:
+    full = fetch(server).body
+    server.set_faults("default", ["goaway:events=5"])
+    received = fetch(server)
+    assert isinstance(received.error, httpx.RemoteProtocolError)
+    assert received.body == full[: event_boundaries(full)[4]]
+    assert server.log[-1].fault_triggered
+    assert not server.log[-1].completed
 
 
 def test_drop_closes_before_any_response(server: FakeProviderServer) -> None:

@@ -217,3 +217,60 @@ def test_a_cited_continuation_block_never_joins_plain_kept_text_nor_plain_a_cite
         acc = Accumulator()
         acc.restore([kept])
         assert IndexMapper(acc, [kept]).start(start) == expected, (kept.citations, start.data)
+
+
+def _join(prefix, *pieces):
+    j = ContinuationJoiner(overlap_with=prefix)
+    out = "".join(j.feed(p) for p in pieces) + j.flush()
+    return out, j
+
+
+def test_joiner_trims_a_short_repeat_of_whole_words():
+    out, j = _join("The lighthouse stood on the rocky", " on the rocky", " point.")
+    assert out == " point."
+    assert j.result.kind == "overlap_trimmed"
+    assert j.result.chars == len(" on the rocky")
+    # a word cut in half, restated whole with the words before it
+    out, j = _join("The lighthouse stood on the roc", "on the rocky point.")
+    assert out == "ky point."
+    assert j.result.kind == "overlap_trimmed"
+    # the kept text ends in a space: the repeat leaves no double space
+    out, _ = _join("The lighthouse stood on the ", "on the rocky point.")
+    assert out == "rocky point."
+
+
+def test_joiner_keeps_legitimate_text_that_only_looks_like_a_repeat():
+    assert _join("The lighthouse stood on the rocky", " rocky shore.")[0] == " rocky shore."  # one word: "had had"
+    assert _join("They had", " had enough.")[0] == " had enough."
+    assert _join("The lighthouse stood on the rock", "y point.")[0] == "y point."
+    # a one-word answer restated whole with no space first: "TheTheory" is no text
+    assert _join("The", "Theory of light.")[0] == "ory of light."
+    assert _join("The", " Theory of light.")[0] == " Theory of light."
+    out, j = _join("A story about the sea and the wind.", " The end.")
+    assert out == " The end."
+    assert j.result.kind == "clean"
+
+
+def test_joiner_drops_a_restart_that_repeats_the_kept_text():
+    prefix = "The lighthouse stood on the rocky point, watching"
+    out, j = _join(prefix, "The lighthouse stood on ", "the rocky point, watching over", " the bay.")
+    assert out == " over the bay."
+    assert j.result.kind == "restart_trimmed"
+    assert j.result.chars == len(prefix)
+
+
+def test_joiner_replaces_the_kept_text_when_a_restart_says_something_else():
+    prefix = "The lighthouse stood on the rocky point, watching"
+    j = ContinuationJoiner(overlap_with=prefix)
+    assert j.feed("The lighthouse stood on the ") == ""
+    assert j.feed("cliff, alone.") == ""
+    assert j.take_replacement() == "The lighthouse stood on the cliff, alone."
+    assert j.result.kind == "restart_replaced"
+    assert j.feed(" More.") == " More."
+
+
+def test_joiner_reports_a_rephrase_and_keeps_it():
+    prefix = "Intro. The old keeper climbed the narrow stairs every eve"
+    out, j = _join(prefix, "ning. In other words, every evening the keeper climbed those narrow stairs.")
+    assert out.startswith("ning. In other words")
+    assert j.result.kind == "rephrased"

@@ -1,8 +1,9 @@
 """The sweep: real provider streams and long generated ones, broken at every event
 boundary and at many byte offsets (inside multi-byte characters too), by every fault
-kind. Every run must complete with exactly the uninterrupted answer, the client's view
-must equal what was committed, no text may be billed twice, and no partial tool call may
-ever reach history.
+kind (a GOAWAY over HTTP/2 among them). Every run must complete with exactly the
+uninterrupted answer, the client's view must equal what was committed, no text may be
+billed twice, and no partial tool call may ever reach history. Models that repeat,
+rephrase or restart when asked to continue are swept too (``test_sweep_seams``).
 
 Reference streams are served byte for byte by the fake provider (``set_recording``); a
 continuation is answered with the rest of the recorded answer. With thinking enabled every
@@ -18,6 +19,7 @@ import uuid
 import pytest
 
 from streamrecover.engine.sse import SSEDecoder
+from streamrecover.engine.transport import HttpxTransport
 from streamrecover.testing.tools import demo_registry
 
 from .harness import FAST, assert_invariants, run
@@ -30,6 +32,7 @@ SAMPLED_FAULTS = (
     "error:events={n}",
     "garbage:events={n}",
     "bad_utf8:events={n}",
+    "goaway:events={n}",  # over HTTP/2 (the fake's h2c mode): GOAWAY mid-stream
 )
 MAX_SAMPLES = 12  # boundaries per sampled fault kind (evenly spread, first and last included)
 
@@ -75,18 +78,20 @@ def _byte_offsets(raw: bytes, count: int) -> list[int]:
 
 async def _sweep(server, *, wire, model, thinking, prompt, recording: bytes | None, byte_samples: int) -> int:
     async def once(faults):
-        scenario_run = await run(
-            server,
-            prompt,
-            faults=faults,
-            wire=wire,
-            model=model,
-            thinking_budget=thinking,
-            tools=demo_registry(),
-            config=FAST,
-            recording=recording,
-        )
-        return scenario_run
+        http2 = any(str(f).startswith("goaway") for f in faults)
+        async with HttpxTransport(http2_prior_knowledge=http2) as transport:
+            return await run(
+                server,
+                prompt,
+                faults=faults,
+                wire=wire,
+                model=model,
+                thinking_budget=thinking,
+                tools=demo_registry(),
+                config=FAST,
+                recording=recording,
+                transport=transport,
+            )
 
     reference = await once([])
     assert_invariants(reference)
@@ -104,6 +109,9 @@ async def _sweep(server, *, wire, model, thinking, prompt, recording: bytes | No
                 _assert_refusal_kept_as_it_is(outcome, reference)
                 continue
             assert_invariants(outcome, reference)
+            if fault.startswith("goaway") and not outcome.log[0].completed:
+                first = outcome.sink.attempts[0]
+                assert first.interrupt_cause == "goaway", (first.interrupt_cause, first.error_message)
             assistant_text = "".join(b["text"] for m in outcome.assistant for b in m["content"] if b["type"] == "text")
             _assert_billed_once(outcome, assistant_text)
         except AssertionError as exc:
@@ -158,3 +166,52 @@ def _assert_billed_once(outcome, committed: str) -> None:
     extra = len(billed) - len(committed)
     prefills = sum(1 for e in outcome.log if e.understood_as == "prefill")
     assert 0 <= extra <= 2 * prefills, f"{extra} characters billed twice"
+
+
+# A model asked to continue with a continue message that does not simply continue:
+# seam directive -> the join kinds it may report, and whether the committed answer still
+# equals the uninterrupted one (a rephrase or a different restart cannot).
+SEAMS = {
+    "repeat": ({"clean", "overlap_trimmed", "restart_trimmed"}, True),
+    "repeat:8": ({"clean", "overlap_trimmed", "restart_trimmed"}, True),
+    "restart": ({"restart_trimmed"}, True),
+    "rephrase": ({"clean", "rephrased"}, False),
+    "restart_new": ({"restart_replaced", "restart_trimmed"}, False),
+}
+SEAM_PROMPTS = {
+    "openai": ("openai", "gpt-4o", "A long story [[words=60]]"),
+    "anthropic-noprefill": ("anthropic", "claude-opus-4-6", "Weather? [[words=30]] [[tool=get_weather]]"),
+}
+
+
+@pytest.mark.parametrize("seam", sorted(SEAMS))
+@pytest.mark.parametrize("case", sorted(SEAM_PROMPTS))
+async def test_sweep_seams(fake_server, seam, case):
+    """Every event boundary, with a model that repeats, rephrases or restarts at the seam:
+    the client and the committed message agree, the event names the join, a repeat or an
+    identical restart leaves exactly the uninterrupted answer, and the only text billed
+    twice is what the model repeated (reported as the join's characters)."""
+    wire, model, prompt = SEAM_PROMPTS[case]
+    prompt = f"{prompt} [[seam={seam}]]"
+    kinds, exact = SEAMS[seam]
+
+    async def once(faults):
+        return await run(fake_server, prompt, faults=faults, wire=wire, model=model, tools=demo_registry(), config=FAST)
+
+    reference = await once([])
+    raw = _raw_of(reference)
+    seen: set[str] = set()
+    for n in range(1, _event_count(raw)):
+        fault = f"cut:events={n}"
+        outcome = await once([fault])
+        try:
+            assert_invariants(outcome, reference if exact else None)
+            joins = [j for e in outcome.events("llm_stream_continuation_completed") for j in e.get("joins", [])]
+            assert {j["kind"] for j in joins} <= kinds, joins
+            seen.update(j["kind"] for j in joins)
+            committed = "".join(b["text"] for m in outcome.assistant for b in m["content"] if b["type"] == "text")
+            repeated = sum(j["chars"] for j in joins if j["kind"] != "rephrased")
+            assert len(outcome.billed_text()) - len(committed) == repeated, "text billed twice"
+        except AssertionError as exc:
+            raise AssertionError(f"fault {fault!r}: {exc}") from exc
+    assert seen - {"clean"}, f"the seam {seam!r} never showed"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
+from typing import TypeVar
 
 from .context import RunCancelled, RunContext
 from .contract import HTTPRequest
@@ -19,6 +20,8 @@ from .sink import AttemptOutcome, AttemptRecord
 from .sse import SSEDecoder
 from .translate import AttemptDone, Translator, as_interrupted
 from .transport import ConnectFailed, OpenedStream
+
+T = TypeVar("T")
 
 
 async def open_attempt(
@@ -81,13 +84,18 @@ async def _open_and_stream(
     cfg = ctx.config
     assert ctx.transport is not None, "run_agent provides the transport"
     try:
-        opened = await ctx.transport.open(
-            http_request.method,
-            http_request.url,
-            http_request.headers,
-            http_request.json,
-            cfg.idle_timeout_s,
-            cfg.connect_timeout_s,
+        # connecting and waiting for the headers race the cancel token too
+        opened = await _unless_cancelled(
+            ctx,
+            record,
+            ctx.transport.open(
+                http_request.method,
+                http_request.url,
+                http_request.headers,
+                http_request.json,
+                cfg.idle_timeout_s,
+                cfg.connect_timeout_s,
+            ),
         )
     except ConnectFailed as exc:
         return ProviderError(ErrorClass.RETRYABLE, "connect_error", str(exc))
@@ -95,11 +103,11 @@ async def _open_and_stream(
     record.request_id = _request_id(opened.headers)
     try:
         if opened.status != 200:
-            body = await opened.read_error_body()
+            body = await _unless_cancelled(ctx, record, opened.read_error_body())
             return ctx.adapter.classify_http_error(opened.status, opened.headers, body)
         content_type = opened.headers.get("content-type", "")
         if "text/event-stream" not in content_type:
-            body = await opened.read_error_body()
+            body = await _unless_cancelled(ctx, record, opened.read_error_body())
             excerpt = body[:200].decode("utf-8", "replace")
             return ProviderError(
                 ErrorClass.PERMANENT,
@@ -111,6 +119,28 @@ async def _open_and_stream(
     finally:
         await opened.close()
     raise AssertionError("unreachable")  # _consume always raises
+
+
+async def _unless_cancelled(ctx: RunContext, record: AttemptRecord, awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s result, unless the cancel token fires first: then it is abandoned (a
+    stream it opened anyway is closed), the attempt is closed ``cancelled`` and
+    ``RunCancelled`` raised. A cancel beats connecting, waiting for headers, reading an
+    error body."""
+    work = asyncio.ensure_future(awaitable)
+    cancel_task = asyncio.ensure_future(ctx.cancel.wait())
+    try:
+        await asyncio.wait({work, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancel_task.cancel()
+    if not ctx.cancel.stopped:
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        result = await work
+        if isinstance(result, OpenedStream):
+            await result.close()
+    await close_attempt(ctx, record, AttemptOutcome.CANCELLED)
+    raise RunCancelled
 
 
 async def _consume(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator) -> None:

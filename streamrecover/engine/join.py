@@ -5,44 +5,91 @@ continuation repeats must be dropped before it is shown or stored:
 - ``prefill``: the prefix was sent without its trailing whitespace (the API refuses it);
   a continuation that starts with that whitespace has it dropped once.
 - ``prefix echo`` (Mistral): the response repeats the whole prefix; it is dropped.
-- ``continue_message``: a model told to continue may repeat the end of what it wrote;
-  an overlap of at least ``min_overlap`` characters with the prefix's end is dropped.
+- ``continue_message``: a model told to continue does not always continue. It may
+  - repeat the end of what it wrote: an overlap of at least ``min_overlap`` characters
+    with the prefix's end is dropped, and so is a repeat of two or more whole words (a
+    single repeated word is kept: "had had" is English);
+  - start the answer over: when it repeats the whole kept text, the repeat is dropped
+    (``restart_trimmed``); when it starts the same way (``restart_min`` characters or
+    more) and then says something else, its new text replaces the kept text
+    (``restart_replaced``: the translator resets the client to the new text);
+  - rephrase the last sentence: nothing can be trimmed safely; the seam is kept as the
+    model wrote it and reported as ``rephrased`` (a heuristic: its first words are mostly
+    words of the prefix's last sentence).
 The joiner holds back only as many characters as it needs to decide, then passes
-everything through unchanged.
+everything through unchanged. ``result`` says what it did.
 """
 
 from __future__ import annotations
 
+import enum
+import re
+from dataclasses import dataclass
+
+_WORD = re.compile(r"\w{3,}")
+
+
+class JoinKind(enum.StrEnum):
+    CLEAN = "clean"  # nothing repeated
+    ECHO_DROPPED = "echo_dropped"  # the expected repeat (prefill whitespace, prefix echo) dropped
+    OVERLAP_TRIMMED = "overlap_trimmed"  # the model repeated the end of the kept text; dropped
+    RESTART_TRIMMED = "restart_trimmed"  # it started over and repeated all the kept text; dropped
+    RESTART_REPLACED = "restart_replaced"  # it started over, then wrote something else: kept text replaced
+    REPHRASED = "rephrased"  # it seems to restate its last sentence: kept as written
+
+
+@dataclass(slots=True)
+class JoinResult:
+    kind: JoinKind = JoinKind.CLEAN
+    chars: int = 0  # characters dropped (trimmed), or of kept text replaced
+
 
 class ContinuationJoiner:
-    def __init__(self, expect: str = "", *, overlap_with: str = "", min_overlap: int = 16, window: int = 256) -> None:
+    def __init__(
+        self,
+        expect: str = "",
+        *,
+        overlap_with: str = "",
+        min_overlap: int = 16,
+        window: int = 256,
+        restart_min: int = 24,
+    ) -> None:
         # expect: text the continuation is expected to start with and that must be dropped
-        # overlap_with: prefix whose tail the continuation may repeat (continue_message)
+        # overlap_with: the kept text the continuation may repeat or restart (continue_message)
         self._expect = expect
+        self._prefix = overlap_with
         self._tail = overlap_with[-window:] if overlap_with else ""
         self._min_overlap = min_overlap
+        self._restart_min = restart_min
         self._buffer = ""
-        self._decided = not expect and len(self._tail) < min_overlap
+        self._candidates = self._overlap_candidates(len(overlap_with) <= window)
+        self._decided = not expect and not overlap_with
+        self.result = JoinResult()
+        # set when the continuation replaces the kept text: the block's whole new text
+        self.replacement: str | None = None
+        self._seen = ""  # the first released characters, for the rephrase label
+        self._recent: set[str] | None = None  # words of the prefix's last sentence
 
     @property
     def decided(self) -> bool:
         return self._decided
 
     def feed(self, text: str) -> str:
-        """The part of ``text`` that may be shown now."""
+        """The part of ``text`` that may be shown now (see ``replacement``)."""
         if self._decided:
+            self._observe(text)
             return text
         self._buffer += text
         if self._expect:
             if self._expect.startswith(self._buffer):
                 return ""  # still matching, need more
             if self._buffer.startswith(self._expect):
+                self.result = JoinResult(JoinKind.ECHO_DROPPED, len(self._expect))
                 return self._release(self._buffer[len(self._expect) :])
             return self._release(self._buffer)
-        # overlap detection: wait until we have enough characters to compare
-        if len(self._buffer) < len(self._tail) and self._tail_could_match():
+        if self._could_restart() or self._could_overlap():
             return ""
-        return self._release(self._drop_overlap(self._buffer))
+        return self._decide()
 
     def flush(self) -> str:
         """End of the continuation's text: release what is held back."""
@@ -50,21 +97,138 @@ class ContinuationJoiner:
             return ""
         if self._expect:
             # still undecided: the continuation was only (part of) the expected whitespace
+            if self._buffer:
+                self.result = JoinResult(JoinKind.ECHO_DROPPED, len(self._buffer))
             return self._release("")
-        return self._release(self._drop_overlap(self._buffer))
+        return self._decide()
+
+    def take_replacement(self) -> str | None:
+        replacement, self.replacement = self.replacement, None
+        return replacement
+
+    # ---- deciding -------------------------------------------------------------------
+
+    def _decide(self) -> str:
+        buffer, prefix = self._buffer, self._prefix
+        body, matched = self._restart_body()
+        if body is not None and matched >= len(prefix):
+            self.result = JoinResult(JoinKind.RESTART_TRIMMED, len(buffer) - len(body) + len(prefix))
+            rest = body[len(prefix) :]
+            return self._release(rest.lstrip() if prefix != prefix.rstrip() else rest)
+        if body is not None and matched >= self._restart_min:
+            self.result = JoinResult(JoinKind.RESTART_REPLACED, len(prefix))
+            self.replacement = body
+            self._release(body)
+            return ""
+        best = self._best_overlap()
+        if best is not None:
+            rest, dropped = best
+            self.result = JoinResult(JoinKind.OVERLAP_TRIMMED, dropped)
+            return self._release(rest)
+        return self._release(buffer)
 
     def _release(self, text: str) -> str:
         self._decided = True
         self._buffer = ""
+        self._observe(text)
         return text
 
-    def _tail_could_match(self) -> bool:
-        buf = self._buffer
-        return any(self._tail[start:].startswith(buf) for start in range(len(self._tail) - self._min_overlap + 1))
+    def _observe(self, text: str) -> None:
+        if self._prefix and len(self._seen) < 200:
+            self._seen += text
+            if self.result.kind is JoinKind.CLEAN and self._looks_rephrased():
+                self.result = JoinResult(JoinKind.REPHRASED)
+            elif self.result.kind is JoinKind.REPHRASED and not self._looks_rephrased():
+                self.result = JoinResult(JoinKind.CLEAN)
 
-    def _drop_overlap(self, text: str) -> str:
+    # ---- restarts -------------------------------------------------------------------
+
+    def _restart_body(self) -> tuple[str | None, int]:
+        """The continuation as a restart (leading whitespace dropped) and how much of the
+        kept text it repeats from the start; (None, 0) when it is no restart."""
+        prefix = self._prefix
+        body = self._buffer.lstrip()
+        matched = _common_prefix(body, prefix)
+        if matched == len(prefix) and prefix:
+            if len(prefix) >= self._restart_min or _words(prefix.strip()) >= 2:
+                return body, matched
+            # a one-word answer is restarted only by the very same characters, no space first
+            return (self._buffer, matched) if self._buffer.startswith(prefix) else (None, 0)
+        if matched >= self._restart_min:
+            return body, matched
+        return None, 0
+
+    def _could_restart(self) -> bool:
+        body = self._buffer.lstrip()
+        return bool(self._prefix) and len(body) < len(self._prefix) and self._prefix.startswith(body)
+
+    # ---- overlaps -------------------------------------------------------------------
+
+    def _overlap_candidates(self, whole: bool) -> list[tuple[str, bool]]:
+        """Tails of the kept text a repeat may equal: (text, word_level). Character
+        overlaps are ``min_overlap`` long or more; word-level ones start at a word and hold
+        two or more words (compared after the continuation's leading whitespace)."""
         tail = self._tail
-        for size in range(min(len(tail), len(text)), self._min_overlap - 1, -1):
-            if tail.endswith(text[:size]):
-                return text[size:]
-        return text
+        found: list[tuple[str, bool]] = [(tail[s:], False) for s in range(len(tail) - self._min_overlap + 1)]
+        stripped = tail.rstrip()
+        for s in range(len(stripped)):
+            at_word = not stripped[s].isspace() and (stripped[s - 1].isspace() if s else whole)
+            if at_word and _words(stripped[s:]) >= 2:
+                found.append((stripped[s:], True))
+        return found
+
+    def _could_overlap(self) -> bool:
+        buffer, body = self._buffer, self._buffer.lstrip()
+        for text, word_level in self._candidates:
+            probe = body if word_level else buffer
+            if len(probe) < len(text) and text.startswith(probe):
+                return True
+        return False
+
+    def _best_overlap(self) -> tuple[str, int] | None:
+        buffer, body = self._buffer, self._buffer.lstrip()
+        trailing = self._tail != self._tail.rstrip()
+        best: tuple[str, int] | None = None
+        for text, word_level in self._candidates:
+            probe = body if word_level else buffer
+            if not probe.startswith(text):
+                continue
+            rest = probe[len(text) :]
+            if word_level and trailing:
+                rest = rest.lstrip()
+            dropped = len(buffer) - len(rest)
+            if best is None or dropped > best[1]:
+                best = (rest, dropped)
+        return best
+
+    # ---- rephrasing -----------------------------------------------------------------
+
+    def _looks_rephrased(self) -> bool:
+        seen = _WORD.findall(self._seen.casefold())[:8]
+        if len(seen) < 4:
+            return False
+        if self._recent is None:
+            self._recent = set(_WORD.findall(_last_sentence(self._prefix).casefold()))
+        recent = self._recent
+        shared = [word for word in seen if any(word.startswith(r) for r in recent)]
+        return len(set(shared)) >= 3 and len(shared) * 2 >= len(seen)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _last_sentence(text: str) -> str:
+    """The prefix's unfinished (or last) sentence, with a few words before it."""
+    stripped = text.rstrip()
+    cut = max(stripped.rfind(mark, 0, max(0, len(stripped) - 1)) for mark in (". ", "! ", "? ", "\n"))
+    start = max(0, cut + 1) if cut >= 0 else 0
+    return stripped[max(0, start - 40) :][-200:]

@@ -77,10 +77,20 @@ class ContinuationStartedFields(TypedDict):
     plan: str
 
 
+class JoinRecord(TypedDict):
+    """How one continuation's text joined the kept text (``engine.join.JoinKind``)."""
+
+    continuation: int
+    kind: str
+    chars: int  # characters dropped (trimmed), or of kept text replaced
+
+
 class ContinuationCompletedFields(TypedDict):
     continuation_attempt: int
     completion_reason: str  # the stop reason, or "synthesized_tool_use"
     plan: NotRequired[str]
+    join: NotRequired[str | None]  # the last seam's kind
+    joins: NotRequired[list[JoinRecord]]  # every seam of the turn
 
 
 class ContinuationFailedFields(TypedDict):

@@ -38,7 +38,7 @@ from .events import (
     ToolArgsDelta,
     UsageUpdate,
 )
-from .join import ContinuationJoiner
+from .join import ContinuationJoiner, JoinResult
 from .protocol import FrameKind
 from .sink import AttemptRecord
 
@@ -148,9 +148,8 @@ class Translator:
                 self.received_bytes += len(text.encode())
                 target = mapper.target(i, TEXT)
                 if joiner is not None and target == mapper.merge_index:
-                    text = joiner.feed(text)
-                    if not text:
-                        return
+                    await self._joined(target, joiner.feed(text))
+                    return
                 self.acc.apply(TextDelta(target, text))
                 await frame(FrameKind.TEXT_DELTA, block=target, text=text)
                 await self.on_progress(len(text))
@@ -194,10 +193,7 @@ class Translator:
             case BlockStop(index=i):
                 target = mapper.target(i, None)
                 if joiner is not None and target == mapper.merge_index and not joiner.decided:
-                    rest = joiner.flush()
-                    if rest:
-                        self.acc.apply(TextDelta(target, rest))
-                        await frame(FrameKind.TEXT_DELTA, block=target, text=rest)
+                    await self._joined(target, joiner.flush())
                 stopped = self.acc.apply(BlockStop(target))
                 if stopped is not None and stopped.kind == TOOL_USE:
                     self.in_flight_tool = None
@@ -224,11 +220,31 @@ class Translator:
                 )
             case StreamEnd():
                 if joiner is not None and not joiner.decided and mapper.merge_index is not None:
-                    rest = joiner.flush()
-                    if rest:
-                        self.acc.apply(TextDelta(mapper.merge_index, rest))
-                        await frame(FrameKind.TEXT_DELTA, block=mapper.merge_index, text=rest)
+                    await self._joined(mapper.merge_index, joiner.flush())
                 raise AttemptDone
+
+    async def _joined(self, target: int, text: str) -> None:
+        """Apply what the joiner released for the continued block. When the continuation
+        restarted the answer and replaced the kept text, the block takes the new text and the
+        client is reset to the turn's blocks as they now are."""
+        assert self.joiner is not None
+        replacement = self.joiner.take_replacement()
+        if replacement is not None:
+            block = self.acc.block_at(target)
+            assert block is not None
+            block.text = replacement
+            await self.ctx.frame(FrameKind.STREAM_RESET, reason="continuation_restart")
+            for kept in self.acc.blocks:
+                await replay_block(self.ctx, kept)
+            await self.on_progress(len(replacement))
+        if text:
+            self.acc.apply(TextDelta(target, text))
+            await self.ctx.frame(FrameKind.TEXT_DELTA, block=target, text=text)
+            await self.on_progress(len(text))
+
+    def join_result(self) -> JoinResult | None:
+        """What the joiner did with this response's seam (None: nothing was continued)."""
+        return self.joiner.result if self.joiner is not None else None
 
 
 async def replay_block(ctx: RunContext, block: Block) -> None:

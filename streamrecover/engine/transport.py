@@ -56,15 +56,21 @@ def classify_transport_error(exc: BaseException) -> InterruptCause:
 
 
 class HttpxTransport:
-    """Opens one streaming POST per attempt. Shares one ``httpx.AsyncClient``."""
+    """Opens one streaming POST per attempt. Shares one ``httpx.AsyncClient``.
 
-    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
+    Speaks HTTP/2 to servers that offer it (ALPN over TLS), HTTP/1.1 otherwise;
+    ``http2_prior_knowledge`` speaks HTTP/2 without asking (cleartext h2c, as the fake
+    provider's HTTP/2 mode does). A GOAWAY that ends a stream is the ``goaway`` cause.
+    """
+
+    def __init__(self, client: httpx.AsyncClient | None = None, *, http2_prior_knowledge: bool = False) -> None:
         self._client = client
         self._owned = client is None
+        self._prior_knowledge = http2_prior_knowledge
 
     async def __aenter__(self) -> HttpxTransport:
         if self._client is None:
-            self._client = httpx.AsyncClient(http2=False)
+            self._client = httpx.AsyncClient(http2=True, http1=not self._prior_knowledge)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

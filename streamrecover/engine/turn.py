@@ -95,6 +95,7 @@ class TurnRunner:
         self.discarded_tools: list[dict[str, Any]] = []
         # output tokens the blocks this turn builds on cost so far: max_tokens is the turn's budget
         self.output_used = 0
+        self.joins: list[ev.JoinRecord] = []  # how each continuation joined the kept text
 
     # ---- public -------------------------------------------------------------------------
 
@@ -121,6 +122,7 @@ class TurnRunner:
             try:
                 await self._attempt()
             except AttemptDone:
+                self._note_join()
                 return await self._finish_completed()
             except RequestFailed as failed:
                 error = failed.error
@@ -154,6 +156,7 @@ class TurnRunner:
                         continue
                 return await self._fail(error.kind, error.message)
             except StreamInterrupted as interrupted:
+                self._note_join()
                 self.ctx.check_cancel()
                 outcome = await self._on_interrupted(interrupted)
                 if outcome is not None:
@@ -410,6 +413,8 @@ class TurnRunner:
                 ev.LLM_STREAM_CONTINUATION_COMPLETED,
                 continuation_attempt=self.continuation,
                 completion_reason=stop,
+                join=self.joins[-1]["kind"] if self.joins else None,
+                joins=list(self.joins),
             )
             result.recovered = True
         return result
@@ -495,6 +500,12 @@ class TurnRunner:
         """A checkpoint store outage is logged and the run goes on without it."""
         self.store_errors.append(f"{what}: {type(exc).__name__}: {exc}")
         log.warning("%s run_id=%s error=%s: %s", what, self.ctx.run_id, type(exc).__name__, exc)
+
+    def _note_join(self) -> None:
+        """Record how the attempt that just ended joined its text onto the kept text."""
+        joined = self.translator.join_result()
+        if joined is not None and self.translator.joiner is not None and self.translator.joiner.decided:
+            self.joins.append({"continuation": self.continuation, "kind": joined.kind.value, "chars": joined.chars})
 
     def _last_error_kind(self) -> str:
         record = self._current_attempt

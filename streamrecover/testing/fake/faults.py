@@ -17,6 +17,11 @@ Compact string form (a command-line flag; ``;`` separates the faults of a script
     eof:events=12                         clean end (last chunk sent) after 12 events, no terminator
     stall:events=5,seconds=3[,then=cut]   after 5 events send nothing for 3 s (connection open),
                                           then cut (default), eof, or continue the stream
+    goaway:events=12[,mid] / goaway:bytes=900
+                                          HTTP/2: after 12 events send GOAWAY, then close the
+                                          connection (HTTP/1.1 has no GOAWAY: a plain cut)
+    stall_headers:seconds=30              read the request, then send nothing at all (not even the
+                                          status line) for 30 s, then answer normally
     error:events=8[,type=overloaded_error][,message=Overloaded]
                                           a mid-stream error event after 8 events (HTTP 200), clean end
     garbage:events=3                      event 4 sent with its JSON truncated (invalid), clean end
@@ -58,6 +63,8 @@ class FaultKind(enum.StrEnum):
     GARBAGE = "garbage"
     BAD_UTF8 = "bad_utf8"
     STATUS = "status"
+    STALL_HEADERS = "stall_headers"
+    GOAWAY = "goaway"
 
 
 _EXTERNAL = {"byte_offset": "bytes", "error_type": "type"}  # field name -> dict / string key
@@ -71,6 +78,8 @@ _ALLOWED = {
     FaultKind.ERROR: {"events", "error_type", "message"},
     FaultKind.GARBAGE: {"events"},
     FaultKind.BAD_UTF8: {"events"},
+    FaultKind.STALL_HEADERS: {"seconds"},
+    FaultKind.GOAWAY: {"events", "byte_offset", "mid"},
     FaultKind.STATUS: {
         "code", "error_type", "message", "retry_after", "retry_after_ms", "retry_after_date", "should_retry", "quota",
     },
@@ -109,7 +118,7 @@ class Fault:
         unexpected = [name for name in unexpected if name not in _ALLOWED[self.kind]]
         if unexpected:
             raise ValueError(f"{self.kind} fault takes no {', '.join(_EXTERNAL.get(n, n) for n in unexpected)}")
-        positioned = self.kind in (FaultKind.CUT, FaultKind.EOF, FaultKind.STALL)
+        positioned = self.kind in (FaultKind.CUT, FaultKind.EOF, FaultKind.STALL, FaultKind.GOAWAY)
         if positioned and sum(v is not None for v in (self.events, self.byte_offset, self.from_end)) != 1:
             raise ValueError(f"{self.kind} fault needs exactly one of events=, bytes= or from_end=")
         if self.mid and self.events is None:
@@ -118,8 +127,8 @@ class Fault:
             raise ValueError(f"{self.kind} fault needs events=")
         if any(v is not None and v < 0 for v in (self.events, self.byte_offset, self.from_end)):
             raise ValueError("positions cannot be negative")
-        if self.kind is FaultKind.STALL and self.seconds <= 0:
-            raise ValueError("stall fault needs seconds= (positive)")
+        if self.kind in (FaultKind.STALL, FaultKind.STALL_HEADERS) and self.seconds <= 0:
+            raise ValueError(f"{self.kind} fault needs seconds= (positive)")
         if self.then not in _THEN:
             raise ValueError(f"then= must be one of {', '.join(_THEN)}")
         if self.kind is FaultKind.STATUS and (self.code is None or not 400 <= self.code <= 599):
@@ -252,6 +261,7 @@ class Delivery:
     stall_before: int | None = None  # index in ``pieces`` where the stall happens
     stall_seconds: float = 0.0
     complete: bool = True  # every event of the answer is in ``pieces``
+    goaway: bool = False  # after ``pieces``, HTTP/2 GOAWAY, then the connection closes
 
 
 def plan_delivery(events: Sequence[WireEvent], fault: Fault | None, error_event: WireEvent | None = None) -> Delivery:
@@ -260,7 +270,7 @@ def plan_delivery(events: Sequence[WireEvent], fault: Fault | None, error_event:
     normal = Delivery(whole, clean_end=True, triggered=False)
     if fault is None:
         return normal
-    if fault.kind in (FaultKind.CUT, FaultKind.EOF, FaultKind.STALL):
+    if fault.kind in (FaultKind.CUT, FaultKind.EOF, FaultKind.STALL, FaultKind.GOAWAY):
         split = _split(events, fault)
         if split is None or (fault.kind is FaultKind.EOF and not split[1]):
             return normal
@@ -275,7 +285,8 @@ def plan_delivery(events: Sequence[WireEvent], fault: Fault | None, error_event:
                 stall_seconds=fault.seconds,
                 complete=resumes or not tail,
             )
-        return Delivery(head, clean_end=fault.kind is FaultKind.EOF, triggered=True, complete=not tail)
+        goaway = fault.kind is FaultKind.GOAWAY
+        return Delivery(head, clean_end=fault.kind is FaultKind.EOF, triggered=True, complete=not tail, goaway=goaway)
     n = fault.events if fault.events is not None else 0
     if fault.kind is FaultKind.ERROR and n <= len(events) and error_event is not None:
         return Delivery((*whole[:n], Piece(error_event.data)), clean_end=True, triggered=True, complete=False)

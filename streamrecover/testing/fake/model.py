@@ -18,6 +18,12 @@ from the last user text prompt; directives anywhere in that prompt steer it:
     N parallel calls (the offered tools in order, cycling; all NAME with ``[[tool=NAME]]``).
 ``[[refuse]]``
     A refusal (Anthropic: text + stop reason ``refusal``; OpenAI: ``delta.refusal``).
+``[[seam=repeat]]`` / ``[[seam=repeat:N]]`` / ``[[seam=rephrase]]`` / ``[[seam=restart]]`` / ``[[seam=restart_new]]``
+    A model that does not simply continue when asked to with a continue message (real
+    models do this now and then): it repeats the last N words it wrote (default 3; a word
+    cut in half is repeated whole), restates its unfinished sentence in other words
+    before going on, starts the same answer over from its first word, or starts over and
+    then says something else. Prefill and prefix-flag continuations carry on exactly.
 ``[[no_tool_after_break]]``
     A model that changes its mind: asked to go on after a break that cut its tool call
     off (no complete call in the prefix), it finishes its text and ends the turn
@@ -160,6 +166,8 @@ class Directives:
     refuse: bool = False
     no_tool_after_break: bool = False
     no_continuation_thinking: bool = False
+    seam: str = ""  # repeat, rephrase, restart, restart_new (continue-message continuations)
+    seam_words: int = 3
     topic: str = ""  # the prompt without directives
 
     @classmethod
@@ -182,6 +190,12 @@ class Directives:
                 values["no_tool_after_break"] = True
             elif name == "no_continuation_thinking":
                 values["no_continuation_thinking"] = True
+            elif name == "seam" and raw.strip():
+                kind, _, count = raw.strip().partition(":")
+                if kind in SEAMS:
+                    values["seam"] = kind
+                if count.strip().isdigit():
+                    values["seam_words"] = max(1, min(50, int(count)))
         return cls(**values)
 
     @classmethod
@@ -294,6 +308,43 @@ def limit_plan(plan: Plan, max_tokens: int) -> Plan:
             blocks.append(PlannedBlock(block.kind, tuple(pieces), signature, block.call_id, block.name))
         break
     return Plan(tuple(blocks), "max_tokens")
+
+
+SEAMS = ("repeat", "rephrase", "restart", "restart_new")
+
+
+def seam_plan(plan: Plan, rest: Plan, prefix_text: str, directives: Directives, prompt: str) -> Plan:
+    """What a model that does not simply continue says instead of ``rest`` (``plan`` is the
+    whole answer, ``prefix_text`` what it already wrote of its text)."""
+    seam = directives.seam
+    if not seam or not prefix_text:
+        return rest
+    whole = tuple(b for b in plan.blocks if b.kind is not BlockKind.THINKING)
+    if seam == "restart":
+        return Plan(whole, plan.stop_reason)
+    if seam == "restart_new":
+        text = next((b.content for b in whole if b.kind is BlockKind.TEXT), "")
+        head = text[: max(text.find(" ", 40), 40)] if len(text) > 40 else text
+        other = head + " " + generate_text(prompt + "\x00another answer", max(8, len(text.split()) // 2))
+        blocks = tuple(_text_block(other) if b.kind is BlockKind.TEXT else b for b in whole)
+        return Plan(blocks, plan.stop_reason)
+    text_index = next((i for i, b in enumerate(rest.blocks) if b.kind is BlockKind.TEXT), None)
+    tail = rest.blocks[text_index].content if text_index is not None else ""
+    if seam == "repeat":
+        starts = [m.start() for m in re.finditer(r"\S+", prefix_text)]
+        lead = prefix_text[starts[-directives.seam_words] if len(starts) >= directives.seam_words else 0 :]
+    else:  # rephrase: finish the word, then say the unfinished sentence again, differently
+        completion = re.match(r"\w*", tail)
+        word_end = completion.end() if completion else 0
+        sentence = re.split(r"[.!?\n]", prefix_text + tail[:word_end])[-1]
+        words = [w.lower() for w in sentence.split()]
+        lead, tail = tail[:word_end] + " (in other words: " + " ".join(reversed(words)) + ")", tail[word_end:]
+    new_text = _text_block(lead + tail)
+    if text_index is None:
+        return Plan((new_text, *rest.blocks), rest.stop_reason)
+    blocks = list(rest.blocks)
+    blocks[text_index] = new_text
+    return Plan(tuple(blocks), rest.stop_reason)
 
 
 def sign_thinking(thinking: str) -> str:

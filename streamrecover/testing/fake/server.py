@@ -5,8 +5,10 @@ the product is tested through the same httpx code paths as production, and it fa
 way real providers fail: a chunked body cut without its last chunk (httpx raises
 ``RemoteProtocolError``), a clean end without the terminator event, a stall, an error
 event inside a 200 stream, an HTTP error with Retry-After, bytes that are not JSON or not
-UTF-8. It can run in a background thread (``start``/``stop``, a context manager) or in an
-existing event loop (``start_async``/``serve_forever``, an async context manager).
+UTF-8, a GOAWAY in the middle of an HTTP/2 stream (a connection that opens with the HTTP/2
+preface is served over HTTP/2, ``http2``). It can run in a background thread
+(``start``/``stop``, a context manager) or in an existing event loop
+(``start_async``/``serve_forever``, an async context manager).
 
 Routes: ``POST /v1/messages`` (Anthropic), ``POST /v1/chat/completions``,
 ``/beta/chat/completions`` and ``/chat/completions`` (OpenAI; DeepSeek-style bases), and
@@ -30,19 +32,20 @@ from typing import Any
 from ...engine.contract import SECRET_HEADERS
 from .dialects import ROUTES, Dialect
 from .faults import Delivery, Fault, FaultKind, FaultScripts, as_fault, parse_script, plan_delivery
+from .http2 import H2ServerConnection
 from .http11 import (
-    LAST_CHUNK,
     MAX_HEADER_BYTES,
     BadHTTPRequest,
+    H1Responder,
+    HTTP2Preface,
     Request,
-    chunk,
+    Responder,
     full_response,
     read_request,
-    response_head,
 )
-from .interpret import Interpretation, RequestRejected
+from .interpret import Interpretation, Mode, RequestRejected
 from .log import LogEntry
-from .model import Directives, Plan, continue_plan, limit_plan, plan_answer
+from .model import Directives, Plan, continue_plan, limit_plan, plan_answer, seam_plan
 from .recording import Recording
 from .wire import ErrorSpec, ResponseContext
 
@@ -88,6 +91,7 @@ class FakeProviderServer:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.port = 0
+        self.http2_connections = 0  # connections that spoke HTTP/2 (prior knowledge)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -231,17 +235,13 @@ class FakeProviderServer:
             except BadHTTPRequest as exc:
                 writer.write(full_response(exc.status, [], _json_bytes({"error": exc.message}), _JSON))
                 return
+            except HTTP2Preface:
+                self.http2_connections += 1
+                await H2ServerConnection(reader, writer, self._dispatch).serve()
+                return
             if request is None:
                 return
-            if request.path.startswith("/_fake/"):
-                writer.write(self._control(request))
-                return
-            dialect = ROUTES.get(request.path)
-            if dialect is None:
-                body = _json_bytes({"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}})
-                writer.write(full_response(404, [], body, _JSON))
-                return
-            await self._provider_request(dialect, request, writer)
+            await self._dispatch(request, H1Responder(writer))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -253,7 +253,20 @@ class FakeProviderServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _provider_request(self, dialect: Dialect, request: Request, writer: asyncio.StreamWriter) -> None:
+    async def _dispatch(self, request: Request, responder: Responder) -> None:
+        """Answer one request (HTTP/1.1 or one HTTP/2 stream)."""
+        if request.path.startswith("/_fake/"):
+            status, payload = self._control(request)
+            await responder.full(status, [], _json_bytes(payload), _JSON)
+            return
+        dialect = ROUTES.get(request.path)
+        if dialect is None:
+            body = _json_bytes({"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}})
+            await responder.full(404, [], body, _JSON)
+            return
+        await self._provider_request(dialect, request, responder)
+
+    async def _provider_request(self, dialect: Dialect, request: Request, writer: Responder) -> None:
         scenario = request.headers.get(SCENARIO_HEADER) or DEFAULT_SCENARIO
         fault = self._scripts.next(scenario)
         seq = next(self._seq)
@@ -281,7 +294,7 @@ class FakeProviderServer:
         request: Request,
         fault: Fault | None,
         request_id: str,
-        writer: asyncio.StreamWriter,
+        writer: Responder,
         outcome: _Outcome,
         record: Callable[[], None],
         recording: Recording | None = None,
@@ -289,6 +302,9 @@ class FakeProviderServer:
         if fault is not None and fault.kind is FaultKind.DROP:
             outcome.fault_triggered = True
             return
+        if fault is not None and fault.kind is FaultKind.STALL_HEADERS:
+            outcome.fault_triggered = True
+            await asyncio.sleep(fault.seconds)
         try:
             answer = _understand(dialect, request, fault, outcome, recording)
         except Exception as exc:  # a bug in the fake must not look like a network failure to the client
@@ -298,7 +314,7 @@ class FakeProviderServer:
             outcome.status, outcome.bytes_sent, outcome.error = answer.status, len(error_body), answer.message
             record()
             headers = [*dialect.response_headers(request_id), *answer.headers]
-            writer.write(full_response(answer.status, headers, error_body, _JSON))
+            await writer.full(answer.status, headers, error_body, _JSON)
             return
         interpretation, plan, ctx = answer
         if not interpretation.stream:  # stream faults apply to streams only
@@ -306,7 +322,7 @@ class FakeProviderServer:
             outcome.status, outcome.bytes_sent, outcome.completed = 200, len(whole), True
             outcome.billed_output_tokens, outcome.billed_text = plan.output_tokens, [plan.text]
             record()
-            writer.write(full_response(200, dialect.response_headers(request_id), whole, _JSON))
+            await writer.full(200, dialect.response_headers(request_id), whole, _JSON)
             return
         injected = (
             dialect.error_event(fault.error_type, fault.message) if fault and fault.kind is FaultKind.ERROR else None
@@ -325,7 +341,7 @@ class FakeProviderServer:
 
     async def _send_stream(
         self,
-        writer: asyncio.StreamWriter,
+        writer: Responder,
         dialect: Dialect,
         request_id: str,
         delivery: Delivery,
@@ -334,39 +350,36 @@ class FakeProviderServer:
     ) -> None:
         headers = [
             ("content-type", "text/event-stream; charset=utf-8"),
-            ("transfer-encoding", "chunked"),
-            ("connection", "close"),
             ("cache-control", "no-cache"),
             *dialect.response_headers(request_id),
         ]
-        writer.write(response_head(200, headers))
+        await writer.head(200, headers)
         outcome.status = 200
 
-        def finish() -> bytes:
+        def finish() -> bool:
             outcome.completed = delivery.complete
             record()
-            return LAST_CHUNK if delivery.clean_end else b""
+            return delivery.clean_end
 
         pieces = delivery.pieces
         last = len(pieces) - 1 if delivery.stall_before != len(pieces) else -1
         for index, piece in enumerate(pieces):
             if index == delivery.stall_before:
-                await writer.drain()
                 await asyncio.sleep(delivery.stall_seconds)
             elif index and self.event_delay:
                 await asyncio.sleep(self.event_delay)
-            if writer.is_closing():
+            if writer.closing():
                 return
             outcome.bytes_sent += len(piece.data)
             outcome.billed_output_tokens += piece.tokens
             outcome.billed_text.append(piece.text)
-            writer.write(chunk(piece.data) + (finish() if index == last else b""))
-            await writer.drain()
+            await writer.data(piece.data, end_stream=finish() if index == last else False)
         if last < 0:  # no pieces, or a stall after the last one
             if delivery.stall_before == len(pieces):
-                await writer.drain()
                 await asyncio.sleep(delivery.stall_seconds)
-            writer.write(finish())
+            await writer.data(b"", end_stream=finish())
+        if delivery.goaway:
+            await writer.goaway()
 
     def _record(
         self,
@@ -409,12 +422,11 @@ class FakeProviderServer:
 
     # -- control endpoints ---------------------------------------------------------------
 
-    def _control(self, request: Request) -> bytes:
+    def _control(self, request: Request) -> tuple[int, Any]:
         try:
-            status, payload = self._control_payload(request)
+            return self._control_payload(request)
         except (ValueError, TypeError) as exc:
-            status, payload = 400, {"error": str(exc)}
-        return full_response(status, [], _json_bytes(payload), _JSON)
+            return 400, {"error": str(exc)}
 
     def _control_payload(self, request: Request) -> tuple[int, Any]:
         route = (request.method, request.path)
@@ -438,6 +450,11 @@ class FakeProviderServer:
             self.reset(scenario)
             return 200, {"reset": scenario or "all"}
         return 404, {"error": f"no control endpoint {request.method} {request.path}"}
+
+
+def _prompt_of(interpretation: Interpretation) -> str:
+    turns = interpretation.conversation.turns
+    return next((t.text for t in reversed(turns) if t.role == "user" and t.text), "")
 
 
 def _after_tools(interpretation: Interpretation) -> bool:
@@ -474,6 +491,7 @@ def _understand(
     if interpretation.continues:
         directives = Directives.of(interpretation.conversation)
         thinks = interpretation.conversation.thinking and not directives.no_continuation_thinking
+        whole = plan
         plan, matched = continue_plan(
             plan,
             interpretation.prefix_text,
@@ -482,6 +500,8 @@ def _understand(
             thinking_about=_prompt_of(interpretation) if thinks else None,
         )
         outcome.prefix_chars, outcome.prefix_matched = len(interpretation.prefix_text), matched
+        if matched and directives.seam and interpretation.mode is Mode.CONTINUE_MESSAGE:
+            plan = seam_plan(whole, plan, interpretation.prefix_text, directives, _prompt_of(interpretation))
     if interpretation.max_tokens is not None:
         plan = limit_plan(plan, interpretation.max_tokens)
     outcome.output_tokens = plan.output_tokens
@@ -492,10 +512,6 @@ def _understand(
         include_usage=interpretation.include_usage,
     )
     return interpretation, plan, ctx
-
-
-def _prompt_of(interpretation: Interpretation) -> str:
-    return next((t.text for t in reversed(interpretation.conversation.turns) if t.role == "user" and t.text), "")
 
 
 def _check_request(dialect: Dialect, request: Request) -> ErrorSpec | None:
