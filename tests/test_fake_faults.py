@@ -170,7 +170,7 @@ def test_fault_short_forms_and_scripts() -> None:
         ("cut:bytes=3,mid", "mid needs events="),
         ("stall_headers", "needs seconds="),
         ("stall_headers:seconds=1,events=2", "takes no events"),
-        ("goaway", "exactly one of events= or bytes="),
+        ("goaway", "exactly one of events=, bytes= or from_end="),
     ],
 )
 def test_invalid_faults_are_refused(text: str, complaint: str) -> None:
