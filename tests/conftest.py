@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
 
-from .streams import MISSING, STREAMS
+from .streams import MISSING
 
 START_POSTGRES = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 START_REDIS = (
@@ -116,12 +116,14 @@ def fake_server() -> Iterator[object]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say plainly how many tests did not run because the recorded streams are not there."""
+    """Say plainly how many tests did not run because the test data beside the repository is not there."""
     skipped = terminalreporter.stats.get("skipped", [])
-    missing = [r for r in skipped if MISSING in str(getattr(r, "longrepr", ""))]
+    missing = [str(getattr(r, "longrepr", "")) for r in skipped if MISSING in str(getattr(r, "longrepr", ""))]
     if missing:
+        folders = sorted({text.split(MISSING + ": ", 1)[1].split(" (set ", 1)[0] for text in missing})
         terminalreporter.write_line(
-            f"{len(missing)} tests that need the recorded provider streams did not run: {STREAMS} does not exist "
-            "(put the test data beside the repository or set STREAMRECOVER_STREAMS_DIR)",
+            f"{len(missing)} tests that need the recorded provider streams did not run: "
+            + "; ".join(folders)
+            + " (put the test data beside the repository or set the variable named in each skip)",
             yellow=True,
         )

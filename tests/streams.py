@@ -8,26 +8,46 @@ need them are skipped, each saying where it looked, and the run's summary counts
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from streamrecover.engine.sse import SSEDecoder, SSEEvent
 
-BESIDE = Path(__file__).resolve().parents[2] / "shared" / "streams"
-STREAMS = Path(os.environ.get("STREAMRECOVER_STREAMS_DIR") or BESIDE)
-MISSING = "recorded streams not found"
+
+@dataclass(frozen=True)
+class DataFolder:
+    """A folder of test data kept beside the repository, or where ``env`` says."""
+
+    what: str
+    name: str
+    env: str
+
+    @property
+    def path(self) -> Path:
+        return Path(os.environ.get(self.env) or Path(__file__).resolve().parents[2] / "shared" / self.name)
+
+    def file(self, name: str) -> Path:
+        """The file's path. Without the folder the test is skipped, saying where it looked; a
+        folder that is there but lacks the file fails the test (a renamed or lost fixture)."""
+        folder = self.path
+        if not folder.is_dir():
+            pytest.skip(f"{MISSING}: {self.what}: {folder} does not exist (set {self.env})")
+        path = folder / name
+        if not path.is_file():
+            pytest.fail(f"{self.what}: {path} is missing from {folder}", pytrace=False)
+        return path
+
+
+MISSING = "test data beside the repository not found"
+REFERENCE = DataFolder("reference provider streams", "streams", "STREAMRECOVER_STREAMS_DIR")
+RECORDINGS = DataFolder("streams recorded from the real APIs", "recorded", "STREAMRECOVER_RECORDED_DIR")
+STREAMS = REFERENCE.path
 
 
 def stream_path(name: str) -> Path:
-    """The fixture's path. Without the folder the test is skipped, saying where it looked; a
-    folder that is there but lacks this stream fails the test (a renamed or lost fixture)."""
-    path = STREAMS / name
-    if not STREAMS.is_dir():
-        pytest.skip(f"{MISSING}: {STREAMS} does not exist (set STREAMRECOVER_STREAMS_DIR)")
-    if not path.is_file():
-        pytest.fail(f"reference stream {path} is missing from {STREAMS}", pytrace=False)
-    return path
+    return REFERENCE.file(name)
 
 
 def load_bytes(name: str) -> bytes:
@@ -54,23 +74,5 @@ def cut_points(text: str) -> list[int]:
     return sorted(c for c in cuts if c < len(text))
 
 
-# ---- the recorded real-API streams (``../shared/recorded``) ---------------------------------
-
-RECORDED_BESIDE = Path(__file__).resolve().parents[2] / "shared" / "recorded"
-RECORDED = Path(os.environ.get("STREAMRECOVER_RECORDED_DIR") or RECORDED_BESIDE)
-MISSING_RECORDED = "recorded real-API streams not found"
-
-
-def recorded_path(name: str) -> Path:
-    """A stream recorded from a real API. Without the folder the test is skipped, saying where
-    it looked; a folder that is there but lacks this stream fails the test."""
-    path = RECORDED / name
-    if not RECORDED.is_dir():
-        pytest.skip(f"{MISSING_RECORDED}: {RECORDED} does not exist (set STREAMRECOVER_RECORDED_DIR)")
-    if not path.is_file():
-        pytest.fail(f"recorded stream {path} is missing from {RECORDED}", pytrace=False)
-    return path
-
-
 def load_recorded(name: str) -> bytes:
-    return recorded_path(name).read_bytes()
+    return RECORDINGS.file(name).read_bytes()
