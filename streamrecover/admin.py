@@ -232,7 +232,7 @@ class RecoveryEventInline(ReadOnlyInline):
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
-        "id",
+        "short_id",
         "status",
         "provider",
         "model",
@@ -266,6 +266,13 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         (_("Options"), {"fields": ("options_pretty",)}),
     )
     readonly_fields = ("options_pretty",)
+    list_display_links = ("short_id",)
+
+    @admin.display(description=_("run"), ordering="id")
+    def short_id(self, obj: Run) -> str:
+        """The id's first 8 characters, the whole id on hover: a UUID in full wraps over four
+        lines and pushes the other columns off a 1280 px screen. The link opens the run."""
+        return format_html('<code title="{}" style="white-space: nowrap">{}…</code>', obj.pk, str(obj.pk)[:8])
 
     @admin.display(description=_("options"))
     def options_pretty(self, obj: Run) -> str:
