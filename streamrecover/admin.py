@@ -19,6 +19,8 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from . import dispatch
 from .engine.errors import InterruptCause
@@ -84,7 +86,7 @@ def _uuid(term: str) -> uuid.UUID | None:
 class RunIdSearchMixin:
     """Search rows of one run by its id: an exact, indexed lookup; anything else finds nothing."""
 
-    search_help_text = "A run id."
+    search_help_text = _("A run id.")
     search_fields = ("run__id",)
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
@@ -118,7 +120,7 @@ class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
 # ---- filters --------------------------------------------------------------------------------
 
 
-def _values_filter(title: str, field: str, values: tuple[str, ...]) -> type[admin.SimpleListFilter]:
+def _values_filter(title: Any, field: str, values: tuple[str, ...]) -> type[admin.SimpleListFilter]:
     """A filter on a column whose values are known: no ``SELECT DISTINCT`` over a big table."""
 
     class ValuesFilter(admin.SimpleListFilter):
@@ -167,14 +169,14 @@ class _InterruptedWithFilter(admin.SimpleListFilter):
 
 
 class InterruptCauseFilter(_InterruptedWithFilter):
-    title = "interrupt cause"
+    title = _("interrupt cause")
     parameter_name = "cause"
     field = "cause"
     values = CAUSES
 
 
 class RecoveryPlanFilter(_InterruptedWithFilter):
-    title = "recovery plan"
+    title = _("recovery plan")
     parameter_name = "plan"
     field = "plan"
     values = PLANS
@@ -190,7 +192,7 @@ class MessageInline(ReadOnlyInline):
     readonly_fields = fields
     ordering = ("position",)
 
-    @admin.display(description="content")
+    @admin.display(description=_("content"))
     def content_pretty(self, obj: Message) -> str:
         return pretty_json(obj.content)
 
@@ -222,7 +224,7 @@ class RecoveryEventInline(ReadOnlyInline):
     readonly_fields = fields
     ordering = ("created", "id")
 
-    @admin.display(description="payload")
+    @admin.display(description=_("payload"))
     def payload_pretty(self, obj: RecoveryEvent) -> str:
         return pretty_json(obj.payload)
 
@@ -230,7 +232,7 @@ class RecoveryEventInline(ReadOnlyInline):
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
-        "id",
+        "short_id",
         "status",
         "provider",
         "model",
@@ -249,7 +251,7 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         RecoveryPlanFilter,
         ("created", admin.DateFieldListFilter),
     )
-    search_help_text = "A run id, or a provider request id of one of its attempts."
+    search_help_text = _("A run id, or a provider request id of one of its attempts.")
     search_fields = ("id",)  # the search box; get_search_results does the looking
     ordering = ("-created",)
     show_full_result_count = False
@@ -257,15 +259,22 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     actions = ("requeue_failed_runs", "cancel_running_runs")
     fieldsets = (
         (None, {"fields": ("id", "status", "provider", "model", "thread", "owner")}),
-        ("Times", {"fields": ("created", "started_at", "finished_at", "heartbeat_at")}),
-        ("Worker", {"fields": ("worker", "claims", "cancel_requested", "cancel_reason")}),
-        ("Totals", {"fields": ("attempt_count", "continuation_count", "input_tokens", "output_tokens")}),
-        ("Error", {"fields": ("error_kind", "error_message")}),
-        ("Options", {"fields": ("options_pretty",)}),
+        (_("Times"), {"fields": ("created", "started_at", "finished_at", "heartbeat_at")}),
+        (_("Worker"), {"fields": ("worker", "claims", "cancel_requested", "cancel_reason")}),
+        (_("Totals"), {"fields": ("attempt_count", "continuation_count", "input_tokens", "output_tokens")}),
+        (_("Error"), {"fields": ("error_kind", "error_message")}),
+        (_("Options"), {"fields": ("options_pretty",)}),
     )
     readonly_fields = ("options_pretty",)
+    list_display_links = ("short_id",)
 
-    @admin.display(description="options")
+    @admin.display(description=_("run"), ordering="id")
+    def short_id(self, obj: Run) -> str:
+        """The id's first 8 characters, the whole id on hover: a UUID in full wraps over four
+        lines and pushes the other columns off a 1280 px screen. The link opens the run."""
+        return format_html('<code title="{}" style="white-space: nowrap">{}…</code>', obj.pk, str(obj.pk)[:8])
+
+    @admin.display(description=_("options"))
     def options_pretty(self, obj: Run) -> str:
         return pretty_json(obj.options)
 
@@ -283,24 +292,32 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         codename = get_permission_codename("change", Run._meta)
         return request.user.has_perm(f"{Run._meta.app_label}.{codename}")
 
-    @admin.action(description="Re-queue failed runs", permissions=["operate"])
+    @admin.action(description=_("Re-queue failed runs"), permissions=["operate"])
     def requeue_failed_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
         failed = queryset.filter(status__in=(Run.Status.FAILED, Run.Status.EXHAUSTED))
         done = sum(1 for run_id in failed.values_list("pk", flat=True) if dispatch.requeue_run(run_id))
-        self._report(request, "re-queued", done, queryset.count())
+        text = ngettext("Re-queued %(count)d run.", "Re-queued %(count)d runs.", done) % {"count": done}
+        self._report(request, text, done, queryset.count())
 
-    @admin.action(description="Cancel running runs", permissions=["operate"])
+    @admin.action(description=_("Cancel running runs"), permissions=["operate"])
     def cancel_running_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
-        reason = f"cancelled in the admin by {request.user.get_username()}"
+        reason = f"cancelled in the admin by {request.user.get_username()}"  # recorded, not shown: not translated
         running = queryset.filter(status__in=Run.ACTIVE_STATUSES)
         done = sum(1 for run_id in running.values_list("pk", flat=True) if lifecycle.request_cancel(run_id, reason))
-        self._report(request, "cancel requested for", done, queryset.count())
+        text = ngettext("Cancel requested for %(count)d run.", "Cancel requested for %(count)d runs.", done) % {
+            "count": done
+        }
+        self._report(request, text, done, queryset.count())
 
-    def _report(self, request: HttpRequest, verb: str, done: int, selected: int) -> None:
+    def _report(self, request: HttpRequest, done_text: str, done: int, selected: int) -> None:
         skipped = selected - done
-        text = f"{verb.capitalize()} {done} run{'s' if done != 1 else ''}."
+        text = done_text
         if skipped:
-            text += f" {skipped} skipped (not in a state that allows it)."
+            text += " " + ngettext(
+                "%(count)d skipped (not in a state that allows it).",
+                "%(count)d skipped (not in a state that allows it).",
+                skipped,
+            ) % {"count": skipped}
         self.message_user(request, text, messages.SUCCESS if done else messages.WARNING)
 
 
@@ -374,19 +391,19 @@ class AttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = (
         "kind",
         "outcome",
-        _values_filter("interrupt cause", "interrupt_cause", CAUSES),
+        _values_filter(_("interrupt cause"), "interrupt_cause", CAUSES),
         "run__provider",
         "run__model",
         ("started_at", admin.DateFieldListFilter),
     )
-    search_help_text = "A run id or a provider request id."
+    search_help_text = _("A run id or a provider request id.")
     search_fields = ("provider_request_id",)
     ordering = ("-id",)
     show_full_result_count = False
     readonly_fields = ("request_pretty",)
     exclude = ("request",)
 
-    @admin.display(description="request (as sent, secrets removed)")
+    @admin.display(description=_("request (as sent, secrets removed)"))
     def request_pretty(self, obj: Attempt) -> str:
         return pretty_json(obj.request)
 
@@ -402,25 +419,25 @@ class AttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class RecoveryEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "created", "name", "run", "provider", "model", "cause", "plan", "payload_short")
     list_filter = (
-        _values_filter("name", "name", EVENT_NAMES),
-        _values_filter("interrupt cause", "cause", CAUSES),
-        _values_filter("recovery plan", "plan", PLANS),
+        _values_filter(_("name"), "name", EVENT_NAMES),
+        _values_filter(_("interrupt cause"), "cause", CAUSES),
+        _values_filter(_("recovery plan"), "plan", PLANS),
         "provider",
         "model",
         ("created", admin.DateFieldListFilter),
     )
-    search_help_text = "A run id, or a provider request id of one of the run's attempts."
+    search_help_text = _("A run id, or a provider request id of one of the run's attempts.")
     search_fields = ("run__id",)
     ordering = ("-id",)
     show_full_result_count = False
     readonly_fields = ("payload_pretty",)
     exclude = ("payload",)
 
-    @admin.display(description="payload")
+    @admin.display(description=_("payload"))
     def payload_short(self, obj: RecoveryEvent) -> str:
         return _short_json(obj.payload)
 
-    @admin.display(description="payload")
+    @admin.display(description=_("payload"))
     def payload_pretty(self, obj: RecoveryEvent) -> str:
         return pretty_json(obj.payload)
 
@@ -439,7 +456,7 @@ class MessageAdmin(RunIdSearchMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     readonly_fields = ("content_pretty",)
     exclude = ("content",)
 
-    @admin.display(description="content")
+    @admin.display(description=_("content"))
     def content_pretty(self, obj: Message) -> str:
         return pretty_json(obj.content)
 
@@ -464,7 +481,7 @@ class StreamCheckpointAdmin(RunIdSearchMixin, ReadOnlyAdminMixin, admin.ModelAdm
     readonly_fields = ("data_pretty",)
     exclude = ("data",)
 
-    @admin.display(description="data")
+    @admin.display(description=_("data"))
     def data_pretty(self, obj: StreamCheckpoint) -> str:
         return pretty_json(obj.data)
 
@@ -480,6 +497,6 @@ class AnalyticsRollupAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     readonly_fields = ("recover_seconds_pretty",)
     exclude = ("recover_seconds",)
 
-    @admin.display(description="recover seconds")
+    @admin.display(description=_("recover seconds"))
     def recover_seconds_pretty(self, obj: AnalyticsRollup) -> str:
         return pretty_json(obj.recover_seconds)

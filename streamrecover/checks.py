@@ -2,15 +2,18 @@
 
 Celery values are read from Django settings under the ``CELERY_`` namespace (how the demo
 project and most Django projects configure Celery), so ``override_settings`` is obeyed.
+Every id is listed in the README's "System checks" section, and each has a test.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
+from django.utils.module_loading import import_string
 
 from .conf import SETTINGS_NAME, merge, validate
 
@@ -135,4 +138,193 @@ def check_prefetch(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     ]
 
 
-ALL_CHECKS = (check_settings, check_celery_time_limit, check_channel_layer, check_checkpoint_store, check_prefetch)
+def _default_layer() -> Mapping[str, Any] | None:
+    layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
+    layer = layers.get("default") if isinstance(layers, Mapping) else None
+    return layer if isinstance(layer, Mapping) and layer.get("BACKEND") else None
+
+
+def check_no_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """streamrecover.W005: without a channel layer a WebSocket client gets its snapshot, then nothing."""
+    if _default_layer() is not None:
+        return []
+    return [
+        Warning(
+            "No default channel layer is configured (CHANNEL_LAYERS['default']): a client of the run's "
+            "WebSocket receives the snapshot and then nothing, however the run goes on.",
+            hint="One process: CHANNEL_LAYERS = {'default': {'BACKEND': 'channels.layers.InMemoryChannelLayer'}}; "
+            "several processes: channels_redis.pubsub.RedisPubSubChannelLayer.",
+            id="streamrecover.W005",
+        )
+    ]
+
+
+# ---- the WebSocket route's origin check (W006) ------------------------------------------------------
+
+# Attributes through which Channels' routers and middleware hold what they wrap.
+_WRAPPED = ("application", "inner", "app")
+
+
+# Named, not imported: the consumer sits in a layer above the checks (tests/test_architecture.py).
+RUN_CONSUMER = ("streamrecover.live.consumer", "RunConsumer")
+
+
+def _is_run_consumer(app: Any) -> bool:
+    """``RunConsumer.as_asgi()`` (or a subclass's): Channels marks it with ``consumer_class``."""
+    consumer = getattr(app, "consumer_class", None)
+    return isinstance(consumer, type) and any((c.__module__, c.__qualname__) == RUN_CONSUMER for c in consumer.__mro__)
+
+
+def _is_origin_check(app: Any) -> bool:
+    from channels.security.websocket import OriginValidator
+
+    return isinstance(app, OriginValidator)
+
+
+def run_socket_routes(app: Any, *, checked: bool = False, seen: set[int] | None = None) -> list[bool]:
+    """For every ``RunConsumer`` reachable in the ASGI application ``app``: is an origin check above it?
+
+    Follows what can be seen: ``ProtocolTypeRouter`` (its ``websocket`` entry), ``URLRouter``
+    routes, and middleware that keeps what it wraps in ``inner``, ``application`` or ``app``
+    (Channels' own, ``AuthMiddlewareStack``, ``OriginValidator``). A wrapper that hides its
+    inner application (a closure, another attribute name) ends the walk there: nothing is seen.
+    """
+    seen = set() if seen is None else seen
+    if id(app) in seen:
+        return []
+    seen.add(id(app))
+    if _is_run_consumer(app):
+        return [checked]
+    checked = checked or _is_origin_check(app)
+    found: list[bool] = []
+    mapping = getattr(app, "application_mapping", None)
+    if isinstance(mapping, Mapping):
+        if "websocket" in mapping:
+            found += run_socket_routes(mapping["websocket"], checked=checked, seen=seen)
+        return found
+    routes = getattr(app, "routes", None)
+    if isinstance(routes, list | tuple):
+        for route in routes:
+            target = getattr(route, "callback", None)
+            if target is not None:
+                found += run_socket_routes(target, checked=checked, seen=seen)
+        return found
+    for name in _WRAPPED:
+        inner = getattr(app, name, None)
+        if inner is not None and callable(inner):
+            found += run_socket_routes(inner, checked=checked, seen=seen)
+    return found
+
+
+def check_websocket_origin(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """streamrecover.W006: the run's WebSocket is routed without an origin check.
+
+    A socket authenticates with the session cookie, which the browser sends from any page:
+    without ``AllowedHostsOriginValidator`` a page on another site can open it and read the
+    user's runs (cross-site WebSocket hijacking). Silent when ``ASGI_APPLICATION`` is unset or
+    cannot be imported, or when the route cannot be seen inside it (see ``run_socket_routes``).
+    """
+    path = getattr(settings, "ASGI_APPLICATION", None)
+    if not path:
+        return []
+    try:
+        application = import_string(path)
+    except Exception:  # the ASGI server reports its own import errors; a check must not raise
+        return []
+    if all(run_socket_routes(application)):  # all([]) is True: nothing seen, nothing said
+        return []
+    return [
+        Warning(
+            f"{path} routes streamrecover's WebSocket without an origin check: a page on another site "
+            "can open it with the user's session cookie and read the user's runs.",
+            hint="Wrap the websocket application: AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(...))) "
+            "(channels.security.websocket).",
+            id="streamrecover.W006",
+        )
+    ]
+
+
+def check_single_process_in_production(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """streamrecover.W007 / W008: the one-process setup with ``DEBUG = False``.
+
+    W007: runs executed in a thread of the web process die with it (a deploy, a restart) and
+    nothing else picks them up. W008: the in-memory channel layer carries frames inside one
+    process only; a second web process's clients see nothing. (With Celery, W002 says it.)
+    """
+    conf = _streamrecover()
+    if conf is None or settings.DEBUG:
+        return []
+    found: list[CheckMessage] = []
+    if conf["EXECUTION"] == "inprocess":
+        found.append(
+            Warning(
+                f"{SETTINGS_NAME}['EXECUTION'] is 'inprocess' with DEBUG = False: runs execute in a thread of "
+                "the web process and are lost, not resumed elsewhere, when that process stops.",
+                hint="Use EXECUTION='celery' with a worker and the sweeper, or silence "
+                "streamrecover.W007 for a deliberately single-process deployment.",
+                id="streamrecover.W007",
+            )
+        )
+    layer = _default_layer()
+    if not _uses_celery(conf) and layer is not None and layer["BACKEND"] == IN_MEMORY_LAYER:
+        found.append(
+            Warning(
+                "The default channel layer is the in-memory layer with DEBUG = False: live frames reach only "
+                "the clients connected to the process that runs the run.",
+                hint="Use channels_redis.pubsub.RedisPubSubChannelLayer, or silence streamrecover.W008 "
+                "when exactly one process serves the site.",
+                id="streamrecover.W008",
+            )
+        )
+    return found
+
+
+def celery_app_broker() -> str | None:
+    """The broker URL of the Celery app the project created, if it created one (else None)."""
+    try:
+        from celery import _state
+    except ImportError:
+        return None
+    app = getattr(_state._tls, "current_app", None) or _state.default_app
+    if app is None:
+        return None
+    try:
+        return app.conf.broker_url or None
+    except Exception:
+        return None
+
+
+def check_celery_broker(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """streamrecover.E002: Celery execution without a broker, so no run ever leaves ``queued``.
+
+    A broker is the ``CELERY_BROKER_URL`` setting or environment variable, or the broker of a
+    Celery app the project created (imported with Django, as Celery's Django guide does).
+    Eager tasks (``CELERY_TASK_ALWAYS_EAGER``) need none.
+    """
+    conf = _streamrecover()
+    if conf is None or not _uses_celery(conf) or getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
+        return []
+    if getattr(settings, "CELERY_BROKER_URL", None) or os.environ.get("CELERY_BROKER_URL") or celery_app_broker():
+        return []
+    return [
+        Error(
+            f"{SETTINGS_NAME}['EXECUTION'] is 'celery' but no Celery broker is configured: runs are queued "
+            "and no worker ever receives them.",
+            hint="Set CELERY_BROKER_URL (e.g. 'redis://127.0.0.1:6379/0') and create the Celery app in your "
+            "project's celery.py, imported from its __init__.py; or use EXECUTION='inprocess'.",
+            id="streamrecover.E002",
+        )
+    ]
+
+
+ALL_CHECKS = (
+    check_settings,
+    check_celery_time_limit,
+    check_channel_layer,
+    check_checkpoint_store,
+    check_prefetch,
+    check_no_channel_layer,
+    check_websocket_origin,
+    check_single_process_in_production,
+    check_celery_broker,
+)

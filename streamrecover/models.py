@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, router
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from .engine.plan import PlanKind
 from .engine.protocol import RunStatus
@@ -28,20 +29,25 @@ class Thread(models.Model):
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
+        verbose_name=_("owner"),
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="streamrecover_threads",
     )
-    title = models.CharField(max_length=200, blank=True)
-    created = models.DateTimeField(default=timezone.now)
+    title = models.CharField(verbose_name=_("title"), max_length=200, blank=True)
+    created = models.DateTimeField(verbose_name=_("created"), default=timezone.now)
     # NOTIFY_MODEL_OF_DISCARDED_TOOLS: tool calls cut off in a turn that ended without tools to
     # run ({"id", "name", "reason"}); the thread's next user message carries them, explicitly.
-    pending_notices = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
+    pending_notices = models.JSONField(
+        verbose_name=_("pending notices"), default=list, blank=True, encoder=DjangoJSONEncoder
+    )
 
     class Meta:
         ordering = ["-created"]
         indexes = [models.Index(fields=["owner", "created"], name="sr_thread_owner_created")]
+        verbose_name = _("thread")
+        verbose_name_plural = _("threads")
 
     def __str__(self) -> str:
         return self.title or f"Thread {self.pk}"
@@ -51,53 +57,58 @@ class Run(models.Model):
     """One request for an assistant answer (possibly several turns with tools)."""
 
     class Status(models.TextChoices):
-        QUEUED = RunStatus.QUEUED
-        RUNNING = RunStatus.RUNNING
-        RECOVERING = RunStatus.RECOVERING
-        COMPLETED = RunStatus.COMPLETED
-        FAILED = RunStatus.FAILED
-        EXHAUSTED = RunStatus.EXHAUSTED
-        CANCELLED = RunStatus.CANCELLED
+        QUEUED = RunStatus.QUEUED, _("queued")
+        RUNNING = RunStatus.RUNNING, _("running")
+        RECOVERING = RunStatus.RECOVERING, _("recovering")
+        COMPLETED = RunStatus.COMPLETED, _("completed")
+        FAILED = RunStatus.FAILED, _("failed")
+        EXHAUSTED = RunStatus.EXHAUSTED, _("exhausted")
+        CANCELLED = RunStatus.CANCELLED, _("cancelled")
 
     TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.EXHAUSTED, Status.CANCELLED})
     ACTIVE_STATUSES = frozenset({Status.QUEUED, Status.RUNNING, Status.RECOVERING})
     CLAIMED_STATUSES = frozenset({Status.RUNNING, Status.RECOVERING})  # a worker is on it
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="runs")
+    id = models.UUIDField(verbose_name=_("ID"), primary_key=True, default=uuid.uuid4, editable=False)
+    thread = models.ForeignKey(Thread, verbose_name=_("thread"), on_delete=models.CASCADE, related_name="runs")
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
+        verbose_name=_("owner"),
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="streamrecover_runs",
     )
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
-    provider = models.CharField(max_length=64)
-    model = models.CharField(max_length=200)
+    status = models.CharField(verbose_name=_("status"), max_length=16, choices=Status.choices, default=Status.QUEUED)
+    provider = models.CharField(verbose_name=_("provider"), max_length=64)
+    model = models.CharField(verbose_name=_("model"), max_length=200)
     # system, max_tokens, tools, thinking_budget ... never a secret (the recorder redacts).
-    options = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
-    cancel_requested = models.BooleanField(default=False)
-    cancel_reason = models.CharField(max_length=200, blank=True)
-    claims = models.PositiveIntegerField(default=0, help_text="Times a worker claimed this run.")
-    worker = models.CharField(max_length=255, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    error_kind = models.CharField(max_length=64, blank=True)
-    error_message = models.TextField(blank=True)
-    input_tokens = models.PositiveBigIntegerField(default=0)
-    output_tokens = models.PositiveBigIntegerField(default=0)
-    attempt_count = models.PositiveIntegerField(default=0)
-    continuation_count = models.PositiveIntegerField(default=0)
-    created = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+    options = models.JSONField(verbose_name=_("options"), default=dict, blank=True, encoder=DjangoJSONEncoder)
+    cancel_requested = models.BooleanField(verbose_name=_("cancel requested"), default=False)
+    cancel_reason = models.CharField(verbose_name=_("cancel reason"), max_length=200, blank=True)
+    claims = models.PositiveIntegerField(
+        verbose_name=_("claims"), default=0, help_text=_("Times a worker claimed this run.")
+    )
+    worker = models.CharField(verbose_name=_("worker"), max_length=255, blank=True)
+    heartbeat_at = models.DateTimeField(verbose_name=_("heartbeat at"), null=True, blank=True)
+    error_kind = models.CharField(verbose_name=_("error kind"), max_length=64, blank=True)
+    error_message = models.TextField(verbose_name=_("error message"), blank=True)
+    input_tokens = models.PositiveBigIntegerField(verbose_name=_("input tokens"), default=0)
+    output_tokens = models.PositiveBigIntegerField(verbose_name=_("output tokens"), default=0)
+    attempt_count = models.PositiveIntegerField(verbose_name=_("attempt count"), default=0)
+    continuation_count = models.PositiveIntegerField(verbose_name=_("continuation count"), default=0)
+    created = models.DateTimeField(verbose_name=_("created"), default=timezone.now)
+    started_at = models.DateTimeField(verbose_name=_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(verbose_name=_("finished at"), null=True, blank=True)
     # True while this run's figures are counted in ``AnalyticsRollup`` (and so nowhere else).
     # Written only by ``streamrecover.analytics.rollup``, with ``update()``: ``save()`` never writes it.
-    analytics_folded = models.BooleanField(default=False, editable=False)
+    analytics_folded = models.BooleanField(verbose_name=_("analytics folded"), default=False, editable=False)
 
     objects = RunQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
         ordering = ["-created"]
         indexes = [
             models.Index(fields=["status", "created"], name="sr_run_status_created"),
@@ -152,7 +163,7 @@ class FailedRun(Run):
 
     class Meta:
         proxy = True
-        verbose_name = "failed run"
+        verbose_name = _("failed run")
 
 
 class ExhaustedRun(Run):
@@ -162,7 +173,7 @@ class ExhaustedRun(Run):
 
     class Meta:
         proxy = True
-        verbose_name = "exhausted run"
+        verbose_name = _("exhausted run")
 
 
 class RecoveredRun(Run):
@@ -172,7 +183,7 @@ class RecoveredRun(Run):
 
     class Meta:
         proxy = True
-        verbose_name = "recovered run"
+        verbose_name = _("recovered run")
 
 
 class RecoveryAnalytics(Run):
@@ -180,28 +191,34 @@ class RecoveryAnalytics(Run):
 
     class Meta:
         proxy = True
-        verbose_name = "recovery analytics"
-        verbose_name_plural = "recovery analytics"
+        verbose_name = _("recovery analytics")
+        verbose_name_plural = _("recovery analytics")
 
 
 class Message(models.Model):
     """A committed message of the thread log; written once, when its turn commits."""
 
     class Role(models.TextChoices):
-        USER = "user"
-        ASSISTANT = "assistant"
-        SYSTEM = "system"
+        USER = "user", _("user")
+        ASSISTANT = "assistant", _("assistant")
+        SYSTEM = "system", _("system")
 
-    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
-    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
-    position = models.PositiveIntegerField()
-    role = models.CharField(max_length=16, choices=Role.choices)
-    content = models.JSONField(default=list, encoder=DjangoJSONEncoder, help_text="Canonical content blocks.")
-    created = models.DateTimeField(default=timezone.now)
+    thread = models.ForeignKey(Thread, verbose_name=_("thread"), on_delete=models.CASCADE, related_name="messages")
+    run = models.ForeignKey(
+        Run, verbose_name=_("run"), null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
+    )
+    position = models.PositiveIntegerField(verbose_name=_("position"))
+    role = models.CharField(verbose_name=_("role"), max_length=16, choices=Role.choices)
+    content = models.JSONField(
+        verbose_name=_("content"), default=list, encoder=DjangoJSONEncoder, help_text=_("Canonical content blocks.")
+    )
+    created = models.DateTimeField(verbose_name=_("created"), default=timezone.now)
 
     objects = MessageQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("message")
+        verbose_name_plural = _("messages")
         ordering = ["thread", "position"]
         constraints = [
             models.UniqueConstraint(fields=["thread", "position"], name="sr_message_thread_pos_uniq"),
@@ -219,40 +236,50 @@ class Attempt(models.Model):
     """One HTTP call to the provider."""
 
     class Kind(models.TextChoices):
-        INITIAL = "initial"
-        PRE_STREAM_RETRY = "pre_stream_retry"
-        CONTINUATION = "continuation"
-        RESTART = "restart"
-        RESUME = "resume"
+        INITIAL = "initial", _("initial")
+        PRE_STREAM_RETRY = "pre_stream_retry", _("pre-stream retry")
+        CONTINUATION = "continuation", _("continuation")
+        RESTART = "restart", _("restart")
+        RESUME = "resume", _("resume")
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
-    turn = models.PositiveIntegerField(default=0)
-    index = models.PositiveIntegerField(help_text="0-based across the run.")
-    kind = models.CharField(max_length=20, choices=Kind.choices)
-    continuation = models.PositiveIntegerField(default=0)
-    strategy = models.CharField(max_length=32, blank=True)
-    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
-    provider_request_id = models.CharField(max_length=255, blank=True)
-    started_at = models.DateTimeField(default=timezone.now)
-    first_byte_at = models.DateTimeField(null=True, blank=True)
-    ended_at = models.DateTimeField(null=True, blank=True)
-    input_tokens = models.PositiveIntegerField(null=True, blank=True)
-    output_tokens = models.PositiveIntegerField(null=True, blank=True)
-    cache_creation_input_tokens = models.PositiveIntegerField(null=True, blank=True)
-    cache_read_input_tokens = models.PositiveIntegerField(null=True, blank=True)
-    bytes_received = models.PositiveBigIntegerField(default=0)
-    interrupt_cause = models.CharField(max_length=32, blank=True)
-    error_kind = models.CharField(max_length=64, blank=True)
-    error_message = models.TextField(blank=True)
-    stop_reason = models.CharField(max_length=64, blank=True)
-    outcome = models.CharField(max_length=32, default=AttemptOutcome.PENDING)
+    run = models.ForeignKey(Run, verbose_name=_("run"), on_delete=models.CASCADE, related_name="attempts")
+    turn = models.PositiveIntegerField(verbose_name=_("turn"), default=0)
+    index = models.PositiveIntegerField(verbose_name=_("index"), help_text=_("0-based across the run."))
+    kind = models.CharField(verbose_name=_("kind"), max_length=20, choices=Kind.choices)
+    continuation = models.PositiveIntegerField(verbose_name=_("continuation"), default=0)
+    strategy = models.CharField(verbose_name=_("strategy"), max_length=32, blank=True)
+    status_code = models.PositiveSmallIntegerField(verbose_name=_("status code"), null=True, blank=True)
+    provider_request_id = models.CharField(verbose_name=_("provider request id"), max_length=255, blank=True)
+    started_at = models.DateTimeField(verbose_name=_("started at"), default=timezone.now)
+    first_byte_at = models.DateTimeField(verbose_name=_("first byte at"), null=True, blank=True)
+    ended_at = models.DateTimeField(verbose_name=_("ended at"), null=True, blank=True)
+    input_tokens = models.PositiveIntegerField(verbose_name=_("input tokens"), null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(verbose_name=_("output tokens"), null=True, blank=True)
+    cache_creation_input_tokens = models.PositiveIntegerField(
+        verbose_name=_("cache creation input tokens"), null=True, blank=True
+    )
+    cache_read_input_tokens = models.PositiveIntegerField(
+        verbose_name=_("cache read input tokens"), null=True, blank=True
+    )
+    bytes_received = models.PositiveBigIntegerField(verbose_name=_("bytes received"), default=0)
+    interrupt_cause = models.CharField(verbose_name=_("interrupt cause"), max_length=32, blank=True)
+    error_kind = models.CharField(verbose_name=_("error kind"), max_length=64, blank=True)
+    error_message = models.TextField(verbose_name=_("error message"), blank=True)
+    stop_reason = models.CharField(verbose_name=_("stop reason"), max_length=64, blank=True)
+    outcome = models.CharField(verbose_name=_("outcome"), max_length=32, default=AttemptOutcome.PENDING)
     request = models.JSONField(
-        default=dict, blank=True, encoder=DjangoJSONEncoder, help_text="As sent, secrets removed."
+        verbose_name=_("request"),
+        default=dict,
+        blank=True,
+        encoder=DjangoJSONEncoder,
+        help_text=_("As sent, secrets removed."),
     )
 
     objects = AttemptQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("attempt")
+        verbose_name_plural = _("attempts")
         ordering = ["run", "index"]
         constraints = [
             models.UniqueConstraint(fields=["run", "index"], name="sr_attempt_run_index_uniq"),
@@ -280,15 +307,19 @@ class StreamCheckpoint(models.Model):
     and for purging old rows.
     """
 
-    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="checkpoint")
-    data = models.JSONField(encoder=DjangoJSONEncoder)
-    turn = models.PositiveIntegerField(default=0)
-    attempt = models.PositiveIntegerField(default=0)
-    continuation = models.PositiveIntegerField(default=0)
-    seq = models.PositiveBigIntegerField(default=0)
-    updated_at = models.DateTimeField()
+    run = models.OneToOneField(
+        Run, verbose_name=_("run"), on_delete=models.CASCADE, primary_key=True, related_name="checkpoint"
+    )
+    data = models.JSONField(verbose_name=_("data"), encoder=DjangoJSONEncoder)
+    turn = models.PositiveIntegerField(verbose_name=_("turn"), default=0)
+    attempt = models.PositiveIntegerField(verbose_name=_("attempt"), default=0)
+    continuation = models.PositiveIntegerField(verbose_name=_("continuation"), default=0)
+    seq = models.PositiveBigIntegerField(verbose_name=_("seq"), default=0)
+    updated_at = models.DateTimeField(verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("stream checkpoint")
+        verbose_name_plural = _("stream checkpoints")
         indexes = [models.Index(fields=["updated_at"], name="sr_checkpoint_updated")]
 
     def __str__(self) -> str:
@@ -313,27 +344,29 @@ class RecoveryEvent(models.Model):
     ``save()`` fills them all; ``from_payload`` does the same for ``bulk_create``.
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
-    attempt = models.PositiveIntegerField(null=True, blank=True)
-    turn = models.PositiveIntegerField(null=True, blank=True)
-    name = models.CharField(max_length=64)
-    provider = models.CharField(max_length=64, blank=True)
-    model = models.CharField(max_length=200, blank=True)
-    payload = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
-    created = models.DateTimeField(default=timezone.now)
-    cause = models.CharField(max_length=32, blank=True)
-    plan = models.CharField(max_length=32, blank=True)
-    continuation = models.PositiveIntegerField(null=True, blank=True)
-    kept_tokens = models.PositiveIntegerField(null=True, blank=True)
-    discarded_bytes = models.PositiveIntegerField(null=True, blank=True)
-    first_in_run = models.BooleanField(default=False)
-    first_break_at = models.DateTimeField(null=True, blank=True)
-    salvaged_tokens = models.PositiveIntegerField(null=True, blank=True)
-    saved_tokens = models.PositiveIntegerField(null=True, blank=True)
+    run = models.ForeignKey(Run, verbose_name=_("run"), on_delete=models.CASCADE, related_name="events")
+    attempt = models.PositiveIntegerField(verbose_name=_("attempt"), null=True, blank=True)
+    turn = models.PositiveIntegerField(verbose_name=_("turn"), null=True, blank=True)
+    name = models.CharField(verbose_name=_("name"), max_length=64)
+    provider = models.CharField(verbose_name=_("provider"), max_length=64, blank=True)
+    model = models.CharField(verbose_name=_("model"), max_length=200, blank=True)
+    payload = models.JSONField(verbose_name=_("payload"), default=dict, encoder=DjangoJSONEncoder)
+    created = models.DateTimeField(verbose_name=_("created"), default=timezone.now)
+    cause = models.CharField(verbose_name=_("cause"), max_length=32, blank=True)
+    plan = models.CharField(verbose_name=_("plan"), max_length=32, blank=True)
+    continuation = models.PositiveIntegerField(verbose_name=_("continuation"), null=True, blank=True)
+    kept_tokens = models.PositiveIntegerField(verbose_name=_("kept tokens"), null=True, blank=True)
+    discarded_bytes = models.PositiveIntegerField(verbose_name=_("discarded bytes"), null=True, blank=True)
+    first_in_run = models.BooleanField(verbose_name=_("first in run"), default=False)
+    first_break_at = models.DateTimeField(verbose_name=_("first break at"), null=True, blank=True)
+    salvaged_tokens = models.PositiveIntegerField(verbose_name=_("salvaged tokens"), null=True, blank=True)
+    saved_tokens = models.PositiveIntegerField(verbose_name=_("saved tokens"), null=True, blank=True)
 
     objects = RecoveryEventQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("recovery event")
+        verbose_name_plural = _("recovery events")
         ordering = ["created", "id"]
         indexes = [
             models.Index(fields=["name", "created"], name="sr_event_name_created"),
@@ -423,7 +456,7 @@ HISTORY_COLUMNS = ("first_in_run", "first_break_at", "salvaged_tokens", "saved_t
 
 
 def payload_columns(payload: Any) -> dict[str, Any]:
-    """The ``PAYLOAD_COLUMNS`` of an event, read from its payload (pure: migrations use it too)."""
+    """The ``PAYLOAD_COLUMNS`` of an event, read from its payload (pure)."""
     payload = payload if isinstance(payload, dict) else {}
     return {
         "turn": _turn_number(payload.get("turn_id", payload.get("turn"))),
@@ -486,43 +519,50 @@ class AnalyticsRollup(models.Model):
     ``recover_seconds`` keeps every recovery's duration so that percentiles stay exact.
     """
 
-    slot = models.DateTimeField(help_text="Start (UTC) of the 15 minutes its runs were created in.")
-    provider = models.CharField(max_length=64)
-    model = models.CharField(max_length=200)
-    runs = models.BigIntegerField(default=0)
-    attempts = models.BigIntegerField(default=0)
-    pre_stream_retries = models.BigIntegerField(default=0)
-    interrupted_runs = models.BigIntegerField(default=0)
-    interruptions = models.BigIntegerField(default=0)
-    recovered_runs = models.BigIntegerField(default=0)
-    exhausted_runs = models.BigIntegerField(default=0)
-    failed_runs = models.BigIntegerField(default=0)
-    recoveries = models.BigIntegerField(default=0)
-    continuations_in_recovered = models.BigIntegerField(default=0)
-    discarded_tool_uses = models.BigIntegerField(default=0)
-    discarded_tool_bytes = models.BigIntegerField(default=0)
-    discarded_thinking_blocks = models.BigIntegerField(default=0)
-    discarded_thinking_bytes = models.BigIntegerField(default=0)
-    output_tokens_billed = models.BigIntegerField(default=0)
-    completed_output_tokens = models.BigIntegerField(default=0)
-    kept_tokens_delivered = models.BigIntegerField(default=0)
-    tokens_saved = models.BigIntegerField(default=0)
-    continuation_input_tokens = models.BigIntegerField(default=0)
-    cause_connection_reset = models.BigIntegerField(default=0)
-    cause_idle_stall = models.BigIntegerField(default=0)
-    cause_goaway = models.BigIntegerField(default=0)
-    cause_provider_error_mid_stream = models.BigIntegerField(default=0)
-    cause_sse_parse = models.BigIntegerField(default=0)
-    cause_body_decode = models.BigIntegerField(default=0)
-    cause_unknown = models.BigIntegerField(default=0)
-    cause_other = models.BigIntegerField(default=0)
-    plan_continue_text = models.BigIntegerField(default=0)
-    plan_synthesize_tool_use = models.BigIntegerField(default=0)
-    plan_truncate_before_tool = models.BigIntegerField(default=0)
-    plan_whole_restart = models.BigIntegerField(default=0)
-    plan_other = models.BigIntegerField(default=0)
+    slot = models.DateTimeField(
+        verbose_name=_("slot"), help_text=_("Start (UTC) of the 15 minutes its runs were created in.")
+    )
+    provider = models.CharField(verbose_name=_("provider"), max_length=64)
+    model = models.CharField(verbose_name=_("model"), max_length=200)
+    runs = models.BigIntegerField(verbose_name=_("runs"), default=0)
+    attempts = models.BigIntegerField(verbose_name=_("attempts"), default=0)
+    pre_stream_retries = models.BigIntegerField(verbose_name=_("pre stream retries"), default=0)
+    interrupted_runs = models.BigIntegerField(verbose_name=_("interrupted runs"), default=0)
+    interruptions = models.BigIntegerField(verbose_name=_("interruptions"), default=0)
+    recovered_runs = models.BigIntegerField(verbose_name=_("recovered runs"), default=0)
+    exhausted_runs = models.BigIntegerField(verbose_name=_("exhausted runs"), default=0)
+    failed_runs = models.BigIntegerField(verbose_name=_("failed runs"), default=0)
+    recoveries = models.BigIntegerField(verbose_name=_("recoveries"), default=0)
+    continuations_in_recovered = models.BigIntegerField(verbose_name=_("continuations in recovered"), default=0)
+    discarded_tool_uses = models.BigIntegerField(verbose_name=_("discarded tool uses"), default=0)
+    discarded_tool_bytes = models.BigIntegerField(verbose_name=_("discarded tool bytes"), default=0)
+    discarded_thinking_blocks = models.BigIntegerField(verbose_name=_("discarded thinking blocks"), default=0)
+    discarded_thinking_bytes = models.BigIntegerField(verbose_name=_("discarded thinking bytes"), default=0)
+    output_tokens_billed = models.BigIntegerField(verbose_name=_("output tokens billed"), default=0)
+    completed_output_tokens = models.BigIntegerField(verbose_name=_("completed output tokens"), default=0)
+    kept_tokens_delivered = models.BigIntegerField(verbose_name=_("kept tokens delivered"), default=0)
+    tokens_saved = models.BigIntegerField(verbose_name=_("tokens saved"), default=0)
+    continuation_input_tokens = models.BigIntegerField(verbose_name=_("continuation input tokens"), default=0)
+    cause_connection_reset = models.BigIntegerField(verbose_name=_("cause connection reset"), default=0)
+    cause_idle_stall = models.BigIntegerField(verbose_name=_("cause idle stall"), default=0)
+    cause_goaway = models.BigIntegerField(verbose_name=_("cause goaway"), default=0)
+    cause_provider_error_mid_stream = models.BigIntegerField(
+        verbose_name=_("cause provider error mid stream"), default=0
+    )
+    cause_sse_parse = models.BigIntegerField(verbose_name=_("cause sse parse"), default=0)
+    cause_body_decode = models.BigIntegerField(verbose_name=_("cause body decode"), default=0)
+    cause_unknown = models.BigIntegerField(verbose_name=_("cause unknown"), default=0)
+    cause_other = models.BigIntegerField(verbose_name=_("cause other"), default=0)
+    plan_continue_text = models.BigIntegerField(verbose_name=_("plan continue text"), default=0)
+    plan_synthesize_tool_use = models.BigIntegerField(verbose_name=_("plan synthesize tool use"), default=0)
+    plan_truncate_before_tool = models.BigIntegerField(verbose_name=_("plan truncate before tool"), default=0)
+    plan_whole_restart = models.BigIntegerField(verbose_name=_("plan whole restart"), default=0)
+    plan_other = models.BigIntegerField(verbose_name=_("plan other"), default=0)
     recover_seconds = models.JSONField(
-        default=list, blank=True, help_text="Time to recover of every recovery, in seconds."
+        verbose_name=_("recover seconds"),
+        default=list,
+        blank=True,
+        help_text=_("Time to recover of every recovery, in seconds."),
     )
 
     class Meta:
@@ -530,7 +570,8 @@ class AnalyticsRollup(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["slot", "provider", "model"], name="sr_rollup_slot_group_uniq"),
         ]
-        verbose_name = "analytics rollup"
+        verbose_name = _("analytics rollup")
+        verbose_name_plural = _("analytics rollups")
 
     def __str__(self) -> str:
         return f"{self.provider}/{self.model} @ {self.slot:%Y-%m-%d %H:%M}"

@@ -68,6 +68,9 @@ TEMPLATES = [
 ]
 
 STATIC_URL = "static/"
+# The suite runs runs in-process with DEBUG = False on purpose (fast, one process per test):
+# streamrecover.W007 says a deployment should not, and tests/test_checks.py pins it.
+SILENCED_SYSTEM_CHECKS = ["streamrecover.W007"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast user factories
 
 CHANNEL_LAYERS = {

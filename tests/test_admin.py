@@ -339,3 +339,21 @@ def test_thread_page_shows_its_messages(superuser_client: Client) -> None:
     html = superuser_client.get(_url(Thread, "change", thread.pk)).content.decode()
     assert html.index("first") < html.index("second")
     assert "About &lt;i&gt;streams&lt;/i&gt;" in html
+
+
+def test_run_list_shows_a_short_id_with_the_whole_id_on_hover_and_in_the_link(superuser_client: Client) -> None:
+    import re
+
+    run = make_run(model="claude-sonnet-4-5-20250929")
+    html = superuser_client.get(_url(Run, "changelist")).content.decode()
+    row = re.search(r'<tr>\s*<td class="action-checkbox">.*?</tr>', html, re.S)
+    assert row is not None
+    cells = row.group(0)
+    full, short = str(run.pk), str(run.pk)[:8]
+    link = _url(Run, "change", run.pk)
+    assert f'<a href="{link}"><code title="{full}" style="white-space: nowrap">{short}…</code></a>' in cells
+    visible = re.sub(r"<[^>]*>", " ", cells)
+    assert full not in visible  # the whole UUID is no longer text that wraps
+    assert short in visible
+    # Sorting by the column still sorts by id.
+    assert superuser_client.get(_url(Run, "changelist"), {"o": "1"}).status_code == 200

@@ -291,3 +291,24 @@ def test_charts_are_drawn_in_chromium(live_server: Any) -> None:
     assert drawn["series"]["points"] == [24, 24, 24] or drawn["series"]["points"] == [25, 25, 25]
     assert drawn["causes"]["points"] == [len(definitions.CAUSES) + 1]
     assert (artifacts / "analytics.png").stat().st_size > 10_000
+
+
+@pytest.mark.django_db
+def test_the_window_is_shown_as_readable_dates_in_the_current_time_zone(staff: Client) -> None:
+    import re
+
+    from django.test import override_settings
+
+    window = {"window": "custom", "start": "2025-03-04T05:06:00+00:00", "end": "2025-03-05T17:30:00+00:00"}
+    html = staff.get(PAGE, window).content.decode()
+    shown = re.search(r'<p class="sr-window">(.*?)</p>', html, re.S)
+    assert shown is not None
+    text = " ".join(re.sub(r"<[^>]*>", " ", shown.group(1)).split())
+    assert text.startswith("Runs created from March 4, 2025, 5:06 a.m. to March 5, 2025, 5:30 p.m. (UTC)"), text
+    assert "2025-03-04T05:06" not in text  # no ISO timestamp in what a reader sees...
+    assert '<time datetime="2025-03-04T05:06:00+00:00">' in shown.group(1)  # ...but the machine-readable one
+    with override_settings(TIME_ZONE="Asia/Kolkata"):
+        html = staff.get(PAGE, window).content.decode()
+    assert "from March 4, 2025, 10:36 a.m. to March 5, 2025, 11 p.m. (IST)" in " ".join(
+        re.sub(r"<[^>]*>", " ", html).split()
+    )

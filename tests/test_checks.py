@@ -20,7 +20,8 @@ def ids(messages: list[Any]) -> list[str]:
 
 
 def test_the_test_settings_pass_every_check() -> None:
-    assert [m for m in run_checks(tags=["streamrecover"])] == []
+    # W007 (in-process runs with DEBUG = False) is silenced in tests/settings.py, as a host would.
+    assert [m for m in run_checks(tags=["streamrecover"]) if not m.is_silenced()] == []
 
 
 def test_checks_are_registered() -> None:
@@ -113,3 +114,118 @@ def test_w004_celery_default_prefetch_is_four() -> None:
 def test_warnings_stand_aside_when_settings_are_invalid() -> None:
     with override_settings(STREAMRECOVER={"EXECUTION": "celery", "CHECKPOINT_STORE": "memory", "NOPE": 1}):
         assert ids(run_checks(tags=["streamrecover"])) == ["streamrecover.E001"]
+
+
+# ---- W005: no channel layer -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layers", [None, {}, {"other": MEMORY_LAYER["default"]}, {"default": {}}])
+def test_w005_no_channel_layer(layers: Any) -> None:
+    with override_settings(CHANNEL_LAYERS=layers):
+        assert ids(checks.check_no_channel_layer()) == ["streamrecover.W005"]
+
+
+def test_w005_quiet_with_a_layer() -> None:
+    for layers in (MEMORY_LAYER, REDIS_LAYER):
+        with override_settings(CHANNEL_LAYERS=layers):
+            assert checks.check_no_channel_layer() == []
+
+
+def test_w005_when_the_setting_is_absent() -> None:
+    with override_settings():
+        from django.conf import settings
+
+        del settings.CHANNEL_LAYERS
+        found = [m for m in run_checks(tags=["streamrecover"]) if not m.is_silenced()]
+        assert ids(found) == ["streamrecover.W005"]
+
+
+# ---- W006: the WebSocket route without an origin check ----------------------------------------
+
+
+@pytest.mark.parametrize("app", ["unchecked", "nested_unchecked"])
+def test_w006_route_without_origin_check(app: str) -> None:
+    with override_settings(ASGI_APPLICATION=f"tests.asgi_apps.{app}"):
+        found = checks.check_websocket_origin()
+    assert ids(found) == ["streamrecover.W006"]
+    assert f"tests.asgi_apps.{app}" in found[0].msg
+
+
+@pytest.mark.parametrize("app", ["checked", "nested_checked", "http_only", "opaque", "does_not_exist"])
+def test_w006_quiet_when_checked_or_not_seen(app: str) -> None:
+    with override_settings(ASGI_APPLICATION=f"tests.asgi_apps.{app}"):
+        assert checks.check_websocket_origin() == []
+    with override_settings(ASGI_APPLICATION=None):
+        assert checks.check_websocket_origin() == []
+
+
+def test_w006_sees_the_demo_projects_check() -> None:
+    from project.asgi import application
+    from tests import asgi_apps
+
+    assert checks.run_socket_routes(application) == [True]
+    assert checks.run_socket_routes(asgi_apps.unchecked) == [False]
+    assert checks.run_socket_routes(asgi_apps.nested_unchecked) == [True, False]
+    assert checks.run_socket_routes(asgi_apps.opaque) == []
+
+
+# ---- W007 / W008: the one-process setup with DEBUG = False ------------------------------------
+
+
+def test_w007_inprocess_execution_without_debug() -> None:
+    with override_settings(DEBUG=False, STREAMRECOVER={"EXECUTION": "inprocess"}, CHANNEL_LAYERS=REDIS_LAYER):
+        assert ids(checks.check_single_process_in_production()) == ["streamrecover.W007"]
+    with override_settings(DEBUG=True, STREAMRECOVER={"EXECUTION": "inprocess"}, CHANNEL_LAYERS=REDIS_LAYER):
+        assert checks.check_single_process_in_production() == []
+
+
+def test_w008_in_memory_layer_without_debug() -> None:
+    with override_settings(DEBUG=False, STREAMRECOVER={"EXECUTION": "inprocess"}, CHANNEL_LAYERS=MEMORY_LAYER):
+        assert ids(checks.check_single_process_in_production()) == ["streamrecover.W007", "streamrecover.W008"]
+    with override_settings(DEBUG=True, STREAMRECOVER={"EXECUTION": "inprocess"}, CHANNEL_LAYERS=MEMORY_LAYER):
+        assert checks.check_single_process_in_production() == []
+    # With Celery, W002 already says it; the distributed setup is quiet here.
+    with override_settings(DEBUG=False, STREAMRECOVER=CELERY, CHANNEL_LAYERS=MEMORY_LAYER):
+        assert checks.check_single_process_in_production() == []
+    with override_settings(DEBUG=False, STREAMRECOVER=CELERY, CHANNEL_LAYERS=REDIS_LAYER):
+        assert checks.check_single_process_in_production() == []
+
+
+# ---- E002: Celery without a broker -------------------------------------------------------------
+
+
+def test_e002_celery_without_a_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    monkeypatch.setattr(checks, "celery_app_broker", lambda: None)
+    with override_settings(STREAMRECOVER=CELERY, CELERY_BROKER_URL=None):
+        assert ids(checks.check_celery_broker()) == ["streamrecover.E002"]
+        assert "streamrecover.E002" in ids(run_checks(tags=["streamrecover"]))
+    with override_settings(STREAMRECOVER=CELERY):
+        from django.conf import settings
+
+        del settings.CELERY_BROKER_URL
+        assert ids(checks.check_celery_broker()) == ["streamrecover.E002"]
+
+
+def test_e002_quiet_with_a_broker_anywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    monkeypatch.setattr(checks, "celery_app_broker", lambda: None)
+    with override_settings(STREAMRECOVER=CELERY, CELERY_BROKER_URL="redis://127.0.0.1:6379/0"):
+        assert checks.check_celery_broker() == []
+    with override_settings(STREAMRECOVER=CELERY, CELERY_BROKER_URL=None, CELERY_TASK_ALWAYS_EAGER=True):
+        assert checks.check_celery_broker() == []
+    with override_settings(STREAMRECOVER={"EXECUTION": "inprocess"}, CELERY_BROKER_URL=None):
+        assert checks.check_celery_broker() == []
+    with override_settings(STREAMRECOVER=CELERY, CELERY_BROKER_URL=None):
+        monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:6379/1")
+        assert checks.check_celery_broker() == []
+        monkeypatch.delenv("CELERY_BROKER_URL")
+        monkeypatch.setattr(checks, "celery_app_broker", lambda: "amqp://broker//")
+        assert checks.check_celery_broker() == []
+
+
+def test_e002_reads_the_broker_of_the_projects_celery_app() -> None:
+    # The demo project's app (imported with it) reads CELERY_BROKER_URL from the settings.
+    import project  # noqa: F401
+
+    assert checks.celery_app_broker()

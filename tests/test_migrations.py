@@ -29,3 +29,16 @@ def test_named_indexes_and_constraints_exist_in_the_database() -> None:
         for model, names in expected.items():
             found = set(connection.introspection.get_constraints(cursor, model._meta.db_table))
             assert names <= found, (model.__name__, names - found)
+
+
+def test_one_initial_migration_before_the_first_release() -> None:
+    """0.1.0 ships one migration: the schema, no data migration (no row predates a column)."""
+    from django.db import migrations
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    names = sorted(name for app, name in loader.disk_migrations if app == "streamrecover")
+    assert names == ["0001_initial"]
+    initial = loader.disk_migrations[("streamrecover", "0001_initial")]
+    assert initial.initial
+    assert not [op for op in initial.operations if isinstance(op, migrations.RunPython | migrations.RunSQL)]

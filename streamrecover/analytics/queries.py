@@ -194,7 +194,8 @@ def run_rows(window: Window, scope: Scope) -> QuerySet:
     )
 
 
-def _counted_run(status: str | None = None, name: str = LLM_STREAM_INTERRUPTED) -> Q:
+def _counted_run(status: Any = None, name: str = LLM_STREAM_INTERRUPTED) -> Q:
+    # ``status``: a ``Run.Status`` member (a str; typed by its (value, label) assignment without Django stubs).
     """A run counted once, by its first event of ``name``, optionally only if it ended ``status``.
 
     interrupted_runs: first ``llm_stream_interrupted``; recovered_runs: first

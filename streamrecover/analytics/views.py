@@ -95,6 +95,7 @@ def analytics_page(request: HttpRequest) -> HttpResponse:
         report = build_report(window)
         context.update(
             report=report,
+            window=window,  # its datetimes, for display in the current time zone
             choices=choices(window),
             figure_rows=_figure_rows(report),
             definitions=[{"figure": f, "html": _code_spans(f.definition)} for f in DEFINITIONS],
