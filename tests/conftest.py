@@ -127,3 +127,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             + " (put the test data beside the repository or set the variable named in each skip)",
             yellow=True,
         )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The app's pytest plugin, as a host project gets it from the ``pytest11`` entry point
+    # (registered here too when the installed distribution predates the entry point).
+    from streamrecover.testing import pytest_plugin
+
+    if not config.pluginmanager.is_registered(pytest_plugin):
+        config.pluginmanager.register(pytest_plugin, "streamrecover")

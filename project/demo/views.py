@@ -1,8 +1,8 @@
 """The demo chat: log in, pick a thread, ask, and watch the answer survive broken streams.
 
-The page is a plain template; ``static/demo/chat.js`` starts runs through the
-JSON API and follows them with ``client.js`` over the run's WebSocket. The fault
-scenarios script the built-in fake provider so a visitor can watch each recovery plan.
+The page is the app's opt-in chat page (``streamrecover.chat``) with the demo's extras: a
+fault chooser whose scenarios script the built-in fake provider so a visitor can watch each
+recovery plan, the demo's login page, and links to the analytics page and to log out.
 """
 
 from __future__ import annotations
@@ -10,15 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django import forms
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView, LogoutView
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
-from django.urls import reverse, reverse_lazy
+from django.urls import reverse_lazy
 
+from streamrecover.chat.views import ChatForm, ChatView
 from streamrecover.models import Run, Thread
-from streamrecover.views import ws_url
 
 # The fake's planned answer with this text before the tool call has its tool-argument
 # deltas from SSE event 15 on (a test pins that every scenario gives its plan).
@@ -68,36 +66,43 @@ SCENARIOS: tuple[Scenario, ...] = (
         max_continuations=2,
     ),
 )
+SCENARIO_BY_KEY = {s.key: s for s in SCENARIOS}
 
 
-def _page_config(thread: Thread | None, run: Run | None) -> dict[str, Any]:
-    return {
-        "threadId": thread.pk if thread else None,
-        "runId": str(run.pk) if run else None,
-        "wsUrl": ws_url(run) if run else None,
-        "urls": {
-            "runs": reverse("streamrecover:api-runs"),
-            "thread": reverse("demo:chat-thread", args=[0]).replace("/0/", "/{id}/"),
-            "run": reverse("streamrecover:api-run", args=["00000000-0000-0000-0000-000000000000"]).replace(
-                "00000000-0000-0000-0000-000000000000", "{id}"
-            ),
-        },
-        "scenarios": [asdict(s) for s in SCENARIOS],
-    }
+class DemoChatForm(ChatForm):
+    scenario = forms.ChoiceField(choices=[(s.key, s.label) for s in SCENARIOS], initial="none", required=False)
 
 
-@login_required(login_url=reverse_lazy("demo:login"))
-def chat(request: HttpRequest, thread_id: int | None = None) -> HttpResponse:
-    """The chat page; with a thread, it follows the thread's latest run from its snapshot."""
-    thread = get_object_or_404(Thread, pk=thread_id, owner=request.user) if thread_id is not None else None
-    run = Run.objects.filter(thread=thread).order_by("-created").first() if thread else None
-    context = {
-        "threads": Thread.objects.filter(owner=request.user).order_by("-created")[:100],
-        "thread": thread,
-        "scenarios": SCENARIOS,
-        "config": _page_config(thread, run),
-    }
-    return render(request, "demo/chat.html", context)
+class DemoChatView(ChatView):
+    """The app's chat page with the fault chooser; logging in is the demo's own page."""
+
+    template_name = "demo/chat.html"
+    form_class = DemoChatForm
+    login_url = reverse_lazy("demo:login")
+
+    def run_options(self, form: forms.Form) -> dict[str, Any]:
+        scenario = SCENARIO_BY_KEY[form.cleaned_data.get("scenario") or "none"]
+        options: dict[str, Any] = {
+            "prompt": form.cleaned_data["prompt"] + scenario.suffix,
+            "faults": list(scenario.faults),
+            "demo_tools": scenario.demo_tools,
+        }
+        if scenario.max_tokens:
+            options["max_tokens"] = scenario.max_tokens
+        if scenario.thinking_budget:
+            options["thinking_budget"] = scenario.thinking_budget
+        if scenario.max_continuations is not None:
+            options["max_continuations"] = scenario.max_continuations
+        return options
+
+    def get_config(self, thread: Thread | None, run: Run | None) -> dict[str, Any]:
+        return {**super().get_config(thread, run), "scenarios": [asdict(s) for s in SCENARIOS]}
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return {**super().get_context_data(**kwargs), "scenarios": SCENARIOS}
+
+
+chat = DemoChatView.as_view()
 
 
 class ChatLoginView(LoginView):

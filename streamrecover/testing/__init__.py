@@ -4,7 +4,10 @@ The rest of the app reaches the fake only through the functions below: ``is_fake
 config the built-in ``fake://`` provider?), ``parse_faults`` (validate fault specs) and
 ``fake_provider`` (a config pointed at this process's fake server, with a fault script);
 ``fake_server`` builds a standalone one (``manage.py streamrecover_fake_provider``);
-``demo_registry`` gives the sample tools a run asks for with ``demo_tools``.
+``demo_registry`` gives the sample tools a run asks for with ``demo_tools``; ``ChaosProxy``
+forwards to a real provider and breaks its streams (``manage.py streamrecover_chaos_proxy``).
+Testing a host project: ``streamrecover.testing.host`` and its pytest plugin, which import
+Django's ORM and so are not imported here.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..engine.contract import ProviderConfig
+from .chaos import ChaosProxy
 from .fake import DEFAULT_SCENARIO, SCENARIO_HEADER, FakeProviderServer, Fault, parse_script
 from .fake.local import FAKE_SCHEME, local_fake_server, materialize
 from .tools import demo_registry
 
 __all__ = [
     "DEFAULT_SCENARIO",
+    "ChaosProxy",
     "FakeProviderServer",
     "demo_registry",
     "fake_provider",

@@ -1,6 +1,7 @@
 /*
- * The demo chat page: starts runs through the JSON API and renders what StreamRecoverClient
- * rebuilds from the run's WebSocket. Model output and user text go in as textContent only.
+ * The chat page (streamrecover.chat): posts its form (asking for JSON: the view answers with the
+ * new run) and renders what StreamRecoverClient rebuilds from the run's WebSocket. Without
+ * JavaScript the same form posts as a page and the view redirects to the thread. Model output and user text go in as textContent only.
  * window.__streamrecover exposes the client and what happened, for people and tests.
  */
 (function () {
@@ -15,7 +16,6 @@
     error: document.getElementById("sr-error"),
     form: document.getElementById("sr-form"),
     prompt: document.getElementById("sr-prompt"),
-    scenario: document.getElementById("sr-scenario"),
     send: document.getElementById("sr-send"),
     cancel: document.getElementById("sr-cancel"),
     threads: document.getElementById("sr-thread-list"),
@@ -201,25 +201,16 @@
     event.preventDefault();
     var text = el.prompt.value.trim();
     if (!text) return;
-    var scenario = config.scenarios.find(function (s) { return s.key === el.scenario.value; }) || config.scenarios[0];
-    var body = {
-      prompt: text + scenario.suffix,
-      faults: scenario.faults,
-      demo_tools: scenario.demo_tools,
-    };
-    if (scenario.max_tokens) body.max_tokens = scenario.max_tokens;
-    if (scenario.thinking_budget) body.thinking_budget = scenario.thinking_budget;
-    if (scenario.max_continuations !== null) body.max_continuations = scenario.max_continuations;
-    if (page.threadId) body.thread_id = page.threadId;
+    var body = new FormData(el.form);
     showError("");
     el.recovery.hidden = true;
     el.recovery.dataset.phase = "";
     el.send.disabled = true;
-    fetch(config.urls.runs, {
+    fetch(el.form.action, {
       method: "POST",
       credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
-      body: JSON.stringify(body),
+      headers: { Accept: "application/json", "X-CSRFToken": csrfToken() },
+      body: body,
     })
       .then(function (response) {
         return response.json().then(function (data) {
@@ -228,9 +219,10 @@
         });
       })
       .then(function (data) {
-        if (!page.threadId) addThreadLink(data.thread_id, body.prompt.slice(0, 80));
+        if (!page.threadId) addThreadLink(data.thread_id, text.slice(0, 80));
         page.threadId = data.thread_id;
-        window.history.replaceState(null, "", config.urls.thread.replace("{id}", data.thread_id));
+        el.form.action = config.urls.thread.replace("{id}", data.thread_id);
+        window.history.replaceState(null, "", el.form.action);
         el.prompt.value = "";
         setStatus(data.status);
         follow(data.run_id, data.ws_url);

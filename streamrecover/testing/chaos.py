@@ -1,0 +1,549 @@
+"""The chaos proxy: forwards requests to a real provider (or the fake) and breaks the real
+response stream as it is told, so an operator can prove recovery against their own model.
+
+It listens on loopback only, speaks HTTP/1.1 and HTTP/2 (cleartext, prior knowledge) to its
+clients with the fake provider's own servers (``fake.http11``, ``fake.http2``), and takes
+the fake's fault vocabulary (``fake.faults``), consumed one fault per proxied request, per
+scenario (the ``x-fake-scenario`` header; default ``default``). What a fault does to a real
+stream:
+
+- ``cut:bytes=N`` / ``cut:events=N[,mid]``: the upstream's first N body bytes or whole SSE
+  events (halfway into the next one with ``mid``) are forwarded, then the connection is
+  closed without the last chunk (HTTP/2: the connection is closed under the stream);
+- ``eof:...``: the same, but the body ends cleanly (the terminator events are lost);
+- ``stall:events=N,seconds=S[,then=cut|eof|continue]``: nothing for S seconds after N events;
+- ``error:events=N[,type=...,message=...]``: after N events, a mid-stream error event in the
+  request's wire format (Anthropic ``/messages``, OpenAI ``/chat/completions``), clean end;
+- ``garbage:events=N`` / ``bad_utf8:events=N``: event N+1 forwarded corrupted, clean end;
+- ``goaway:events=N|bytes=N``: HTTP/2: GOAWAY mid-stream, then the connection closes (over
+  HTTP/1.1, a plain cut);
+- ``drop``, ``stall_headers:seconds=S``, ``status:CODE[,...]``: before (or instead of) asking
+  the upstream: the connection closes at once, nothing is sent for S seconds, or an HTTP error
+  in the request's wire format is answered without calling the upstream.
+
+Positions count the upstream's decoded body bytes (the proxy asks it for ``identity``
+encoding) and whole SSE events; a position beyond the stream does not trigger; ``from_end``
+needs the stream's end in advance and is refused. With no fault the client gets the
+upstream's status, headers (hop-by-hop ones aside) and body bytes unchanged.
+
+Control endpoints, as the fake's: ``POST /_chaos/faults`` ``{"scenario", "faults"}``,
+``GET /_chaos/faults``, ``GET /_chaos/log``, ``POST /_chaos/reset``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+
+from .fake.dialects import ANTHROPIC, OPENAI, Dialect
+from .fake.faults import Fault, FaultKind, FaultScripts, as_fault, parse_script
+from .fake.http2 import H2ServerConnection
+from .fake.http11 import (
+    MAX_HEADER_BYTES,
+    BadHTTPRequest,
+    H1Responder,
+    HTTP2Preface,
+    Request,
+    Responder,
+    full_response,
+    read_request,
+)
+from .fake.server import DEFAULT_SCENARIO, SCENARIO_HEADER
+from .fake.wire import ErrorSpec
+
+# Never forwarded either way: they describe one hop, not the message.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+    }
+)
+_CORRUPTING = (FaultKind.GARBAGE, FaultKind.BAD_UTF8)
+_JSON = "application/json"
+
+
+def check_loopback(host: str) -> None:
+    """A ``ValueError`` unless ``host`` is a loopback address (the proxy never listens elsewhere)."""
+    if host == "localhost":
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        raise ValueError(f"{host!r} is not an IP address: the chaos proxy listens on loopback only") from None
+    if not loopback:
+        raise ValueError(f"{host} is not a loopback address: the chaos proxy listens on loopback only")
+
+
+def check_fault(fault: Fault) -> Fault:
+    if fault.from_end is not None:
+        raise ValueError("from_end needs the stream's end in advance: the proxy cannot break a live stream there")
+    return fault
+
+
+def dialect_for(path: str) -> Dialect:
+    """The wire format an error is written in: OpenAI for ``.../chat/completions``, else Anthropic."""
+    return OPENAI if path.rstrip("/").endswith("chat/completions") else ANTHROPIC
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyLogEntry:
+    method: str
+    path: str
+    scenario: str
+    fault: dict[str, Any] | None
+    status: int
+    bytes_forwarded: int
+    events_forwarded: int
+    fault_triggered: bool
+    error: str | None = None
+
+
+class ChaosProxy:
+    """Forwards to ``upstream`` (an origin: ``https://api.anthropic.com``; request paths pass
+    unchanged), breaking responses by the fault scripts. ``loop``: a script starts over when it
+    runs out, so every request meets a fault."""
+
+    def __init__(
+        self,
+        upstream: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        faults: Iterable[Fault | str | Mapping[str, Any]] = (),
+        loop: bool = False,
+        upstream_http2: bool = False,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        check_loopback(host)
+        parsed = httpx.URL(upstream)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(f"--upstream must be an http(s) URL, not {upstream!r}")
+        self.upstream = upstream.rstrip("/")
+        self.host = host
+        self._requested_port = port
+        self.port = 0
+        self.loop = loop
+        self.upstream_http2 = upstream_http2
+        self.connect_timeout = connect_timeout
+        self._scripts = FaultScripts()
+        self._originals: dict[str, list[Fault]] = {}
+        self._log: list[ProxyLogEntry] = []
+        self._log_lock = threading.Lock()
+        self._server: asyncio.Server | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if faults:
+            self.set_faults(DEFAULT_SCENARIO, faults)
+
+    # -- lifecycle (as the fake provider's) -----------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        if not self.port:
+            raise RuntimeError("the chaos proxy is not running")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start_async(self) -> str:
+        if self._server is not None:
+            raise RuntimeError("already started")
+        timeout = httpx.Timeout(connect=self.connect_timeout, read=None, write=None, pool=None)
+        self._client = httpx.AsyncClient(http2=self.upstream_http2, timeout=timeout, follow_redirects=False)
+        self._server = await asyncio.start_server(
+            self._on_connection, self.host, self._requested_port, limit=MAX_HEADER_BYTES
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.base_url
+
+    async def serve_forever(self) -> None:
+        if self._server is None:
+            await self.start_async()
+        assert self._server is not None
+        try:
+            await self._server.serve_forever()
+        finally:
+            await self.stop_async()
+
+    async def stop_async(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def start(self) -> str:
+        """Run in a background thread with its own event loop; returns the base URL."""
+        if self._thread is not None:
+            raise RuntimeError("already started")
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self.start_async())
+            except BaseException as exc:
+                failure.append(exc)
+                loop.close()
+                ready.set()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(self.stop_async())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="streamrecover-chaos-proxy", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise failure[0]
+        return self.base_url
+
+    def stop(self) -> None:
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        self._thread = None
+        self._loop = None
+
+    def __enter__(self) -> ChaosProxy:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- faults and log ----------------------------------------------------------------
+
+    def set_faults(self, scenario: str, faults: Iterable[Fault | str | Mapping[str, Any]]) -> None:
+        script = [check_fault(as_fault(f)) for f in faults]
+        self._originals[scenario] = script
+        self._scripts.set(scenario, script)
+
+    def _next_fault(self, scenario: str) -> Fault | None:
+        fault = self._scripts.next(scenario)
+        if fault is None and self.loop and self._originals.get(scenario):
+            self._scripts.set(scenario, self._originals[scenario])
+            fault = self._scripts.next(scenario)
+        return fault
+
+    @property
+    def log(self) -> list[ProxyLogEntry]:
+        with self._log_lock:
+            return list(self._log)
+
+    def reset(self, scenario: str | None = None) -> None:
+        self._scripts.clear(scenario)
+        if scenario is None:
+            self._originals.clear()
+        else:
+            self._originals.pop(scenario, None)
+        with self._log_lock:
+            self._log = [] if scenario is None else [e for e in self._log if e.scenario != scenario]
+
+    # -- connections ---------------------------------------------------------------------
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            try:
+                request = await read_request(reader)
+            except BadHTTPRequest as exc:
+                writer.write(full_response(exc.status, [], _json({"error": exc.message}), _JSON))
+                return
+            except HTTP2Preface:
+                await H2ServerConnection(reader, writer, self._dispatch).serve()
+                return
+            if request is None:
+                return
+            await self._dispatch(request, H1Responder(writer))
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _dispatch(self, request: Request, responder: Responder) -> None:
+        if request.path.startswith("/_chaos/"):
+            status, payload = self._control(request)
+            await responder.full(status, [], _json(payload), _JSON)
+            return
+        scenario = request.headers.get(SCENARIO_HEADER) or DEFAULT_SCENARIO
+        fault = self._next_fault(scenario)
+        relay = _Relay(request, responder, fault)
+        logged = False
+
+        def record() -> None:
+            nonlocal logged
+            if logged:
+                return
+            logged = True
+            entry = ProxyLogEntry(
+                method=request.method,
+                path=request.path,
+                scenario=scenario,
+                fault=fault.to_dict() if fault else None,
+                status=relay.status,
+                bytes_forwarded=relay.bytes,
+                events_forwarded=relay.events,
+                fault_triggered=relay.triggered,
+                error=relay.error,
+            )
+            with self._log_lock:
+                self._log.append(entry)
+
+        relay.on_end = record
+        try:
+            await self._forward(request, relay)
+        finally:
+            record()
+
+    async def _forward(self, request: Request, relay: _Relay) -> None:
+        fault = relay.fault
+        if fault is not None and fault.kind is FaultKind.DROP:
+            relay.triggered = True
+            return
+        if fault is not None and fault.kind is FaultKind.STALL_HEADERS:
+            relay.triggered = True
+            await asyncio.sleep(fault.seconds)
+        if fault is not None and fault.kind is FaultKind.STATUS:
+            relay.triggered = True
+            await relay.status_error(fault)
+            return
+        assert self._client is not None
+        url = self.upstream + request.path
+        headers = [(k, v) for k, v in request.headers.items() if k not in HOP_BY_HOP]
+        headers.append(("accept-encoding", "identity"))  # positions count the bytes the client reads
+        target = httpx.URL(url, params=request.query) if request.query else httpx.URL(url)
+        upstream = self._client.build_request(request.method, target, headers=headers, content=request.body or None)
+        try:
+            response = await self._client.send(upstream, stream=True)
+        except httpx.HTTPError as exc:
+            relay.error = f"upstream: {type(exc).__name__}: {exc}"
+            relay.status = 502
+            relay.on_end()
+            await relay.responder.full(502, [], _json({"error": relay.error}), _JSON)
+            return
+        try:
+            await relay.forward(response)
+        finally:
+            await response.aclose()
+
+    def _control(self, request: Request) -> tuple[int, Any]:
+        try:
+            data = json.loads(request.body) if request.body.strip() else {}
+            if not isinstance(data, dict):
+                raise ValueError("the body must be a JSON object")
+            scenario = data.get("scenario") or request.query.get("scenario")
+            route = (request.method, request.path)
+            if route == ("POST", "/_chaos/faults"):
+                raw = data.get("faults", [])
+                faults = parse_script(raw) if isinstance(raw, str) else [as_fault(f) for f in raw]
+                key = scenario or DEFAULT_SCENARIO
+                self.set_faults(key, faults)
+                return 200, {"scenario": key, "faults": [f.to_dict() for f in faults]}
+            if route == ("GET", "/_chaos/faults"):
+                pending = self._scripts.pending()
+                return 200, {"scenarios": {k: [f.to_dict() for f in v] for k, v in pending.items()}}
+            if route == ("GET", "/_chaos/log"):
+                entries = [e for e in self.log if not scenario or e.scenario == scenario]
+                return 200, {"entries": [asdict(e) for e in entries]}
+            if route == ("POST", "/_chaos/reset"):
+                self.reset(scenario)
+                return 200, {"reset": scenario or "all"}
+        except (ValueError, TypeError) as exc:
+            return 400, {"error": str(exc)}
+        return 404, {"error": f"no control endpoint {request.method} {request.path}"}
+
+
+class _Relay:
+    """One proxied response: the upstream's bytes to the client, broken where the fault says."""
+
+    def __init__(self, request: Request, responder: Responder, fault: Fault | None) -> None:
+        self.request = request
+        self.responder = responder
+        self.fault = fault
+        self.dialect = dialect_for(request.path)
+        self.status = 0
+        self.bytes = 0
+        self.events = 0
+        self.triggered = False
+        self.error: str | None = None
+        self.on_end: Callable[[], None] = lambda: None  # called just before the client can see the end
+
+    async def _end(self) -> None:
+        """End the body cleanly (the log entry is written first: a client that reads the log
+        right after its response finds the entry there)."""
+        self.on_end()
+        await self.responder.data(b"", end_stream=True)
+
+    async def status_error(self, fault: Fault) -> None:
+        assert fault.code is not None
+        spec: ErrorSpec = self.dialect.status_error(fault.code, fault.error_type, fault.message, quota=fault.quota)
+        body = self.dialect.error_body(spec, "req_chaos")
+        self.status = spec.status
+        self.on_end()
+        await self.responder.full(spec.status, [*spec.headers, *fault.retry_headers()], body, _JSON)
+
+    async def forward(self, response: httpx.Response) -> None:
+        self.status = response.status_code
+        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in HOP_BY_HOP]
+        content_type = response.headers.get("content-type", "")
+        streaming = content_type.split(";")[0].strip().lower() == "text/event-stream"
+        if not streaming:  # a JSON answer or an error: whole, untouched (stream faults are for streams)
+            body = await response.aread()
+            headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
+            self.bytes = len(body)
+            self.on_end()
+            await self.responder.full(response.status_code, headers, body, content_type or "application/octet-stream")
+            return
+        await self.responder.head(response.status_code, headers)
+        fault = self.fault
+        if fault is None or fault.kind in (FaultKind.OK, FaultKind.DROP, FaultKind.STATUS, FaultKind.STALL_HEADERS):
+            async for chunk in response.aiter_raw():
+                await self._send(chunk)
+            await self._end()
+            return
+        if fault.byte_offset is not None:
+            await self._by_bytes(response.aiter_raw(), fault)
+        else:
+            await self._by_events(response.aiter_raw(), fault)
+
+    async def _send(self, data: bytes) -> None:
+        if data and not self.responder.closing():
+            self.bytes += len(data)
+            await self.responder.data(data)
+
+    async def _by_bytes(self, chunks: AsyncIterator[bytes], fault: Fault) -> None:
+        offset = fault.byte_offset or 0
+        rest = b""
+        async for chunk in chunks:
+            if self.bytes + len(chunk) >= offset and not self.triggered:
+                head, rest = chunk[: offset - self.bytes], chunk[offset - self.bytes :]
+                await self._send(head)
+                if await self._trigger(fault, rest):
+                    return
+                continue
+            await self._send(chunk)
+        if not self.triggered and self.bytes == offset and await self._trigger(fault, b""):
+            return
+        await self._end()
+
+    async def _by_events(self, chunks: AsyncIterator[bytes], fault: Fault) -> None:
+        target = fault.events or 0
+        buffer = b""
+        if target == 0 and not fault.mid and fault.kind not in _CORRUPTING and await self._trigger(fault, b""):
+            return
+        async for chunk in chunks:
+            if self.triggered:  # a stall that continues: the rest as it comes
+                await self._send(chunk)
+                continue
+            buffer += chunk
+            while (end := _event_end(buffer)) is not None:
+                event, buffer = buffer[:end], buffer[end:]
+                if self.events == target and (fault.mid or fault.kind in _CORRUPTING):
+                    if await self._trigger(fault, event, rest=buffer):
+                        return
+                    buffer = b""  # a stall that continued sent it
+                    break
+                await self._send(event)
+                self.events += 1
+                if self.events == target and not fault.mid and fault.kind not in _CORRUPTING:
+                    if await self._trigger(fault, b""):
+                        return
+                    await self._send(buffer)
+                    buffer = b""
+                    break
+        await self._send(buffer)  # a stream that ended before the fault's position: as it was
+        await self._end()
+
+    async def _trigger(self, fault: Fault, event: bytes, *, rest: bytes = b"") -> bool:
+        """Break the stream here; ``event`` is the next event (or bytes) not yet sent. True when
+        the response is over (the caller stops), False when it goes on (a stall that continues)."""
+        self.triggered = True
+        kind = fault.kind
+        if kind in _CORRUPTING:
+            await self._send(_corrupt(event, bad_utf8=kind is FaultKind.BAD_UTF8))
+            await self._end()
+            return True
+        if fault.mid and event:
+            half = max(1, len(event) // 2)
+            await self._send(event[:half])
+            event = event[half:]
+        if kind is FaultKind.ERROR:
+            await self._send(self.dialect.error_event(fault.error_type, fault.message).data)
+            await self._end()
+            return True
+        if kind is FaultKind.STALL:
+            await asyncio.sleep(fault.seconds)
+            if fault.then == "continue":
+                await self._send(event + rest)
+                return False
+            if fault.then == "eof":
+                await self._end()
+            return True
+        if kind is FaultKind.EOF:
+            await self._end()
+            return True
+        if kind is FaultKind.GOAWAY:
+            await self.responder.goaway()
+            return True
+        return True  # cut: returning without the end of the body closes the connection under it
+
+
+def _event_end(buffer: bytes) -> int | None:
+    """Where the first whole SSE event in ``buffer`` ends (after its blank line), or None."""
+    ends = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buffer.find(sep)) >= 0]
+    return min(ends) if ends else None
+
+
+def _corrupt(event: bytes, *, bad_utf8: bool) -> bytes:
+    start = event.find(b"data:")
+    if start < 0:
+        return b"\xff\xfe" + event if bad_utf8 else event[: max(1, len(event) // 2)] + b"\n\n"
+    start += len(b"data:")
+    if bad_utf8:
+        return event[:start] + b"\xff\xfe\xc3" + event[start:]
+    payload = event[start:].rstrip(b"\r\n")
+    return event[:start] + payload[: max(1, len(payload) // 2)] + b"\n\n"
+
+
+def _json(payload: Any) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()

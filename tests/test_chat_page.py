@@ -1,0 +1,106 @@
+"""The opt-in chat page (``streamrecover.chat``): a host mounts it alone, its form posts (a run is
+created and the browser redirected to the thread, no JavaScript needed), the page without
+JavaScript shows the committed answer, and a host's template overrides the app's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.test import Client, override_settings
+from django.urls import include, path, reverse
+
+from streamrecover.models import Run
+from streamrecover.testing.host import wait_for
+
+from .factories import make_thread, make_user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+urlpatterns = [
+    path("accounts/login/", lambda request: None, name="login"),
+    path("streamrecover/", include("streamrecover.urls")),
+    path("chat/", include("streamrecover.chat.urls")),
+]
+
+HOST = override_settings(ROOT_URLCONF=__name__)
+HOST_TEMPLATES = Path(__file__).resolve().parent / "host_templates"
+
+
+def logged_in(user: Any) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    return client
+
+
+@HOST
+def test_the_form_posts_and_without_javascript_the_post_creates_the_run_and_redirects_to_the_thread():
+    user = make_user()
+    client = logged_in(user)
+    page = client.get(reverse("streamrecover_chat:chat"))
+    html = page.content.decode()
+    assert '<form id="sr-form" class="sr-form" method="post" action="/chat/"' in html
+    assert "csrfmiddlewaretoken" in html
+    token = client.cookies["csrftoken"].value
+
+    response = client.post("/chat/", {"prompt": "Hello [[words=20]]", "csrfmiddlewaretoken": token})
+
+    assert response.status_code == 302
+    run = Run.objects.get(thread__owner=user)
+    assert response["Location"] == reverse("streamrecover_chat:chat-thread", args=[run.thread_id])
+    assert "prompt" not in response["Location"]
+    assert "csrf" not in response["Location"]
+    assert wait_for(run.pk).status == "completed"
+    thread_page = client.get(response["Location"])
+    shown = thread_page.content.decode()
+    assert "Hello [[words=20]]" in shown  # the committed messages, rendered on the server
+    assert 'data-role="assistant"' in shown
+    assert 'http-equiv="refresh"' not in shown  # the run is over: no more reloading
+
+    follow_up = client.post(response["Location"], {"prompt": "And more", "csrfmiddlewaretoken": token})
+    assert follow_up.status_code == 302
+    second = Run.objects.exclude(pk=run.pk).get(thread_id=run.thread_id)  # in the same thread
+    assert wait_for(second.pk).status == "completed"
+
+
+@HOST
+def test_the_post_needs_its_csrf_token_and_a_prompt_and_answers_json_to_the_script():
+    client = logged_in(make_user())
+    client.get("/chat/")
+    assert client.post("/chat/", {"prompt": "no token"}).status_code == 403
+    token = client.cookies["csrftoken"].value
+    empty = client.post("/chat/", {"prompt": "  ", "csrfmiddlewaretoken": token})
+    assert empty.status_code == 400
+    assert "This field is required." in empty.content.decode()
+    assert not Run.objects.exists()
+    answer = client.post(
+        "/chat/", {"prompt": "Hi [[words=5]]", "csrfmiddlewaretoken": token}, headers={"accept": "application/json"}
+    )
+    assert answer.status_code == 201
+    body = answer.json()
+    assert set(body) == {"run_id", "thread_id", "status", "ws_url"}
+    wait_for(body["run_id"])
+
+
+@HOST
+def test_the_page_needs_a_login_and_shows_only_the_users_threads():
+    assert Client().get("/chat/")["Location"].startswith("/accounts/login/")
+    user = make_user()
+    theirs = make_thread(owner=make_user(), title="theirs")
+    client = logged_in(user)
+    assert client.get(f"/chat/threads/{theirs.pk}/").status_code == 404
+    assert client.post(f"/chat/threads/{theirs.pk}/", {"prompt": "x"}).status_code in (403, 404)
+
+
+@HOST
+def test_a_hosts_template_overrides_the_apps_base():
+    templates = [{**settings.TEMPLATES[0], "DIRS": [HOST_TEMPLATES]}]
+    with override_settings(TEMPLATES=templates):
+        page = logged_in(make_user()).get("/chat/")
+    html = page.content.decode()
+    assert '<p id="host-banner">My Host Project</p>' in html
+    assert 'class="host-layout"' in html
+    assert 'id="sr-form"' in html  # the app's chat inside the host's layout
+    assert "streamrecover/chat.js" in html
