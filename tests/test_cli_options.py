@@ -206,3 +206,20 @@ def test_the_live_view_is_not_mixed_with_log_lines(bare_host) -> None:
     assert "[run completed]" in done.stdout
     assert "llm_stream_interrupted" not in done.stdout
     assert "llm_stream_interrupted" in done.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_log_line_of_a_run_carries_the_run_provider_and_model() -> None:
+    import structlog
+
+    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as lines:
+        call_command(
+            "streamrecover_run", "--provider", "fake", "--model", "fake-claude", "--prompt", "A tale [[words=40]]",
+            "--fault", "cut:bytes=900", "--backoff-scale", "0", "--json", stdout=io.StringIO(),
+        )  # fmt: skip
+    run = Run.objects.get()
+    during = [line for line in lines if line["event"] not in {"run_created"}]
+    assert "llm_stream_interrupted" in [line["event"] for line in during]
+    assert {(line["event"], line.get("run_id"), line.get("provider"), line.get("model")) for line in during} == {
+        (line["event"], str(run.pk), "fake", "fake-claude") for line in during
+    }
