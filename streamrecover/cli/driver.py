@@ -26,9 +26,9 @@ from .console import ConsoleSink
 
 @dataclass(slots=True)
 class RunOptions:
-    provider: str
-    model: str
     prompt: str
+    provider: str | None = None  # None: DEFAULT_PROVIDER
+    model: str | None = None  # None: DEFAULT_MODEL
     system: str | None = None
     max_tokens: int = 1024
     thinking_budget: int | None = None
@@ -40,6 +40,7 @@ class RunOptions:
     faults: list[str] = field(default_factory=list)
     demo_tools: bool = False
     enqueue: bool = False
+    timeout: float = 600.0  # with enqueue: how long to wait for the run to end
 
 
 def provider_config_for(name: str, base_url: str | None = None, api_key: str | None = None) -> ProviderConfig:
@@ -73,21 +74,33 @@ def _engine_overrides(options: RunOptions) -> dict[str, Any]:
     return changes
 
 
-def execute_cli_run(options: RunOptions, live: TextIO | None = None, wait_s: float = 600.0) -> dict[str, Any]:
+class RunTimeout(Exception):
+    """An enqueued run did not end within the wait (its message says what to do)."""
+
+
+def execute_cli_run(options: RunOptions, live: TextIO | None = None) -> dict[str, Any]:
     """Create a persisted run and execute it here (or start it the configured way with
     ``enqueue``: a Celery worker when ``EXECUTION`` is ``celery``); returns the ``--json`` document."""
     overridden = bool(options.base_url or options.api_key)
+    provider = options.provider or app_settings.DEFAULT_PROVIDER
+    if provider not in app_settings.PROVIDERS:
+        raise ValueError(
+            f"unknown provider {provider!r}; configured in STREAMRECOVER['PROVIDERS']: "
+            + ", ".join(sorted(app_settings.PROVIDERS))
+        )
     # resolve the provider before anything is stored: a missing key fails here, clearly
-    resolved = provider_config_for(options.provider, options.base_url, options.api_key)
+    resolved = provider_config_for(provider, options.base_url, options.api_key)
     override = resolved if overridden else None
     if options.enqueue and overridden:
         raise ValueError("--base-url/--api-key cannot be handed to a worker: configure the provider in settings")
+    if options.enqueue and app_settings.EXECUTION == "celery":
+        dispatch.check_celery_reachable()  # before the run exists: nothing is left queued for nobody
     if options.faults and override is not None and not is_fake(override):
         raise ValueError("--fault works only with the built-in fake provider (--provider fake)")
     run = lifecycle.create_run(
         prompt=options.prompt,
-        provider=options.provider,
-        model=options.model,
+        provider=provider,
+        model=options.model or app_settings.DEFAULT_MODEL,
         system=options.system,
         max_tokens=options.max_tokens,
         thinking_budget=options.thinking_budget,
@@ -98,7 +111,19 @@ def execute_cli_run(options: RunOptions, live: TextIO | None = None, wait_s: flo
     run_id = str(run.pk)
     if options.enqueue:
         dispatch.enqueue_run(run)
-        lifecycle.wait_for_run(run_id, timeout_s=wait_s)
+        try:
+            lifecycle.wait_for_run(run_id, timeout_s=options.timeout)
+        except TimeoutError:
+            status = Run.objects.values_list("status", flat=True).get(pk=run_id)
+            why = (
+                "no worker took it (is a Celery worker running?)"
+                if status == Run.Status.QUEUED
+                else "a worker is still on it"
+            )
+            raise RunTimeout(
+                f"run {run_id} is still {status} after {options.timeout:g} s: {why}. "
+                f"It was not stopped; cancel it with: manage.py streamrecover_cancel {run_id}"
+            ) from None
         return stored_output(run_id)
     collected = CollectingSink()
     sinks: list[RunSink] = [collected]

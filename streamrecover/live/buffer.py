@@ -23,14 +23,15 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from ..engine.protocol import FrameKind, frame_span
 from .state import RunState
+
+if TYPE_CHECKING:  # redis is the distributed extra: imported only where a Redis buffer is used
+    from redis.asyncio import Redis
 
 log = structlog.get_logger("streamrecover.live")
 
@@ -231,6 +232,8 @@ class RedisFrameBuffer:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
+            from redis.asyncio import Redis
+
             client = Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=5)
             self._clients[loop] = client
         return client
@@ -265,6 +268,8 @@ class RedisFrameBuffer:
             self._unsaved[run_id] = 0
         pipe.expire(frames_key, self.active_ttl_s)
         pipe.expire(state_key, self.active_ttl_s)
+        from redis.exceptions import ResponseError
+
         try:
             await pipe.execute()
         except ResponseError as exc:  # another worker wrote a later seq for this run

@@ -14,16 +14,15 @@ import json
 import math
 import uuid
 from datetime import UTC, datetime
-from typing import Any
-
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from typing import TYPE_CHECKING, Any
 
 from ..conf import app_settings
 from ..engine.checkpoint import Checkpoint, CheckpointStore, InMemoryCheckpointStore
 from ..models import StreamCheckpoint
 from ..redaction import redact
+
+if TYPE_CHECKING:  # redis is the distributed extra: imported only where a Redis store is used
+    from redis.asyncio import Redis
 
 REDIS_KEY_PREFIX = "streamrecover:checkpoint:"
 
@@ -118,6 +117,10 @@ class RedisCheckpointStore:
     def _redis(self) -> Redis:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
+            from redis.asyncio import Redis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+
             self._client = Redis.from_url(
                 self.url,
                 socket_connect_timeout=self._connect_timeout_s,

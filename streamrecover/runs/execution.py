@@ -138,6 +138,20 @@ async def execute_run(
     run = await sync_to_async(lifecycle.claim_run)(run_id, worker)
     if run is None:
         return None
+    # Every log line while the run executes carries it (the project's structlog configuration
+    # merges contextvars; its stdlib formatter does too, for httpx's and the engine's lines).
+    with structlog.contextvars.bound_contextvars(run_id=str(run.pk), provider=run.provider, model=run.model):
+        return await _execute_claimed(run_id, worker, live, extra_sinks, tools, provider_override)
+
+
+async def _execute_claimed(
+    run_id: str,
+    worker: str,
+    live: OpenLive | None,
+    extra_sinks: Sequence[RunSink],
+    tools: ToolRegistry | None,
+    provider_override: ProviderConfig | None,
+) -> RunResult:
     run, messages, consumed = await sync_to_async(_load)(run_id)
     options = run.options
     engine = app_settings.engine_config()

@@ -13,8 +13,12 @@ class Command(BaseCommand):
     help = "Cancel a queued or running run."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id")
-        parser.add_argument("--reason", default="cancelled from the command line")
+        parser.add_argument("run_id", help="the run's id (a UUID)")
+        parser.add_argument(
+            "--reason",
+            default="cancelled from the command line",
+            help="recorded with the cancellation (default: 'cancelled from the command line')",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if not request_cancel(opts["run_id"], opts["reason"]):

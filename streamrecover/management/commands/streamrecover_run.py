@@ -2,17 +2,23 @@
 
 The contract of this command's flags and of its JSON output is relied on by other tools;
 change it only by adding.
+
+stdout is the command's own: the live view, or (``--json``) the JSON object alone. While the
+run executes, anything else written to stdout (structlog's default configuration prints its
+lines there in a project that has not configured logging) goes to stderr instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...cli.driver import RunOptions, execute_cli_run
+from ...cli.driver import RunOptions, RunTimeout, execute_cli_run
 from ...models import Run
 
 
@@ -20,17 +26,27 @@ class Command(BaseCommand):
     help = "Run one streamed LLM run with stream recovery, showing it as it happens."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--provider", required=True, choices=["anthropic", "openai", "fake"])
+        parser.add_argument(
+            "--provider",
+            help="a provider name from STREAMRECOVER['PROVIDERS'] (built in: fake, anthropic, openai; "
+            "default: DEFAULT_PROVIDER)",
+        )
         parser.add_argument("--base-url", help="provider base URL (default: from settings)")
         parser.add_argument("--api-key", help="API key (default: from settings or the environment)")
-        parser.add_argument("--model", required=True)
-        parser.add_argument("--prompt", required=True)
-        parser.add_argument("--system")
-        parser.add_argument("--max-tokens", type=int, default=1024)
-        parser.add_argument("--thinking-budget", type=int)
-        parser.add_argument("--max-continuations", type=int)
-        parser.add_argument("--backoff-scale", type=float)
-        parser.add_argument("--idle-timeout", type=float)
+        parser.add_argument("--model", help="model name (default: DEFAULT_MODEL)")
+        parser.add_argument("--prompt", required=True, help="the user message")
+        parser.add_argument("--system", help="system prompt")
+        parser.add_argument("--max-tokens", type=int, default=1024, help="the turn's output budget (default 1024)")
+        parser.add_argument("--thinking-budget", type=int, help="enable extended thinking with this token budget")
+        parser.add_argument(
+            "--max-continuations", type=int, help="continuation attempts per turn (default: MAX_CONTINUATIONS)"
+        )
+        parser.add_argument(
+            "--backoff-scale", type=float, help="multiplies the backoff schedule, 0 for none (default: BACKOFF_SCALE)"
+        )
+        parser.add_argument(
+            "--idle-timeout", type=float, help="seconds without a byte that count as a stall (default: IDLE_TIMEOUT)"
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of the live view")
         parser.add_argument(
             "--fault",
@@ -43,6 +59,12 @@ class Command(BaseCommand):
             "--enqueue",
             action="store_true",
             help="start the run the configured way (a Celery worker when EXECUTION is celery) and wait for it",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=600.0,
+            help="with --enqueue: seconds to wait for the run to end before giving up (default 600)",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -61,10 +83,14 @@ class Command(BaseCommand):
             faults=opts["fault"],
             demo_tools=opts["demo_tools"],
             enqueue=opts["enqueue"],
+            timeout=opts["timeout"],
         )
+        live = None if opts["json"] else self.stdout._out
         try:
-            output = execute_cli_run(options, live=None if opts["json"] else self.stdout._out)
-        except (ValueError, ImproperlyConfigured) as exc:
+            # self.stdout holds the real stdout; anything else printed meanwhile is a log line
+            with contextlib.redirect_stdout(sys.stderr):
+                output = execute_cli_run(options, live=live)
+        except (ValueError, ImproperlyConfigured, RunTimeout) as exc:
             raise CommandError(str(exc)) from exc
         if opts["json"]:
             self.stdout.write(json.dumps(output, ensure_ascii=False, default=str))

@@ -12,8 +12,8 @@ class Command(BaseCommand):
     help = "Create the demo user (default demo / demo) unless it exists."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--username", default="demo")
-        parser.add_argument("--password", default="demo")
+        parser.add_argument("--username", default="demo", help="the demo user's name (default demo)")
+        parser.add_argument("--password", default="demo", help="its password (default demo)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         users = get_user_model()
