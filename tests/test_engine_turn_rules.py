@@ -234,16 +234,71 @@ async def test_a_turn_cut_twice_never_receives_more_than_max_tokens(fake_server,
     # it ends as the uninterrupted run does: at its limit, with max_tokens, not continued again
     assert len(out.log) == 3
     assert out.sink.attempts[-1].stop_reason == "max_tokens"
-    assert _text(reference).startswith(_text(out))
+    # and with exactly the uninterrupted (truncated) answer: each continuation asked for what the
+    # provider's count says is left (Anthropic: its count of the prefix; OpenAI: one chunk per token)
+    assert_invariants(out, reference)
+    assert sum(e.billed_output_tokens for e in out.log) == LIMIT
 
 
 async def test_a_turn_whose_budget_is_spent_at_the_break_ends_with_max_tokens(fake_server):
-    out = await run(fake_server, LONG, max_tokens=120, faults=["cut:events=110"])
+    # every allowed token arrived, the stop reason did not: the provider's count says the
+    # budget is spent, so nothing more is asked for
+    out = await run(fake_server, LONG, max_tokens=120, faults=["cut:from_end=3"])
     assert out.status == "completed", out.result.error
     assert len(out.log) == 1  # no continuation: nothing is left of the budget
     (interrupted,) = out.events("llm_stream_interrupted")
     assert interrupted["turn_output_tokens"] >= 120
     reference = await run(fake_server, LONG, max_tokens=120)
-    assert _text(reference).startswith(_text(out))
+    assert _text(out) == _text(reference)
+    assert out.result.messages[-1] == reference.result.messages[-1]
     for reconstructed, committed in out.view.turns:
         assert reconstructed == committed
+
+
+async def test_a_break_near_the_limit_is_continued_for_exactly_what_is_left(fake_server):
+    # Before the provider's count, the bytes received (~4 per token) said the budget was spent
+    # and the answer was stored 13 tokens short of the uninterrupted one.
+    reference = await run(fake_server, LONG, max_tokens=120)
+    out = await run(fake_server, LONG, max_tokens=120, faults=["cut:events=110"])
+    assert out.status == "completed", out.result.error
+    assert_invariants(out, reference)
+    assert out.sink.attempts[-1].stop_reason == "max_tokens"
+    assert sum(e.billed_output_tokens for e in out.log) == 120
+
+
+MIDDLE = "Tell me a long story about the sea [[words=400]]"  # ~700 tokens: under the default 1024
+
+
+@pytest.mark.parametrize(("wire", "model"), [("anthropic", "claude-3-7-sonnet"), ("openai", "gpt-4o")])
+@pytest.mark.parametrize("faults", [["cut:events=200"], ["cut:events=450"], ["cut:events=250", "cut:events=200"]])
+async def test_a_long_answer_cut_in_the_middle_is_committed_whole(fake_server, wire, model, faults):
+    # The default max_tokens (1024) is more than the answer needs. Counted by its bytes (~4 per
+    # token) the half that arrived looked like most of the budget: the continuation asked for
+    # too little and the answer was stored cut short, with stop reason max_tokens.
+    reference = await run(fake_server, MIDDLE, wire=wire, model=model, max_tokens=1024)
+    assert reference.sink.attempts[-1].stop_reason == "end_turn"
+    assert reference.log[0].billed_output_tokens < 1024
+    out = await run(fake_server, MIDDLE, wire=wire, model=model, max_tokens=1024, faults=faults)
+    assert_invariants(out, reference)
+    assert out.sink.attempts[-1].stop_reason == "end_turn"
+    assert len(out.log) == len(faults) + 1  # one call per break, no more
+    assert sum(e.billed_output_tokens for e in out.log) == reference.log[0].billed_output_tokens
+
+
+async def test_a_continue_message_at_the_limit_ends_at_most_the_instruction_short(fake_server):
+    # Anthropic without prefill: the count of the prefix includes the continue instruction and
+    # its framing, so at the limit the answer can end that many tokens early (never over it).
+    from streamrecover.engine.contract import CONTINUE_INSTRUCTION
+    from streamrecover.testing.fake.model import CONTINUE_FRAMING_TOKENS, split_pieces
+
+    reference = await run(fake_server, LONG, model=NO_PREFILL, max_tokens=LIMIT)
+    out = await run(fake_server, LONG, model=NO_PREFILL, max_tokens=LIMIT, faults=["cut:events=80", "cut:events=40"])
+    assert out.status == "completed", out.result.error
+    for reconstructed, committed in out.view.turns:
+        assert reconstructed == committed
+    assert [e.understood_as for e in out.log[1:]] == ["continue_message", "continue_message"]
+    billed = sum(e.billed_output_tokens for e in out.log)
+    overhead = len(split_pieces(CONTINUE_INSTRUCTION, 1, 6)) + CONTINUE_FRAMING_TOKENS
+    assert LIMIT - overhead <= billed <= LIMIT
+    assert out.sink.attempts[-1].stop_reason == "max_tokens"
+    assert _text(reference).startswith(_text(out))

@@ -200,3 +200,42 @@ def _request_id(headers: Mapping[str, str]) -> str | None:
         if value:
             return str(value)
     return None
+
+
+async def count_input_tokens(ctx: RunContext, http_request: HTTPRequest) -> int | None:
+    """The provider's (free) count of a request's input tokens; None when the call fails in any
+    way (the caller then keeps its upper bound). A cancel beats it, as every other call."""
+    assert ctx.transport is not None, "run_agent provides the transport"
+    cfg = ctx.config
+
+    async def call() -> bytes | None:
+        assert ctx.transport is not None
+        opened = await ctx.transport.open(
+            http_request.method,
+            http_request.url,
+            http_request.headers,
+            http_request.json,
+            cfg.idle_timeout_s,
+            cfg.connect_timeout_s,
+        )
+        try:
+            return await opened.read_error_body() if opened.status == 200 else None
+        finally:
+            await opened.close()
+
+    work = asyncio.ensure_future(call())
+    cancel_task = asyncio.ensure_future(ctx.cancel.wait())
+    try:
+        await asyncio.wait({work, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancel_task.cancel()
+    if ctx.cancel.stopped:
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await work
+        raise RunCancelled
+    try:
+        body = work.result()
+    except Exception:  # a count is an optimisation: no count, no harm
+        return None
+    return ctx.adapter.read_count(body) if body is not None else None

@@ -99,6 +99,21 @@ class ProviderAdapter(Protocol):
         """True where a prefix-flag continuation repeats the prefix (Mistral)."""
         ...
 
+    @property
+    def text_delta_is_token(self) -> bool:
+        """True where each streamed text delta is one output token (OpenAI Chat): a broken
+        stream's text is then counted by its deltas, not bounded by its bytes."""
+        ...
+
+    def count_request(self, request: ModelRequest) -> HTTPRequest | None:
+        """A request for the provider's free count of ``request``'s input tokens, or None
+        where the provider has no such endpoint."""
+        ...
+
+    def read_count(self, body: bytes) -> int | None:
+        """The input-token count in a ``count_request`` response body."""
+        ...
+
 
 # The user message of the ``continue_message`` strategy. It is stored with the attempt's
 # request and named in the event; the fake provider recognises it exactly.

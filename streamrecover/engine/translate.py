@@ -129,6 +129,15 @@ class Translator:
         # UTF-8 bytes of the output received in this response (text, thinking, tool names and
         # arguments): every output token streams at least one byte, so this over-counts tokens
         self.received_bytes = 0
+        self.text_deltas = 0  # non-empty text deltas received, and their bytes
+        self.text_bytes = 0
+
+    def received_tokens(self, text_delta_is_token: bool) -> int:
+        """An upper bound on the output tokens received in this response: its bytes, or,
+        where each text delta is one token, its text deltas and the bytes of the rest."""
+        if not text_delta_is_token:
+            return self.received_bytes
+        return self.received_bytes - self.text_bytes + self.text_deltas
 
     def begin(self, acc: Accumulator, prefix: list[Block], joiner: ContinuationJoiner | None) -> None:
         """Start one response that continues from ``prefix`` (already restored into ``acc``)."""
@@ -137,6 +146,8 @@ class Translator:
         self.joiner = joiner
         self.final_usage = False
         self.received_bytes = 0
+        self.text_deltas = 0
+        self.text_bytes = 0
 
     async def on_event(self, event: StreamEvent, record: AttemptRecord) -> None:
         """One normalized event; raises ``AttemptDone`` at the terminator, ``StreamInterrupted``
@@ -146,6 +157,8 @@ class Translator:
         match event:
             case TextDelta(index=i, text=text):
                 self.received_bytes += len(text.encode())
+                self.text_bytes += len(text.encode())
+                self.text_deltas += 1 if text else 0
                 target = mapper.target(i, TEXT)
                 if joiner is not None and target == mapper.merge_index:
                     await self._joined(target, joiner.feed(text))

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Unpack, overload
 
 from . import sink as ev
-from .attempts import open_attempt, run_attempt
-from .blocks import TEXT, Accumulator, Block, BlockStatus, Snapshot
+from .attempts import count_input_tokens, open_attempt, run_attempt
+from .blocks import TEXT, TOOL_USE, Accumulator, Block, BlockStatus, Snapshot
 from .checkpoint import Checkpoint, CheckpointWriter, CoalescePolicy
 from .context import RunCancelled, RunContext
 from .continuation import (
@@ -93,8 +93,12 @@ class TurnRunner:
         self._current_attempt: AttemptRecord | None = None
         self.store_errors: list[str] = []
         self.discarded_tools: list[dict[str, Any]] = []
-        # output tokens the blocks this turn builds on cost so far: max_tokens is the turn's budget
+        # output tokens the blocks this turn builds on cost so far (an upper bound): max_tokens is
+        # the turn's budget. ``received_bytes`` is every byte of output received since the answer
+        # last started over; ``base_input`` the provider's count of the turn's request, no prefix.
         self.output_used = 0
+        self.received_bytes = 0
+        self.base_input: int | None = None
         self.joins: list[ev.JoinRecord] = []  # how each continuation joined the kept text
 
     # ---- public -------------------------------------------------------------------------
@@ -204,6 +208,7 @@ class TurnRunner:
 
     async def _on_interrupted(self, interrupted: StreamInterrupted) -> TurnResult | None:
         self.output_used += self._attempt_output()
+        self.received_bytes += self.translator.received_bytes
         snapshot = self.acc.snapshot()
         recovery = plan(snapshot)
         provider_error = interrupted.provider_error
@@ -261,6 +266,8 @@ class TurnRunner:
             )
             result.recovered = True
             return result
+        if recovery.continues:
+            await self._measure(recovery)
         if recovery.continues and self.output_used >= self.request.max_tokens:
             # The turn's budget is spent: it ends here, as an uninterrupted answer at its limit would.
             result = await self._finish_with(recovery.keep, "max_tokens")
@@ -325,7 +332,8 @@ class TurnRunner:
     def _set_prefix(self, recovery: RecoveryPlan) -> None:
         chosen = continue_from(recovery, self._strategy())
         if chosen.kind == "restart":
-            self.output_used = 0  # the answer starts over: what was dropped does not count against it
+            # the answer starts over: what was dropped does not count against it
+            self.output_used = self.received_bytes = 0
         self.prefix, self.strategy, self.acc, self.attempt_kind = (
             chosen.prefix,
             chosen.strategy,
@@ -335,13 +343,37 @@ class TurnRunner:
 
     def _attempt_output(self) -> int:
         """Output tokens of the attempt that just broke: the provider's count when its final usage
-        arrived, else an estimate that can only over-count (the bytes received, at least one per
-        token; the provider's running count when that is higher)."""
+        arrived, else an upper bound (the bytes received, at least one per token; where each text
+        delta is one token, the text deltas; the provider's running count when that is higher)."""
         record = self._current_attempt
         reported = record.usage.output_tokens if record is not None else None
         if self.translator.final_usage and reported is not None:
             return reported
-        return max(self.translator.received_bytes, reported or 0)
+        return max(self.translator.received_tokens(self.ctx.adapter.text_delta_is_token), reported or 0)
+
+    async def _measure(self, recovery: RecoveryPlan) -> None:
+        """Refine ``output_used`` with the provider's own count, where it has a free one: the
+        continuation's input tokens less the turn request's are the prefix it carries (an upper
+        bound: the framing a continuation adds counts too); every received byte not in that
+        prefix (thinking, dropped blocks, a prefill's held-back whitespace) still counts as one
+        token. The lower of this and the running bound is kept: both only over-count."""
+        adapter = self.ctx.adapter
+        chosen = continue_from(recovery, self._strategy())
+        if chosen.kind == "restart":
+            return
+        messages = continuation_messages(self.request.messages, chosen.prefix, chosen.strategy)
+        prefixed = adapter.count_request(replace(self.request, messages=messages))
+        if prefixed is None:
+            return
+        if self.base_input is None:
+            base = adapter.count_request(self.request)
+            self.base_input = await count_input_tokens(self.ctx, base) if base is not None else None
+        counted = await count_input_tokens(self.ctx, prefixed) if self.base_input is not None else None
+        if counted is None or self.base_input is None:
+            return
+        sent = _sent_bytes(messages[len(self.request.messages)], chosen.prefix)
+        measured = max(0, counted - self.base_input) + max(0, self.received_bytes - sent)
+        self.output_used = min(self.output_used, measured)
 
     def _budgeted(self, request: ModelRequest) -> ModelRequest:
         """A continuation asks for what is left of the turn's ``max_tokens``, never more. An
@@ -382,13 +414,22 @@ class TurnRunner:
             checkpoint_continuation=checkpoint.continuation,
         )
         self.continuation = checkpoint.continuation  # a resume spends no continuation
-        # the checkpoint does not say what the kept blocks cost: their bytes over-count it
-        self.output_used = sum(len(b.text.encode()) + len(b.arguments.encode()) for b in recovery.keep)
+        # the checkpoint does not say what the kept blocks cost: their bytes over-count it, the
+        # provider's count (where it has one) tells it
+        self.received_bytes = sum(len(b.text.encode()) + len(b.arguments.encode()) for b in recovery.keep)
+        self.output_used = self.received_bytes
         if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
             self.acc.restore(recovery.keep)
             result = await self._finish_with(recovery.keep, "tool_use")
             result.recovered = True
             return result
+        if recovery.continues:
+            await self._measure(recovery)
+            if self.output_used >= self.request.max_tokens:
+                self.acc.restore(recovery.keep)
+                result = await self._finish_with(recovery.keep, "max_tokens")
+                result.recovered = True
+                return result
         self._set_prefix(recovery)
         if self.prefix:
             self.attempt_kind = "resume"
@@ -553,3 +594,13 @@ class TurnRunner:
             "attempt": attempt.index if attempt else None,
         }
         await self.ctx.sink.on_event(StructuredEvent(name, {**base, **fields}))
+
+
+def _sent_bytes(message: dict[str, Any], prefix: list[Block]) -> int:
+    """UTF-8 bytes of the prefix's text and tool arguments as ``message`` carries them (a
+    prefill's last text without its trailing whitespace; a blank text block is not sent)."""
+    sent = 0
+    texts = [c.get("text", "") for c in message.get("content", []) if isinstance(c, dict) and c.get("type") == TEXT]
+    sent += sum(len(t.encode()) for t in texts if isinstance(t, str) and t.strip())
+    sent += sum(len(b.arguments.encode()) for b in prefix if b.kind == TOOL_USE)
+    return sent

@@ -360,6 +360,10 @@ def _refine(status: int, kind: str, error_class: ErrorClass, message: str, code:
     return kind, error_class
 
 
+# the Messages request fields the token-count endpoint takes (no max_tokens, no stream)
+_COUNTED_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"})
+
+
 class AnthropicAdapter:
     """Translates between the canonical conversation and the Anthropic Messages API."""
 
@@ -451,3 +455,22 @@ class AnthropicAdapter:
     def echoes_prefix(self) -> bool:
         """A prefill continuation never repeats the prefill."""
         return False
+
+    @property
+    def text_delta_is_token(self) -> bool:
+        """A text delta carries any number of tokens."""
+        return False
+
+    def count_request(self, request: ModelRequest) -> HTTPRequest | None:
+        """``POST /v1/messages/count_tokens``: the request's input tokens, free of charge."""
+        built = self.build_request(request)
+        body = {k: v for k, v in built.json.items() if k in _COUNTED_FIELDS}
+        headers = {**built.headers, "accept": "application/json"}
+        return HTTPRequest("POST", built.url + "/count_tokens", headers, body)
+
+    def read_count(self, body: bytes) -> int | None:
+        try:
+            count = json.loads(body).get("input_tokens")
+        except (ValueError, AttributeError):
+            return None
+        return count if isinstance(count, int) and not isinstance(count, bool) else None

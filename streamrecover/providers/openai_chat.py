@@ -397,3 +397,15 @@ class OpenAIChatAdapter:
     def echoes_prefix(self) -> bool:
         """Mistral repeats the prefix in its answer; DeepSeek does not."""
         return self.config.echoes_prefix
+
+    @property
+    def text_delta_is_token(self) -> bool:
+        """Chat Completions streams one chunk per sampled token of text."""
+        return True
+
+    def count_request(self, request: ModelRequest) -> HTTPRequest | None:
+        """Chat Completions has no token-count endpoint."""
+        return None
+
+    def read_count(self, body: bytes) -> int | None:
+        return None

@@ -57,6 +57,7 @@ class Interpretation:
     prefix_calls: tuple[ToolCall, ...] = ()
     include_usage: bool = False
     max_tokens: int | None = None  # the request's output limit (the answer stops there: max_tokens)
+    instructions: int = 0  # continue-instruction messages peeled off (each costs input tokens)
 
     @property
     def continues(self) -> bool:
@@ -98,19 +99,21 @@ def is_continue_instruction(turn: Turn) -> bool:
 
 def peel_continuation(
     turns: tuple[Turn, ...], trailing_assistant: Mode
-) -> tuple[tuple[Turn, ...], Mode, str, tuple[ToolCall, ...]]:
-    """Split merged turns into (base conversation, mode, prefix text, prefix tool calls).
+) -> tuple[tuple[Turn, ...], Mode, str, tuple[ToolCall, ...], int]:
+    """Split merged turns into (base conversation, mode, prefix text, prefix tool calls, the
+    number of continue instructions peeled).
 
     A trailing assistant turn is read as ``trailing_assistant`` (prefill, prefix flag, or a
     finished turn after which a new answer starts). Trailing (assistant, continue
     instruction) pairs are peeled too; nested ones add up to one prefix.
     """
     mode = Mode.FRESH
+    instructions = 0
     prefix_text = ""
     prefix_calls: tuple[ToolCall, ...] = ()
     if turns and turns[-1].role == "assistant":
         if trailing_assistant is Mode.NEW_TURN_AFTER_ASSISTANT:
-            return turns[:-1], trailing_assistant, "", ()
+            return turns[:-1], trailing_assistant, "", (), 0
         mode, prefix_text, prefix_calls = trailing_assistant, turns[-1].text, turns[-1].tool_calls
         turns = turns[:-1]
     while len(turns) >= 2 and is_continue_instruction(turns[-1]) and turns[-2].role == "assistant":
@@ -119,6 +122,7 @@ def peel_continuation(
         prefix_text = turns[-2].text + prefix_text
         prefix_calls = turns[-2].tool_calls + prefix_calls
         turns = turns[:-2]
+        instructions += 1
     if not turns or turns[-1].role != "user":
         raise RequestRejected("messages: the conversation must contain a user message before the assistant's answer")
-    return turns, mode, prefix_text, prefix_calls
+    return turns, mode, prefix_text, prefix_calls, instructions

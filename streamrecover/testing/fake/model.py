@@ -508,3 +508,62 @@ def _slice_block(block: PlannedBlock, offset: int) -> PlannedBlock:
             pieces.append(piece[max(0, offset - start) :])
         start = end
     return PlannedBlock(block.kind, tuple(pieces), block.signature, block.call_id, block.name)
+
+
+# What a continue-instruction message costs as input besides its own words: the finished
+# assistant message it follows and its own message framing.
+CONTINUE_FRAMING_TOKENS = 6
+
+
+def input_tokens(
+    conversation: Conversation,
+    plan: Plan,
+    *,
+    prefix_text: str = "",
+    prefix_calls: Sequence[ToolCall] = (),
+    instructions: Sequence[str] = (),
+    system: str = "",
+) -> int:
+    """The input tokens of a request, counted as consistently as the output is billed: re-sending
+    a prefix as input costs the pieces it covers, what generating it cost (``plan`` is the whole
+    answer the prefix is read against; a prefix that is not the plan's counts its own pieces).
+    A prefill adds nothing else (the assistant turn's header is in every request); each continue
+    instruction costs its own pieces and ``CONTINUE_FRAMING_TOKENS``."""
+    count = 3 + _text_tokens(system)
+    for turn in conversation.turns:
+        count += 4 + _text_tokens(turn.text)
+        count += sum(2 + _text_tokens(c.name + c.arguments) for c in turn.tool_calls)
+        count += sum(2 + _text_tokens(r.content) for r in turn.tool_results)
+    for tool in conversation.tools:
+        count += 4 + _text_tokens(tool.name + json.dumps(tool.schema, sort_keys=True))
+    count += prefix_tokens(plan, prefix_text, prefix_calls)
+    count += sum(len(split_pieces(text, 1, 6)) + CONTINUE_FRAMING_TOKENS for text in instructions)
+    return max(1, count)
+
+
+def prefix_tokens(plan: Plan, prefix_text: str, prefix_calls: Sequence[ToolCall] = ()) -> int:
+    """The output tokens (pieces) of the plan that ``prefix_text`` and ``prefix_calls`` cover; a
+    piece cut by the prefix's end counts whole (it was billed whole)."""
+    count = 0
+    pieces = [p for b in plan.blocks if b.kind is BlockKind.TEXT for p in b.pieces]
+    if prefix_text and "".join(pieces).startswith(prefix_text):
+        start = 0
+        for piece in pieces:
+            if start >= len(prefix_text):
+                break
+            count += 1 if piece else 0
+            start += len(piece)
+    elif prefix_text:
+        count += len(split_pieces(prefix_text, 1, 6))
+    calls = [b for b in plan.blocks if b.kind is BlockKind.TOOL_USE]
+    for index, call in enumerate(prefix_calls):
+        planned = calls[index] if index < len(calls) else None
+        if planned is not None and call.same_call(planned.name, planned.content):
+            count += sum(1 for p in planned.pieces if p)
+        else:
+            count += len(split_pieces(call.arguments, 2, 8))
+    return count
+
+
+def _text_tokens(text: str) -> int:
+    return -(-len(text.encode()) // 4)

@@ -49,7 +49,9 @@ def interpret(body: Any) -> Interpretation:
     _check_tool_pairing(messages)
     if messages[-1].get("role") == "assistant":
         _check_prefill(len(messages) - 1, messages[-1], model, thinking)
-    base, mode, prefix_text, prefix_calls = peel_continuation(merge_turns(name_tool_results(turns)), Mode.PREFILL)
+    base, mode, prefix_text, prefix_calls, instructions = peel_continuation(
+        merge_turns(name_tool_results(turns)), Mode.PREFILL
+    )
     return Interpretation(
         model=model,
         stream=body.get("stream") is True,
@@ -57,6 +59,7 @@ def interpret(body: Any) -> Interpretation:
         conversation=Conversation(base, tools, thinking),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
+        instructions=instructions,
         max_tokens=max_tokens,
     )
 

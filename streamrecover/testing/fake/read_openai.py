@@ -41,7 +41,7 @@ def interpret(body: Any) -> Interpretation:
     _check_tool_pairing(messages)
     last = messages[-1]
     trailing = Mode.PREFIX_FLAG if last.get("role") == "assistant" and last.get("prefix") is True else None
-    base, mode, prefix_text, prefix_calls = peel_continuation(
+    base, mode, prefix_text, prefix_calls, instructions = peel_continuation(
         merge_turns(name_tool_results(turns)), trailing or Mode.NEW_TURN_AFTER_ASSISTANT
     )
     options = body.get("stream_options")
@@ -52,6 +52,7 @@ def interpret(body: Any) -> Interpretation:
         conversation=Conversation(base, _tools(body.get("tools"))),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
+        instructions=instructions,
         include_usage=isinstance(options, Mapping) and options.get("include_usage") is True,
         max_tokens=_max_tokens(body),
     )

@@ -10,7 +10,7 @@ preface is served over HTTP/2, ``http2``). It can run in a background thread
 (``start``/``stop``, a context manager) or in an existing event loop
 (``start_async``/``serve_forever``, an async context manager).
 
-Routes: ``POST /v1/messages`` (Anthropic), ``POST /v1/chat/completions``,
+Routes: ``POST /v1/messages`` (Anthropic) and its free ``/v1/messages/count_tokens``, ``POST /v1/chat/completions``,
 ``/beta/chat/completions`` and ``/chat/completions`` (OpenAI; DeepSeek-style bases), and
 control endpoints ``POST /_fake/faults`` ``{"scenario": key, "faults": [...]}`` (strings,
 dicts, or one ``;``-separated string), ``GET /_fake/faults``, ``GET /_fake/log[?scenario=]``
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
-from ...engine.contract import SECRET_HEADERS
+from ...engine.contract import CONTINUE_INSTRUCTION, SECRET_HEADERS
 from .dialects import ROUTES, Dialect
 from .faults import Delivery, Fault, FaultKind, FaultScripts, as_fault, parse_script, plan_delivery
 from .http2 import H2ServerConnection
@@ -45,11 +45,12 @@ from .http11 import (
 )
 from .interpret import Interpretation, Mode, RequestRejected
 from .log import LogEntry
-from .model import Directives, Plan, continue_plan, limit_plan, plan_answer, seam_plan
+from .model import Directives, Plan, continue_plan, input_tokens, limit_plan, plan_answer, seam_plan
 from .recording import Recording
 from .wire import ErrorSpec, ResponseContext
 
 SCENARIO_HEADER = "x-fake-scenario"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"  # Anthropic's free input-token count
 DEFAULT_SCENARIO = "default"
 _JSON = "application/json"
 
@@ -83,6 +84,7 @@ class FakeProviderServer:
         self.event_delay = event_delay
         self._scripts = FaultScripts()
         self._recordings: dict[str, Recording] = {}
+        self.count_requests = 0  # token-count calls (free: not in the billing log)
         self._log: list[LogEntry] = []
         self._log_lock = threading.Lock()
         self._seq = itertools.count(1)
@@ -257,6 +259,12 @@ class FakeProviderServer:
         """Answer one request (HTTP/1.1 or one HTTP/2 stream)."""
         if request.path.startswith("/_fake/"):
             status, payload = self._control(request)
+            await responder.full(status, [], _json_bytes(payload), _JSON)
+            return
+        if request.path == COUNT_TOKENS_PATH and request.method == "POST":
+            self.count_requests += 1
+            scenario = request.headers.get(SCENARIO_HEADER) or DEFAULT_SCENARIO
+            status, payload = _count_tokens(ROUTES["/v1/messages"], request, self._recordings.get(scenario))
             await responder.full(status, [], _json_bytes(payload), _JSON)
             return
         dialect = ROUTES.get(request.path)
@@ -488,6 +496,7 @@ def _understand(
     else:
         plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
     outcome.understood_as = interpretation.mode.value
+    inputs = _input_tokens(interpretation, plan, body)
     if interpretation.continues:
         directives = Directives.of(interpretation.conversation)
         thinks = interpretation.conversation.thinking and not directives.no_continuation_thinking
@@ -508,10 +517,46 @@ def _understand(
     ctx = ResponseContext(
         model=interpretation.model,
         seed=json.dumps(body, sort_keys=True, ensure_ascii=False),
-        input_tokens=max(1, len(request.body) // 4),
+        input_tokens=inputs,
         include_usage=interpretation.include_usage,
     )
     return interpretation, plan, ctx
+
+
+def _input_tokens(interpretation: Interpretation, plan: Plan, body: Mapping[str, Any]) -> int:
+    """What the request costs as input (``plan``: the whole answer, before any continuation)."""
+    system = body.get("system")
+    return input_tokens(
+        interpretation.conversation,
+        plan,
+        prefix_text=interpretation.prefix_text,
+        prefix_calls=interpretation.prefix_calls,
+        instructions=[CONTINUE_INSTRUCTION] * interpretation.instructions,
+        system=json.dumps(system, ensure_ascii=False) if system else "",
+    )
+
+
+def _count_tokens(dialect: Dialect, request: Request, recording: Recording | None) -> tuple[int, Any]:
+    """``POST /v1/messages/count_tokens``: the input tokens the same Messages request would
+    report in its ``message_start``, free (nothing generated, nothing in the billing log)."""
+    rejection = _check_request(dialect, request)
+    if rejection is not None:
+        return rejection.status, json.loads(dialect.error_body(rejection, "req_count"))
+    try:
+        body = json.loads(request.body)
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+        interpretation = dialect.interpret({**body, "max_tokens": 1, "stream": False})
+    except ValueError:
+        return 400, json.loads(dialect.error_body(dialect.bad_json, "req_count"))
+    except RequestRejected as exc:
+        spec = ErrorSpec(exc.status, exc.error_type, exc.message, exc.param, exc.code)
+        return spec.status, json.loads(dialect.error_body(spec, "req_count"))
+    if recording is not None and not _after_tools(interpretation):
+        plan = recording.plan
+    else:
+        plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
+    return 200, {"input_tokens": _input_tokens(interpretation, plan, body)}
 
 
 def _check_request(dialect: Dialect, request: Request) -> ErrorSpec | None:
