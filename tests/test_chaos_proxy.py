@@ -169,11 +169,16 @@ def test_error_event_stall_garbage_status_and_drop(upstream, proxy):
     assert time.monotonic() - started >= 0.6
 
     proxy.set_faults("default", ["garbage:events=2"])
+    before = len(upstream.log)
     _, received, error = read(proxy.base_url + path, anthropic_body(), headers)
     assert received.startswith(b"".join(events[:2]))
     assert len(events_of(received)) == 3
     assert events_of(received)[2] != events[2]
 
+    # the upstream logs a request when its response ends, which may be after the proxy cut it
+    deadline = time.monotonic() + 5
+    while len(upstream.log) < before + 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
     calls = len(upstream.log)
     proxy.set_faults("default", ["status:429,retry_after=2", "drop"])
     response = httpx.post(proxy.base_url + path, json=anthropic_body(), headers=headers)
