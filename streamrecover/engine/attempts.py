@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .context import RunCancelled, RunContext
 from .contract import HTTPRequest
@@ -81,21 +81,13 @@ async def run_attempt(
 async def _open_and_stream(
     ctx: RunContext, http_request: HTTPRequest, record: AttemptRecord, translator: Translator
 ) -> ProviderError:
-    cfg = ctx.config
     assert ctx.transport is not None, "run_agent provides the transport"
     try:
         # connecting and waiting for the headers race the cancel token too
         opened = await _unless_cancelled(
             ctx,
             record,
-            ctx.transport.open(
-                http_request.method,
-                http_request.url,
-                http_request.headers,
-                http_request.json,
-                cfg.idle_timeout_s,
-                cfg.connect_timeout_s,
-            ),
+            _open(ctx, http_request),
         )
     except ConnectFailed as exc:
         return ProviderError(ErrorClass.RETRYABLE, "connect_error", str(exc))
@@ -121,26 +113,48 @@ async def _open_and_stream(
     raise AssertionError("unreachable")  # _consume always raises
 
 
+async def _open(ctx: RunContext, http_request: HTTPRequest) -> OpenedStream:
+    """Open ``http_request`` on the run's transport with the configured timeouts."""
+    assert ctx.transport is not None, "run_agent provides the transport"
+    cfg = ctx.config
+    return await ctx.transport.open(
+        http_request.method,
+        http_request.url,
+        http_request.headers,
+        http_request.json,
+        cfg.idle_timeout_s,
+        cfg.connect_timeout_s,
+    )
+
+
 async def _unless_cancelled(ctx: RunContext, record: AttemptRecord, awaitable: Awaitable[T]) -> T:
     """``awaitable``'s result, unless the cancel token fires first: then it is abandoned (a
     stream it opened anyway is closed), the attempt is closed ``cancelled`` and
     ``RunCancelled`` raised. A cancel beats connecting, waiting for headers, reading an
     error body."""
     work = asyncio.ensure_future(awaitable)
+    if await _cancelled_first(ctx, work):
+        await close_attempt(ctx, record, AttemptOutcome.CANCELLED)
+        raise RunCancelled
+    return work.result()
+
+
+async def _cancelled_first(ctx: RunContext, work: asyncio.Future[Any]) -> bool:
+    """Wait for ``work`` or the cancel token, whichever comes first. True when the token has
+    fired: ``work`` is then cancelled and awaited (a stream it opened anyway is closed)."""
     cancel_task = asyncio.ensure_future(ctx.cancel.wait())
     try:
         await asyncio.wait({work, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         cancel_task.cancel()
     if not ctx.cancel.stopped:
-        return work.result()
+        return False
     work.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         result = await work
         if isinstance(result, OpenedStream):
             await result.close()
-    await close_attempt(ctx, record, AttemptOutcome.CANCELLED)
-    raise RunCancelled
+    return True
 
 
 async def _consume(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator) -> None:
@@ -206,33 +220,16 @@ async def count_input_tokens(ctx: RunContext, http_request: HTTPRequest) -> int 
     """The provider's (free) count of a request's input tokens; None when the call fails in any
     way (the caller then keeps its upper bound). A cancel beats it, as every other call."""
     assert ctx.transport is not None, "run_agent provides the transport"
-    cfg = ctx.config
 
     async def call() -> bytes | None:
-        assert ctx.transport is not None
-        opened = await ctx.transport.open(
-            http_request.method,
-            http_request.url,
-            http_request.headers,
-            http_request.json,
-            cfg.idle_timeout_s,
-            cfg.connect_timeout_s,
-        )
+        opened = await _open(ctx, http_request)
         try:
             return await opened.read_error_body() if opened.status == 200 else None
         finally:
             await opened.close()
 
     work = asyncio.ensure_future(call())
-    cancel_task = asyncio.ensure_future(ctx.cancel.wait())
-    try:
-        await asyncio.wait({work, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        cancel_task.cancel()
-    if ctx.cancel.stopped:
-        work.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await work
+    if await _cancelled_first(ctx, work):
         raise RunCancelled
     try:
         body = work.result()
