@@ -2,10 +2,10 @@
 response stream as it is told, so an operator can prove recovery against their own model.
 
 It listens on loopback only, speaks HTTP/1.1 and HTTP/2 (cleartext, prior knowledge) to its
-clients with the fake provider's own servers (``fake.http11``, ``fake.http2``), and takes
-the fake's fault vocabulary (``fake.faults``), consumed one fault per proxied request, per
-scenario (the ``x-fake-scenario`` header; default ``default``). What a fault does to a real
-stream:
+clients with the fake provider's own server (``fake.serving``: sockets, fault scripts, log and
+control endpoints, over ``fake.http11`` and ``fake.http2``), and takes the fake's fault
+vocabulary (``fake.faults``), consumed one fault per proxied request, per scenario (the
+``x-fake-scenario`` header; default ``default``). What a fault does to a real stream:
 
 - ``cut:bytes=N`` / ``cut:events=N[,mid]``: the upstream's first N body bytes or whole SSE
   events (halfway into the next one with ``mid``) are forwarded, then the connection is
@@ -33,10 +33,7 @@ Control endpoints, as the fake's: ``POST /_chaos/faults`` ``{"scenario", "faults
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
-import json
-import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -44,19 +41,9 @@ from typing import Any
 import httpx
 
 from .fake.dialects import ANTHROPIC, OPENAI, Dialect
-from .fake.faults import Fault, FaultKind, FaultScripts, as_fault, parse_script
-from .fake.http2 import H2ServerConnection
-from .fake.http11 import (
-    MAX_HEADER_BYTES,
-    BadHTTPRequest,
-    H1Responder,
-    HTTP2Preface,
-    Request,
-    Responder,
-    full_response,
-    read_request,
-)
-from .fake.server import DEFAULT_SCENARIO, SCENARIO_HEADER
+from .fake.faults import Fault, FaultKind, as_fault
+from .fake.http11 import Request, Responder
+from .fake.serving import DEFAULT_SCENARIO, JSON_TYPE, ScriptedServer, json_bytes, scenario_of
 from .fake.wire import ErrorSpec
 
 # Never forwarded either way: they describe one hop, not the message.
@@ -75,7 +62,6 @@ HOP_BY_HOP = frozenset(
     }
 )
 _CORRUPTING = (FaultKind.GARBAGE, FaultKind.BAD_UTF8)
-_JSON = "application/json"
 
 
 def check_loopback(host: str) -> None:
@@ -113,11 +99,18 @@ class ProxyLogEntry:
     fault_triggered: bool
     error: str | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
-class ChaosProxy:
+
+class ChaosProxy(ScriptedServer[ProxyLogEntry]):
     """Forwards to ``upstream`` (an origin: ``https://api.anthropic.com``; request paths pass
     unchanged), breaking responses by the fault scripts. ``loop``: a script starts over when it
     runs out, so every request meets a fault."""
+
+    _what = "the chaos proxy"
+    _thread_name = "streamrecover-chaos-proxy"
+    _control_prefix = "/_chaos/"
 
     def __init__(
         self,
@@ -134,116 +127,26 @@ class ChaosProxy:
         parsed = httpx.URL(upstream)
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise ValueError(f"--upstream must be an http(s) URL, not {upstream!r}")
+        super().__init__(host, port)
         self.upstream = upstream.rstrip("/")
-        self.host = host
-        self._requested_port = port
-        self.port = 0
         self.loop = loop
         self.upstream_http2 = upstream_http2
         self.connect_timeout = connect_timeout
-        self._scripts = FaultScripts()
         self._originals: dict[str, list[Fault]] = {}
-        self._log: list[ProxyLogEntry] = []
-        self._log_lock = threading.Lock()
-        self._server: asyncio.Server | None = None
         self._client: httpx.AsyncClient | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         if faults:
             self.set_faults(DEFAULT_SCENARIO, faults)
 
-    # -- lifecycle (as the fake provider's) -----------------------------------------
+    # -- the upstream client, for as long as the proxy listens ---------------------------
 
-    @property
-    def base_url(self) -> str:
-        if not self.port:
-            raise RuntimeError("the chaos proxy is not running")
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    async def start_async(self) -> str:
-        if self._server is not None:
-            raise RuntimeError("already started")
+    def _before_listening(self) -> None:
         timeout = httpx.Timeout(connect=self.connect_timeout, read=None, write=None, pool=None)
         self._client = httpx.AsyncClient(http2=self.upstream_http2, timeout=timeout, follow_redirects=False)
-        self._server = await asyncio.start_server(
-            self._on_connection, self.host, self._requested_port, limit=MAX_HEADER_BYTES
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self.base_url
 
-    async def serve_forever(self) -> None:
-        if self._server is None:
-            await self.start_async()
-        assert self._server is not None
-        try:
-            await self._server.serve_forever()
-        finally:
-            await self.stop_async()
-
-    async def stop_async(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await server.wait_closed()
+    async def _after_stopping(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-
-    def start(self) -> str:
-        """Run in a background thread with its own event loop; returns the base URL."""
-        if self._thread is not None:
-            raise RuntimeError("already started")
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self.start_async())
-            except BaseException as exc:
-                failure.append(exc)
-                loop.close()
-                ready.set()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                loop.run_until_complete(self.stop_async())
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="streamrecover-chaos-proxy", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failure:
-            self._thread.join()
-            self._thread = None
-            raise failure[0]
-        return self.base_url
-
-    def stop(self) -> None:
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        self._thread = None
-        self._loop = None
-
-    def __enter__(self) -> ChaosProxy:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- faults and log ----------------------------------------------------------------
 
@@ -259,53 +162,20 @@ class ChaosProxy:
             fault = self._scripts.next(scenario)
         return fault
 
-    @property
-    def log(self) -> list[ProxyLogEntry]:
-        with self._log_lock:
-            return list(self._log)
-
     def reset(self, scenario: str | None = None) -> None:
-        self._scripts.clear(scenario)
+        super().reset(scenario)
         if scenario is None:
             self._originals.clear()
         else:
             self._originals.pop(scenario, None)
-        with self._log_lock:
-            self._log = [] if scenario is None else [e for e in self._log if e.scenario != scenario]
 
-    # -- connections ---------------------------------------------------------------------
-
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            try:
-                request = await read_request(reader)
-            except BadHTTPRequest as exc:
-                writer.write(full_response(exc.status, [], _json({"error": exc.message}), _JSON))
-                return
-            except HTTP2Preface:
-                await H2ServerConnection(reader, writer, self._dispatch).serve()
-                return
-            if request is None:
-                return
-            await self._dispatch(request, H1Responder(writer))
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            pass
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+    # -- requests ------------------------------------------------------------------------
 
     async def _dispatch(self, request: Request, responder: Responder) -> None:
-        if request.path.startswith("/_chaos/"):
-            status, payload = self._control(request)
-            await responder.full(status, [], _json(payload), _JSON)
+        if self._is_control(request):
+            await self._answer_control(request, responder)
             return
-        scenario = request.headers.get(SCENARIO_HEADER) or DEFAULT_SCENARIO
+        scenario = scenario_of(request)
         fault = self._next_fault(scenario)
         relay = _Relay(request, responder, fault)
         logged = False
@@ -326,8 +196,7 @@ class ChaosProxy:
                 fault_triggered=relay.triggered,
                 error=relay.error,
             )
-            with self._log_lock:
-                self._log.append(entry)
+            self._append_log(entry)
 
         relay.on_end = record
         try:
@@ -359,38 +228,12 @@ class ChaosProxy:
             relay.error = f"upstream: {type(exc).__name__}: {exc}"
             relay.status = 502
             relay.on_end()
-            await relay.responder.full(502, [], _json({"error": relay.error}), _JSON)
+            await relay.responder.full(502, [], json_bytes({"error": relay.error}), JSON_TYPE)
             return
         try:
             await relay.forward(response)
         finally:
             await response.aclose()
-
-    def _control(self, request: Request) -> tuple[int, Any]:
-        try:
-            data = json.loads(request.body) if request.body.strip() else {}
-            if not isinstance(data, dict):
-                raise ValueError("the body must be a JSON object")
-            scenario = data.get("scenario") or request.query.get("scenario")
-            route = (request.method, request.path)
-            if route == ("POST", "/_chaos/faults"):
-                raw = data.get("faults", [])
-                faults = parse_script(raw) if isinstance(raw, str) else [as_fault(f) for f in raw]
-                key = scenario or DEFAULT_SCENARIO
-                self.set_faults(key, faults)
-                return 200, {"scenario": key, "faults": [f.to_dict() for f in faults]}
-            if route == ("GET", "/_chaos/faults"):
-                pending = self._scripts.pending()
-                return 200, {"scenarios": {k: [f.to_dict() for f in v] for k, v in pending.items()}}
-            if route == ("GET", "/_chaos/log"):
-                entries = [e for e in self.log if not scenario or e.scenario == scenario]
-                return 200, {"entries": [asdict(e) for e in entries]}
-            if route == ("POST", "/_chaos/reset"):
-                self.reset(scenario)
-                return 200, {"reset": scenario or "all"}
-        except (ValueError, TypeError) as exc:
-            return 400, {"error": str(exc)}
-        return 404, {"error": f"no control endpoint {request.method} {request.path}"}
 
 
 class _Relay:
@@ -420,7 +263,7 @@ class _Relay:
         body = self.dialect.error_body(spec, "req_chaos")
         self.status = spec.status
         self.on_end()
-        await self.responder.full(spec.status, [*spec.headers, *fault.retry_headers()], body, _JSON)
+        await self.responder.full(spec.status, [*spec.headers, *fault.retry_headers()], body, JSON_TYPE)
 
     async def forward(self, response: httpx.Response) -> None:
         self.status = response.status_code
@@ -543,7 +386,3 @@ def _corrupt(event: bytes, *, bad_utf8: bool) -> bytes:
         return event[:start] + b"\xff\xfe\xc3" + event[start:]
     payload = event[start:].rstrip(b"\r\n")
     return event[:start] + payload[: max(1, len(payload) // 2)] + b"\n\n"
-
-
-def _json(payload: Any) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()

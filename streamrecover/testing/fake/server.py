@@ -8,7 +8,8 @@ event inside a 200 stream, an HTTP error with Retry-After, bytes that are not JS
 UTF-8, a GOAWAY in the middle of an HTTP/2 stream (a connection that opens with the HTTP/2
 preface is served over HTTP/2, ``http2``). It can run in a background thread
 (``start``/``stop``, a context manager) or in an existing event loop
-(``start_async``/``serve_forever``, an async context manager).
+(``start_async``/``serve_forever``, an async context manager): the sockets, the fault scripts,
+the log and the control endpoints are ``serving.ScriptedServer``'s, shared with the chaos proxy.
 
 Routes: ``POST /v1/messages`` (Anthropic) and its free ``/v1/messages/count_tokens``, ``POST /v1/chat/completions``,
 ``/beta/chat/completions`` and ``/chat/completions`` (OpenAI; DeepSeek-style bases), and
@@ -20,39 +21,26 @@ and ``POST /_fake/reset`` (optionally ``{"scenario": key}``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
-import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from types import TracebackType
 from typing import Any
 
 from ...engine.contract import CONTINUE_INSTRUCTION, SECRET_HEADERS
 from .dialects import ROUTES, Dialect
-from .faults import Delivery, Fault, FaultKind, FaultScripts, as_fault, parse_script, plan_delivery
-from .http2 import H2ServerConnection
-from .http11 import (
-    MAX_HEADER_BYTES,
-    BadHTTPRequest,
-    H1Responder,
-    HTTP2Preface,
-    Request,
-    Responder,
-    full_response,
-    read_request,
-)
+from .faults import Delivery, Fault, FaultKind, plan_delivery
+from .http11 import Request, Responder
 from .interpret import Interpretation, Mode, RequestRejected
 from .log import LogEntry
 from .model import Directives, Plan, continue_plan, input_tokens, limit_plan, plan_answer, seam_plan
 from .recording import Recording
+from .serving import DEFAULT_SCENARIO, JSON_TYPE, SCENARIO_HEADER, ScriptedServer, json_bytes, scenario_of
 from .wire import ErrorSpec, ResponseContext
 
-SCENARIO_HEADER = "x-fake-scenario"
+__all__ = ["COUNT_TOKENS_PATH", "DEFAULT_SCENARIO", "SCENARIO_HEADER", "FakeProviderServer"]
+
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"  # Anthropic's free input-token count
-DEFAULT_SCENARIO = "default"
-_JSON = "application/json"
 
 
 @dataclass(slots=True)
@@ -72,133 +60,29 @@ class _Outcome:
     error: str | None = None
 
 
-class FakeProviderServer:
-    """A fault-injecting fake LLM provider on ``host:port`` (port 0: any free port).
+class FakeProviderServer(ScriptedServer[LogEntry]):
+    """A fault-injecting fake LLM provider on ``host:port`` (port 0: any free port); its log is
+    the billing log.
 
     ``event_delay`` (seconds) spaces the SSE events out, so a demo streams visibly.
     """
 
+    _what = "the fake provider"
+    _thread_name = "streamrecover-fake-provider"
+    _control_prefix = "/_fake/"
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, event_delay: float = 0.0) -> None:
-        self.host = host
-        self._requested_port = port
+        super().__init__(host, port)
         self.event_delay = event_delay
-        self._scripts = FaultScripts()
         self._recordings: dict[str, Recording] = {}
         self.count_requests = 0  # token-count calls (free: not in the billing log)
-        self._log: list[LogEntry] = []
-        self._log_lock = threading.Lock()
         self._seq = itertools.count(1)
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.port = 0
         self.http2_connections = 0  # connections that spoke HTTP/2 (prior knowledge)
 
-    # -- lifecycle -----------------------------------------------------------------
+    def _on_http2(self) -> None:
+        self.http2_connections += 1
 
-    @property
-    def base_url(self) -> str:
-        if not self.port:
-            raise RuntimeError("the fake provider is not running")
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    async def start_async(self) -> str:
-        """Listen in the running event loop; returns the base URL."""
-        if self._server is not None:
-            raise RuntimeError("already started")
-        self._server = await asyncio.start_server(
-            self._on_connection, self.host, self._requested_port, limit=MAX_HEADER_BYTES
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self.base_url
-
-    async def serve_forever(self) -> None:
-        """Serve in the running event loop until cancelled (starts listening if needed)."""
-        if self._server is None:
-            await self.start_async()
-        assert self._server is not None
-        try:
-            await self._server.serve_forever()
-        finally:
-            await self.stop_async()
-
-    async def stop_async(self) -> None:
-        """Stop listening and end every open connection (a stalled stream included)."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await server.wait_closed()
-
-    def start(self) -> str:
-        """Run in a background thread with its own event loop; returns the base URL."""
-        if self._thread is not None:
-            raise RuntimeError("already started")
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self.start_async())
-            except BaseException as exc:  # reported to the caller of start()
-                failure.append(exc)
-                loop.close()
-                ready.set()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                loop.run_until_complete(self.stop_async())
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="streamrecover-fake-provider", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failure:
-            self._thread.join()
-            self._thread = None
-            raise failure[0]
-        return self.base_url
-
-    def stop(self) -> None:
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        self._thread = None
-        self._loop = None
-
-    def __enter__(self) -> FakeProviderServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> FakeProviderServer:
-        await self.start_async()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop_async()
-
-    # -- faults and log ----------------------------------------------------------------
-
-    def set_faults(self, scenario: str, faults: Iterable[Fault | str | Mapping[str, Any]]) -> None:
-        """Replace the scenario's script; each provider request consumes one fault."""
-        self._scripts.set(scenario, faults)
+    # -- recordings and pending faults -------------------------------------------------
 
     def set_recording(self, scenario: str, raw: bytes | None) -> None:
         """Answer the scenario's fresh requests with these recorded bytes (None: stop)."""
@@ -210,72 +94,27 @@ class FakeProviderServer:
     def pending_faults(self, scenario: str = DEFAULT_SCENARIO) -> list[Fault]:
         return self._scripts.pending().get(scenario, [])
 
-    @property
-    def log(self) -> list[LogEntry]:
-        """A copy of the billing log, oldest first."""
-        with self._log_lock:
-            return list(self._log)
-
-    def log_for(self, scenario: str) -> list[LogEntry]:
-        return [entry for entry in self.log if entry.scenario == scenario]
-
-    def reset(self, scenario: str | None = None) -> None:
-        """Forget the scripts and log entries of one scenario, or of all."""
-        self._scripts.clear(scenario)
-        with self._log_lock:
-            self._log = [] if scenario is None else [e for e in self._log if e.scenario != scenario]
-
-    # -- connections -------------------------------------------------------------------
-
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            try:
-                request = await read_request(reader)
-            except BadHTTPRequest as exc:
-                writer.write(full_response(exc.status, [], _json_bytes({"error": exc.message}), _JSON))
-                return
-            except HTTP2Preface:
-                self.http2_connections += 1
-                await H2ServerConnection(reader, writer, self._dispatch).serve()
-                return
-            if request is None:
-                return
-            await self._dispatch(request, H1Responder(writer))
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        except asyncio.CancelledError:
-            pass  # stop() ends open connections; the task must not end "cancelled" (asyncio logs that)
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
-            writer.close()  # flushes what was written, then FIN: no last chunk unless one was sent
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+    # -- requests ----------------------------------------------------------------------
 
     async def _dispatch(self, request: Request, responder: Responder) -> None:
-        """Answer one request (HTTP/1.1 or one HTTP/2 stream)."""
-        if request.path.startswith("/_fake/"):
-            status, payload = self._control(request)
-            await responder.full(status, [], _json_bytes(payload), _JSON)
+        if self._is_control(request):
+            await self._answer_control(request, responder)
             return
         if request.path == COUNT_TOKENS_PATH and request.method == "POST":
             self.count_requests += 1
-            scenario = request.headers.get(SCENARIO_HEADER) or DEFAULT_SCENARIO
+            scenario = scenario_of(request)
             status, payload = _count_tokens(ROUTES["/v1/messages"], request, self._recordings.get(scenario))
-            await responder.full(status, [], _json_bytes(payload), _JSON)
+            await responder.full(status, [], json_bytes(payload), JSON_TYPE)
             return
         dialect = ROUTES.get(request.path)
         if dialect is None:
-            body = _json_bytes({"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}})
-            await responder.full(404, [], body, _JSON)
+            body = json_bytes({"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}})
+            await responder.full(404, [], body, JSON_TYPE)
             return
         await self._provider_request(dialect, request, responder)
 
     async def _provider_request(self, dialect: Dialect, request: Request, writer: Responder) -> None:
-        scenario = request.headers.get(SCENARIO_HEADER) or DEFAULT_SCENARIO
+        scenario = scenario_of(request)
         fault = self._scripts.next(scenario)
         seq = next(self._seq)
         request_id = f"req_fake{seq:018d}"
@@ -322,15 +161,15 @@ class FakeProviderServer:
             outcome.status, outcome.bytes_sent, outcome.error = answer.status, len(error_body), answer.message
             record()
             headers = [*dialect.response_headers(request_id), *answer.headers]
-            await writer.full(answer.status, headers, error_body, _JSON)
+            await writer.full(answer.status, headers, error_body, JSON_TYPE)
             return
         interpretation, plan, ctx = answer
         if not interpretation.stream:  # stream faults apply to streams only
-            whole = _json_bytes(dialect.response_json(plan, ctx))
+            whole = json_bytes(dialect.response_json(plan, ctx))
             outcome.status, outcome.bytes_sent, outcome.completed = 200, len(whole), True
             outcome.billed_output_tokens, outcome.billed_text = plan.output_tokens, [plan.text]
             record()
-            await writer.full(200, dialect.response_headers(request_id), whole, _JSON)
+            await writer.full(200, dialect.response_headers(request_id), whole, JSON_TYPE)
             return
         injected = (
             dialect.error_event(fault.error_type, fault.message) if fault and fault.kind is FaultKind.ERROR else None
@@ -425,39 +264,7 @@ class FakeProviderServer:
             completed=outcome.completed,
             error=outcome.error,
         )
-        with self._log_lock:
-            self._log.append(entry)
-
-    # -- control endpoints ---------------------------------------------------------------
-
-    def _control(self, request: Request) -> tuple[int, Any]:
-        try:
-            return self._control_payload(request)
-        except (ValueError, TypeError) as exc:
-            return 400, {"error": str(exc)}
-
-    def _control_payload(self, request: Request) -> tuple[int, Any]:
-        route = (request.method, request.path)
-        data = json.loads(request.body) if request.body.strip() else {}
-        if not isinstance(data, dict):
-            raise ValueError("the body must be a JSON object")
-        scenario = data.get("scenario") or request.query.get("scenario")
-        if route == ("POST", "/_fake/faults"):
-            raw = data.get("faults", [])
-            faults = parse_script(raw) if isinstance(raw, str) else [as_fault(f) for f in raw]
-            key = scenario or DEFAULT_SCENARIO
-            self.set_faults(key, faults)
-            return 200, {"scenario": key, "faults": [f.to_dict() for f in faults]}
-        if route == ("GET", "/_fake/faults"):
-            pending = self._scripts.pending()
-            return 200, {"scenarios": {key: [f.to_dict() for f in faults] for key, faults in pending.items()}}
-        if route == ("GET", "/_fake/log"):
-            entries = self.log_for(scenario) if scenario else self.log
-            return 200, {"entries": [entry.to_dict() for entry in entries]}
-        if route == ("POST", "/_fake/reset"):
-            self.reset(scenario)
-            return 200, {"reset": scenario or "all"}
-        return 404, {"error": f"no control endpoint {request.method} {request.path}"}
+        self._append_log(entry)
 
 
 def _prompt_of(interpretation: Interpretation) -> str:
@@ -566,10 +373,6 @@ def _check_request(dialect: Dialect, request: Request) -> ErrorSpec | None:
     for check in (dialect.authenticate, dialect.check_headers):
         if (spec := check(request.headers)) is not None:
             return spec
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() != _JSON:
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != JSON_TYPE:
         return dialect.bad_content_type
     return None
-
-
-def _json_bytes(payload: Any) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
