@@ -125,8 +125,13 @@ class Run(models.Model):
         return f"Run {self.pk} ({self.status})"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Options and the error are shown on pages: scrub secrets whoever wrote them."""
-        self.options = redact(self.options)
+        """Options and the error are shown on pages: keep the app's secrets out of them.
+
+        The error is the app's own text: scrubbed by key, value and pattern. Options hold what
+        the user wrote (the system prompt, tools), sent to the model as stored: secret-looking
+        keys and configured API keys only, never bearer/``sk-`` patterns.
+        """
+        self.options = redact(self.options, patterns=False)
         self.error_message = redact(self.error_message)
         if not self._state.adding and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
             # An instance read before a fold must not write the flag back: the run would then be

@@ -1,10 +1,18 @@
-"""Keep secrets out of logs, event rows, stored requests, checkpoints and pages.
+"""Keep the app's own secrets out of logs, event rows, stored requests, checkpoints and pages.
 
-Two rules. By key: a scalar stored under a secret-looking key (``authorization``,
-``x-api-key``, ``api_key``, ``*_token``, ``*secret``, ``password`` ...) is replaced; dicts
-and lists under such keys are walked instead, so a tool schema with a ``password``
-property survives. By value: every configured API key, and bearer/``sk-`` shaped tokens,
-are cut out of any string wherever they appear (an error message quoting a header).
+Three rules, applied where each is safe:
+
+- By key: a scalar stored under a secret-looking key (``authorization``, ``x-api-key``,
+  ``api_key``, ``*_token``, ``*secret``, ``password`` ...) is replaced; dicts and lists
+  under such keys are walked instead, so a tool schema with a ``password`` property
+  survives. Log lines, event rows, headers, run options.
+- By pattern: bearer/``sk-`` shaped tokens are cut out of any string. Only where the app
+  itself wrote the text: log lines, event rows, error messages, headers (``redact``).
+  Never over content a user or the model wrote: ordinary text matches these patterns
+  ("bearer bonds", a placeholder key), and what is stored must be what was streamed.
+- By value: every configured API key is cut out of any string wherever it appears, content
+  included (``cut_secrets``): it is an exact value, not a pattern, so it alters nothing
+  but the secret itself.
 """
 
 from __future__ import annotations
@@ -41,11 +49,13 @@ def configured_secrets() -> list[str]:
         return []
 
 
-def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:
-    """``text`` with every secret value and secret-shaped token replaced."""
+def redact_text(text: str, secrets: Iterable[str] | None = None, *, patterns: bool = True) -> str:
+    """``text`` with every secret value (and, with ``patterns``, secret-shaped token) replaced."""
     for secret in configured_secrets() if secrets is None else secrets:
         if len(secret) >= _MIN_SECRET_LEN and secret in text:
             text = text.replace(secret, REDACTED)
+    if not patterns:
+        return text
     for pattern in _SECRET_PATTERNS:
         if pattern.search(text):
             text = pattern.sub(
@@ -55,9 +65,9 @@ def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:
     return text
 
 
-def _walk(obj: Any, secrets: list[str], by_key: bool) -> Any:
+def _walk(obj: Any, secrets: list[str], by_key: bool, patterns: bool) -> Any:
     if isinstance(obj, str):
-        return redact_text(obj, secrets)
+        return redact_text(obj, secrets, patterns=patterns)
     if isinstance(obj, Mapping):
         out: dict[Any, Any] = {}
         for key, value in obj.items():
@@ -65,21 +75,41 @@ def _walk(obj: Any, secrets: list[str], by_key: bool) -> Any:
             if secret_key and not isinstance(value, Mapping | list | tuple) and value not in (None, ""):
                 out[key] = REDACTED
             else:
-                out[key] = _walk(value, secrets, by_key)
+                out[key] = _walk(value, secrets, by_key, patterns)
         return out
     if isinstance(obj, list | tuple):
-        return [_walk(item, secrets, by_key) for item in obj]
+        return [_walk(item, secrets, by_key, patterns) for item in obj]
     return obj
 
 
-def redact(obj: Any, *, by_key: bool = True, secrets: Iterable[str] | None = None) -> Any:
+def redact(obj: Any, *, by_key: bool = True, patterns: bool = True, secrets: Iterable[str] | None = None) -> Any:
     """A redacted copy of ``obj`` (dicts, lists, tuples -> lists, strings; other values as is).
 
-    ``by_key=False`` keeps secret-looking keys and only scrubs values: for model output
-    (checkpoints, messages) where a tool's ``password`` argument is the user's own data.
+    For what the app writes (log lines, event rows, error messages, headers). ``by_key=False``
+    keeps secret-looking keys; ``patterns=False`` keeps bearer/``sk-`` shaped text.
     """
     values = configured_secrets() if secrets is None else list(secrets)
-    return _walk(obj, values, by_key)
+    return _walk(obj, values, by_key, patterns)
+
+
+def cut_secrets(obj: Any, *, secrets: Iterable[str] | None = None) -> Any:
+    """A copy of ``obj`` with only the configured API keys cut out, nothing else touched.
+
+    For content a user or the model wrote (messages, checkpoint blocks, the conversation in
+    a stored request): stored byte for byte as streamed, except the app's own key, should
+    the model ever output it (docs/recovery.md, "Secrets").
+    """
+    return redact(obj, by_key=False, patterns=False, secrets=secrets)
+
+
+def redact_request(request: Mapping[str, Any], *, secrets: Iterable[str] | None = None) -> dict[str, Any]:
+    """An attempt's request as it may be stored: headers fully redacted (by key and pattern),
+    the body (the conversation as sent) and the URL with only configured keys cut out."""
+    values = configured_secrets() if secrets is None else list(secrets)
+    return {
+        key: redact(value, secrets=values) if key == "headers" else cut_secrets(value, secrets=values)
+        for key, value in request.items()
+    }
 
 
 def redact_processor(logger: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 Both fulfil ``engine.checkpoint.CheckpointStore``: ``put`` is an idempotent upsert by run
 id, ``get`` ignores a checkpoint older than the TTL, ``delete`` is a no-op when absent.
-They raise on failure; the engine's ``CheckpointWriter`` logs and carries on. Values are
-scrubbed of configured API keys before they are stored (by value only: a tool's own
-``password`` argument is the user's data and must survive a resume).
+They raise on failure; the engine's ``CheckpointWriter`` logs and carries on. Blocks are
+stored byte for byte as streamed (a resume sends them back as the prefix), with one
+exception: configured API keys are cut out (exact values, never patterns; a tool's own
+``password`` argument is the user's data and survives).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..conf import app_settings
 from ..engine.checkpoint import Checkpoint, CheckpointStore, InMemoryCheckpointStore
 from ..models import StreamCheckpoint
-from ..redaction import redact
+from ..redaction import cut_secrets
 
 if TYPE_CHECKING:  # redis is the distributed extra: imported only where a Redis store is used
     from redis.asyncio import Redis
@@ -28,7 +29,7 @@ REDIS_KEY_PREFIX = "streamrecover:checkpoint:"
 
 
 def _scrubbed(checkpoint: Checkpoint) -> dict[str, Any]:
-    return redact(checkpoint.to_dict(), by_key=False)
+    return cut_secrets(checkpoint.to_dict())
 
 
 def _run_uuid(run_id: str) -> uuid.UUID | None:

@@ -24,6 +24,7 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..engine.agent import notice_blocks
 from ..models import Message, Run, Thread
+from ..redaction import cut_secrets
 from .signals import run_requeued, run_settled
 
 log = structlog.get_logger("streamrecover")
@@ -60,6 +61,7 @@ def create_run(
     model = model or app_settings.DEFAULT_MODEL
     if provider not in app_settings.PROVIDERS:
         raise ValueError(f"unknown provider {provider!r}; configured: {', '.join(sorted(app_settings.PROVIDERS))}")
+    prompt = cut_secrets(prompt)  # as written, but never the app's own API key (docs/recovery.md)
     with transaction.atomic():
         notices: list[dict[str, Any]] = []
         if thread is None:

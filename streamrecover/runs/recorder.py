@@ -29,7 +29,7 @@ from ..engine.sink import (
     StructuredEvent,
 )
 from ..models import Attempt, Message, RecoveryEvent, Run
-from ..redaction import redact
+from ..redaction import cut_secrets, redact, redact_request
 
 logger = structlog.get_logger("streamrecover")
 
@@ -121,7 +121,7 @@ class RecorderSink(BaseSink):
                 "error_message": redact(attempt.error_message or ""),
                 "stop_reason": str(attempt.stop_reason or ""),
                 "outcome": str(attempt.outcome),
-                "request": redact(jsonable(attempt.request)),
+                "request": redact_request(jsonable(attempt.request)),
             },
         )
         if attempt.ended_at is not None:
@@ -139,7 +139,7 @@ class RecorderSink(BaseSink):
 
     async def on_message(self, message: dict[str, Any], position: int) -> None:
         """Write the committed message once; a retried write finds it and changes nothing."""
-        content = redact(jsonable(message.get("content", [])), by_key=False)
+        content = cut_secrets(jsonable(message.get("content", [])))
         row, created = await Message.objects.aget_or_create(
             thread_id=self.thread_id,
             position=position,
