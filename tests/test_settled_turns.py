@@ -1,0 +1,128 @@
+"""A turn is settled once: a run whose worker died after committing a message but before the
+run was marked completed is executed again by the next worker, which must go on from what
+was committed (issue 10, "a turn committed twice").
+
+Each test completes a run, puts it back in the state a dying worker leaves (the run still
+``running`` with a stale heartbeat, or ``queued`` after the sweep, the thread cut after the
+message that was the last one committed), and executes it again through the Django layer
+(``runs.execution.execute_run``), in both wire formats of the fake provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from streamrecover.models import Attempt, Message, Run
+from streamrecover.runs import execution, lifecycle
+from streamrecover.testing import demo_registry
+from streamrecover.testing.fake.local import local_fake_server
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MODELS = {"openai": "gpt-4o", "anthropic": "claude-3-7-sonnet"}
+STORY = "Tell me a story about a lighthouse [[words=60]]"
+WEATHER = "Weather in Paris? [[words=20]] [[tool=get_weather]]"
+
+
+def _provider_calls() -> int:
+    return len(local_fake_server().log)
+
+
+def _thread(run: Run) -> list[dict[str, Any]]:
+    return Message.objects.of_thread(run.thread_id).canonical()
+
+
+def _completed(prompt: str, model: str, **options: Any) -> Run:
+    run = lifecycle.create_run(prompt=prompt, model=model, **options)
+    result = asyncio.run(execution.execute_run(str(run.pk)))
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED
+    run.refresh_from_db()
+    return run
+
+
+def _put_back(run: Run, status: str, keep_messages: int | None = None) -> None:
+    """The state a worker that died mid-settle leaves: not terminal, last claimed by a dead
+    worker (a stale heartbeat) or put back in the queue by the sweeper; with ``keep_messages``,
+    the thread as it was when the worker died (the later messages never committed)."""
+    long_ago = timezone.now() - timedelta(minutes=10)
+    worker = "gone:1" if status == Run.Status.RUNNING else ""
+    Run.objects.filter(pk=run.pk).update(
+        status=status, worker=worker, heartbeat_at=long_ago, finished_at=None, claims=1
+    )
+    if keep_messages is not None:
+        Message.objects.filter(thread_id=run.thread_id, position__gte=keep_messages).delete()
+
+
+def _assert_no_empty_assistant(messages: list[dict[str, Any]]) -> None:
+    for message in messages:
+        assert message["content"], f"empty {message['role']} message in {messages}"
+
+
+@pytest.mark.parametrize("status", [Run.Status.RUNNING, Run.Status.QUEUED])
+@pytest.mark.parametrize("wire", sorted(MODELS))
+def test_a_run_re_claimed_after_its_final_commit_asks_nothing_and_commits_nothing(wire, status):
+    run = _completed(STORY, MODELS[wire])
+    committed = _thread(run)
+    assert [m["role"] for m in committed] == ["user", "assistant"]
+    attempts, tokens = Attempt.objects.of_run(run.pk).count(), (run.input_tokens, run.output_tokens)
+    _put_back(run, status)
+
+    calls = _provider_calls()
+    result = asyncio.run(execution.execute_run(str(run.pk), worker="next:2"))
+
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED
+    assert _provider_calls() == calls  # not asked, not billed again
+    assert result.new_messages == []
+    assert _thread(run) == committed
+    _assert_no_empty_assistant(_thread(run))
+    run.refresh_from_db()
+    assert run.status == Run.Status.COMPLETED
+    assert run.finished_at is not None
+    assert Attempt.objects.of_run(run.pk).count() == attempts
+    assert (run.input_tokens, run.output_tokens) == tokens
+
+
+@pytest.mark.parametrize("wire", sorted(MODELS))
+def test_a_run_re_claimed_after_committing_its_tool_calls_runs_them_and_goes_on(wire):
+    run = _completed(WEATHER, MODELS[wire], demo_tools=True)
+    committed = _thread(run)
+    assert [m["role"] for m in committed] == ["user", "assistant", "user", "assistant"]
+    assert [b["type"] for b in committed[1]["content"]][-1] == "tool_use"
+    _put_back(run, Run.Status.RUNNING, keep_messages=2)  # died before the tool results were committed
+
+    tools = demo_registry()
+    calls = _provider_calls()
+    result = asyncio.run(execution.execute_run(str(run.pk), worker="next:2", tools=tools))
+
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED
+    assert [name for name, _ in tools.calls] == ["get_weather"]  # its result was never stored
+    assert _provider_calls() == calls + 1  # the next turn only: the tool-calling turn is not redone
+    assert _thread(run) == committed
+    assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
+
+
+@pytest.mark.parametrize("wire", sorted(MODELS))
+def test_a_run_re_claimed_after_committing_tool_results_goes_on_without_running_them_again(wire):
+    run = _completed(WEATHER, MODELS[wire], demo_tools=True)
+    committed = _thread(run)
+    _put_back(run, Run.Status.QUEUED, keep_messages=3)  # died before the last answer was committed
+
+    tools = demo_registry()
+    calls = _provider_calls()
+    result = asyncio.run(execution.execute_run(str(run.pk), worker="next:2", tools=tools))
+
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED
+    assert tools.calls == []
+    assert _provider_calls() == calls + 1
+    assert _thread(run) == committed
+    _assert_no_empty_assistant(_thread(run))
+    assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
