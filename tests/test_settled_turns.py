@@ -15,6 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 from django.utils import timezone
 
 from streamrecover.models import Attempt, Message, Run
@@ -126,3 +128,57 @@ def test_a_run_re_claimed_after_committing_tool_results_goes_on_without_running_
     assert _thread(run) == committed
     _assert_no_empty_assistant(_thread(run))
     assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
+
+
+def _release_orm_thread() -> None:
+    """Close the connections of asgiref's thread, where the async ORM ran (the test database
+    cannot be dropped at the end while one is open)."""
+    asyncio.run(sync_to_async(connections.close_all)())
+
+
+class _DiesAtTheTurnsEnd:
+    """A checkpoint store whose first delete is where the worker dies (cancelled at once,
+    nothing after it runs): the turn's answer is in, the run is not settled yet."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.died = False
+
+    async def put(self, checkpoint: Any) -> None:
+        await self.store.put(checkpoint)
+
+    async def get(self, run_id: str) -> Any:
+        return await self.store.get(run_id)
+
+    async def delete(self, run_id: str) -> None:
+        if not self.died:
+            self.died = True
+            raise asyncio.CancelledError("the worker died here")
+        await self.store.delete(run_id)
+
+
+@pytest.mark.parametrize("wire", sorted(MODELS))
+def test_a_worker_dying_as_its_turn_ends_leaves_the_answer_committed_not_to_be_asked_again(wire, monkeypatch):
+    real = execution.checkpoint_store_from_settings
+    dying = _DiesAtTheTurnsEnd(real())
+    monkeypatch.setattr(execution, "checkpoint_store_from_settings", lambda: dying)
+    run = lifecycle.create_run(prompt=STORY, model=MODELS[wire])
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(execution.execute_run(str(run.pk)))
+    assert dying.died
+    # the dead worker never released its connections: do it for it
+    _release_orm_thread()
+    assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING  # never settled
+    monkeypatch.setattr(execution, "checkpoint_store_from_settings", real)
+    _put_back(run, Run.Status.QUEUED)  # what the sweeper does with it
+
+    calls = _provider_calls()
+    result = asyncio.run(execution.execute_run(str(run.pk), worker="next:2"))
+
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED
+    assert _provider_calls() == calls  # the answer was committed before anything could lose it
+    assert [m["role"] for m in _thread(run)] == ["user", "assistant"]
+    _assert_no_empty_assistant(_thread(run))
+    assert asyncio.run(real().get(str(run.pk))) is None  # no checkpoint left behind
+    _release_orm_thread()

@@ -172,6 +172,9 @@ async def run_agent(
                 await commit({"role": "assistant", "content": outcome.blocks})
             # else: an answer with no content (a stream that ended with nothing, a refusal before
             # any text) is not committed: providers reject an empty assistant message in history.
+            # The checkpoint goes only once the answer is committed: a worker dying in between
+            # leaves a checkpoint that no longer matches the history, which a resume discards.
+            await runner.settled()
             if config.notify_model_of_discarded_tools:
                 notices.extend(outcome.discarded_tools)
             turn += 1

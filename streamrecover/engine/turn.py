@@ -460,8 +460,14 @@ class TurnRunner:
             result.recovered = True
         return result
 
-    async def _finish_with(self, blocks: list[Block], stop_reason: str | None) -> TurnResult:
+    async def settled(self) -> None:
+        """The completed turn's answer is committed (or there was none to commit): only now may
+        its checkpoint go. Deleted before the commit, a worker dying in between would lose an
+        answer that was paid for, and the next one would ask for all of it again."""
         await self.writer.delete(self.ctx.run_id)
+
+    async def _finish_with(self, blocks: list[Block], stop_reason: str | None) -> TurnResult:
+        # the checkpoint stays until the caller has committed the answer (``settled``)
         return TurnResult(
             RunStatus.COMPLETED,
             blocks=[b.to_content() for b in blocks],
