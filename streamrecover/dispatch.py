@@ -37,9 +37,14 @@ def requeue_run(run_id: str | uuid.UUID) -> bool:
     return True
 
 
-def sweep_stale_runs(seconds: float | None = None) -> list[str]:
-    """Put runs whose worker stopped beating back in the queue and start them; their ids."""
-    swept = lifecycle.sweep_stale_runs(seconds)
+def sweep_stale_runs(seconds: float | None = None, queued_seconds: float | None = None) -> list[str]:
+    """Start again the runs nobody executes (stale running ones, long-queued ones); their ids.
+
+    See ``lifecycle.sweep_stale_runs``. In the one-process mode the runs start in threads of
+    this process: call it from the long-lived web process, not from a short-lived one (the
+    ``streamrecover_sweep`` command executes them itself instead).
+    """
+    swept = lifecycle.sweep_stale_runs(seconds, queued_seconds)
     for run_id in swept:
         enqueue_run(run_id)
     return swept

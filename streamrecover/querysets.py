@@ -38,6 +38,20 @@ class RunQuerySet(models.QuerySet):
         )
         return self.filter(status__in=self.model.CLAIMED_STATUSES).filter(Q(heartbeat_at__lt=cutoff) | never_beat)
 
+    def stuck_queued(self, now: datetime | None = None, seconds: float | None = None) -> RunQuerySet:
+        """Queued runs nobody claimed for longer than ``QUEUED_STALE_AFTER_SECONDS``: the sweeper
+        hands these to the workers again (their process restarted, their message was lost).
+
+        A queued run counts from when it was last put in the queue (``heartbeat_at``, set by a
+        re-queue or a sweep) or else from its creation.
+        """
+        if seconds is None:
+            seconds = app_settings.QUEUED_STALE_AFTER_SECONDS
+        cutoff = (now or timezone.now()) - timedelta(seconds=seconds)
+        return self.filter(status=self.model.Status.QUEUED).filter(
+            Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, created__lt=cutoff)
+        )
+
     def for_owner(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
         """Runs owned by ``user``; nothing for anonymous users."""
         if user is None or not user.is_authenticated:

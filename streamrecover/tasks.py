@@ -25,7 +25,8 @@ def execute_run_task(self, run_id: str) -> str | None:
 
 @shared_task(name="streamrecover.sweep_stale_runs")
 def sweep_stale_runs_task() -> list[str]:
-    """Re-queue runs whose worker's heartbeat stopped (schedule it every few seconds with beat)."""
+    """Hand back to the workers runs nobody executes (a worker's heartbeat stopped, a queued run
+    nobody claimed) and delete leftover checkpoints (schedule it every few seconds with beat)."""
     close_old_connections()
     swept = lifecycle.sweep_stale_runs()
     for run_id in swept:  # a worker's sweep hands the runs back to the workers

@@ -83,7 +83,8 @@ async def test_put_is_an_idempotent_upsert(store: Any) -> None:
         assert rows == [2]
     else:
         keys = [k async for k in store._redis().scan_iter(match=f"{store.prefix}*")]
-        assert keys == [store.key(run_id).encode()]
+        assert sorted(keys) == sorted([store.key(run_id).encode(), store.index_key.encode()])  # one value, one index
+        assert await store._redis().smembers(store.index_key) == {run_id.encode()}
 
 
 async def test_ttl_is_enforced_on_get(store: Any) -> None:

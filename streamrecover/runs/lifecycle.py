@@ -25,6 +25,7 @@ from ..conf import app_settings
 from ..engine.agent import notice_blocks
 from ..models import Message, Run, Thread
 from ..redaction import cut_secrets
+from .checkpoints import sweep_settled_checkpoints
 from .signals import run_requeued, run_settled
 
 log = structlog.get_logger("streamrecover")
@@ -227,7 +228,7 @@ def requeue_run(run_id: str | uuid.UUID) -> bool:
         run.status = Run.Status.QUEUED
         run.claims = 0
         run.worker = ""
-        run.heartbeat_at = None
+        run.heartbeat_at = timezone.now()  # queued since (the sweeper's ``stuck_queued``)
         run.error_kind = ""
         run.error_message = ""
         run.finished_at = None
@@ -236,8 +237,19 @@ def requeue_run(run_id: str | uuid.UUID) -> bool:
     return True
 
 
-def sweep_stale_runs(seconds: float | None = None) -> list[str]:
-    """Put runs whose worker stopped beating back in the queue; returns their ids.
+def sweep_stale_runs(seconds: float | None = None, queued_seconds: float | None = None) -> list[str]:
+    """Hand back to the workers every run nobody is executing; returns their ids.
+
+    - a claimed run whose worker stopped beating for ``seconds`` (``STALE_AFTER_SECONDS``)
+      goes back to the queue;
+    - a run ``queued`` for ``queued_seconds`` (``QUEUED_STALE_AFTER_SECONDS``) without a
+      claim (its process restarted, its message was lost) is returned to be started again.
+
+    Both are marked as queued now (``heartbeat_at``), so a run waiting in a long queue is
+    handed out again at most once per ``queued_seconds``. A second start of a run is
+    harmless: the claim refuses a run another live worker holds, and ``MAX_CLAIMS`` ends a
+    run that keeps killing its worker. Then the checkpoints of settled runs that a failed
+    delete left behind are deleted (``checkpoints.sweep_settled_checkpoints``).
 
     Starts nothing: the caller starts the runs returned.
     """
@@ -249,9 +261,23 @@ def sweep_stale_runs(seconds: float | None = None) -> list[str]:
                 continue
             run.status = Run.Status.QUEUED
             run.worker = ""
+            run.heartbeat_at = timezone.now()  # queued since
             run.save()
         swept.append(str(run_id))
         log.warning("run_swept", run_id=str(run_id))
+    for run_id in Run.objects.stuck_queued(seconds=queued_seconds).values_list("pk", flat=True):
+        with transaction.atomic():
+            run = Run.objects.stuck_queued(seconds=queued_seconds).select_for_update().filter(pk=run_id).first()
+            if run is None:  # claimed or cancelled meanwhile
+                continue
+            run.heartbeat_at = timezone.now()
+            run.save(update_fields=["heartbeat_at"])
+        swept.append(str(run_id))
+        log.warning("run_swept_from_queue", run_id=str(run_id))
+    try:
+        sweep_settled_checkpoints()
+    except Exception as exc:  # the store is down: the next sweep tries again
+        log.warning("checkpoint_sweep_failed", error=f"{type(exc).__name__}: {exc}")
     return swept
 
 
