@@ -77,8 +77,11 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": BASE_DIR / "db" / "streamrecover.sqlite3",
-            # Runs write from a worker thread while pages read: wait for the lock instead of failing.
-            "OPTIONS": {"timeout": 20},
+            # Runs write from their threads while requests read and write: every transaction takes
+            # the write lock when it begins (IMMEDIATE) and waits for it up to `timeout` seconds.
+            # SQLite's default (DEFERRED) upgrades a read to a write mid-transaction and fails at
+            # once with "database is locked" when another connection writes (streamrecover.W009).
+            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -317,6 +317,34 @@ def check_celery_broker(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
     ]
 
 
+# SQLite transaction modes that take the write lock when the transaction begins.
+SQLITE_WRITING_MODES = ("IMMEDIATE", "EXCLUSIVE")
+
+
+def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """streamrecover.W009: the default database is SQLite with deferred transactions.
+
+    A deferred transaction begins as a reader; when it then writes while another connection
+    writes, SQLite fails it at once with "database is locked" instead of waiting for the busy
+    timeout. A run writes from its own thread while requests (and other runs) write too.
+    """
+    default = (getattr(settings, "DATABASES", None) or {}).get("default") or {}
+    if not str(default.get("ENGINE", "")).endswith("sqlite3"):
+        return []
+    mode = str((default.get("OPTIONS") or {}).get("transaction_mode") or "DEFERRED").upper()
+    if mode in SQLITE_WRITING_MODES:
+        return []
+    return [
+        Warning(
+            f"The default database is SQLite with {mode} transactions: concurrent runs (and requests "
+            "writing while a run writes) fail with 'database is locked' instead of waiting.",
+            hint="Set DATABASES['default']['OPTIONS'] = {'transaction_mode': 'IMMEDIATE', 'timeout': 20} "
+            "(Django 5.1+).",
+            id="streamrecover.W009",
+        )
+    ]
+
+
 ALL_CHECKS = (
     check_settings,
     check_celery_time_limit,
@@ -327,4 +355,5 @@ ALL_CHECKS = (
     check_websocket_origin,
     check_single_process_in_production,
     check_celery_broker,
+    check_sqlite_transaction_mode,
 )

@@ -34,8 +34,19 @@ async def execute_here(run_id: str, **options: Any) -> RunResult | None:
     return await execution.execute_run(run_id, live=live_publisher, **options)
 
 
+THREAD_PREFIX = "streamrecover-run-"
+
+
+def run_threads(run_id: object = None) -> list[threading.Thread]:
+    """The live threads of this process executing a run (``run_id``'s, or every run's)."""
+    if run_id is None:
+        return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)]
+    name = f"{THREAD_PREFIX}{run_id}"
+    return [t for t in threading.enumerate() if t.name == name]
+
+
 def start_in_thread(run_id: str) -> threading.Thread:
-    """Embedded mode: execute in a daemon thread with its own event loop."""
+    """Embedded mode: execute in a daemon thread (named by ``run_threads``) with its own event loop."""
 
     def target() -> None:
         try:
@@ -43,6 +54,6 @@ def start_in_thread(run_id: str) -> threading.Thread:
         finally:
             close_old_connections()
 
-    thread = threading.Thread(target=target, name=f"streamrecover-run-{run_id}", daemon=True)
+    thread = threading.Thread(target=target, name=f"{THREAD_PREFIX}{run_id}", daemon=True)
     thread.start()
     return thread

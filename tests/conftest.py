@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -136,3 +137,24 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if not config.pluginmanager.is_registered(pytest_plugin):
         config.pluginmanager.register(pytest_plugin, "streamrecover")
+
+
+@pytest.fixture(autouse=True)
+def _join_run_threads(_django_db_marker: None) -> Iterator[None]:
+    """Runs a test started in threads of this process (the in-process mode) end before the test
+    database's teardown: the flush must never race a run's last writes (issue 10).
+
+    Tests wait for their runs (``streamrecover.testing.host.wait_for`` joins the run's thread);
+    this is the net under them. Requesting pytest-django's ``_django_db_marker`` orders it after
+    the database fixtures, so its teardown runs before theirs.
+    """
+    yield
+    from streamrecover import starter
+
+    deadline = time.monotonic() + 60
+    left = []
+    for thread in starter.run_threads():
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            left.append(thread.name)
+    assert not left, f"run threads still alive after the test: {left}"

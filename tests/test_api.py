@@ -13,6 +13,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from project.demo.views import SCENARIOS
+from streamrecover import starter
 from streamrecover.models import Message, RecoveryEvent, Run, Thread
 
 from .factories import make_attempt, make_run, make_thread, make_user
@@ -282,12 +283,15 @@ def _scenario_body(key: str, prompt: str) -> dict[str, Any]:
 
 
 def _wait_until_finished(run_id: str, timeout: float = 30) -> Run:
-    """Until the run settled and its thread folded it into the analytics rollup (the thread's last
-    write: returning earlier races the fold's transaction against the test database's flush)."""
+    """Until the run settled, its thread folded it into the analytics rollup and the thread ended
+    (returning earlier races the thread's last writes against the test database's flush)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run = Run.objects.get(pk=run_id)
         if run.is_terminal and run.analytics_folded:
+            for thread in starter.run_threads(run_id):
+                thread.join(max(0.0, deadline - time.monotonic()))
+                assert not thread.is_alive(), f"run {run_id}'s thread still runs"
             return run
         time.sleep(0.05)
     raise AssertionError(f"run {run_id} did not finish")

@@ -191,6 +191,27 @@ def test_w008_in_memory_layer_without_debug() -> None:
         assert checks.check_single_process_in_production() == []
 
 
+# ---- W009: SQLite with deferred transactions --------------------------------------------------
+
+
+def _sqlite(**options: Any) -> dict[str, Any]:
+    return {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "x.sqlite3", "OPTIONS": options}}
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_w009_sqlite_without_immediate_transactions() -> None:
+    for bad in (_sqlite(), _sqlite(timeout=20), _sqlite(transaction_mode="DEFERRED", timeout=20)):
+        with override_settings(DATABASES=bad):
+            assert ids(checks.check_sqlite_transaction_mode()) == ["streamrecover.W009"]
+    for good in (_sqlite(transaction_mode="IMMEDIATE", timeout=20), _sqlite(transaction_mode="EXCLUSIVE")):
+        with override_settings(DATABASES=good):
+            assert checks.check_sqlite_transaction_mode() == []
+    postgres = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}}
+    with override_settings(DATABASES=postgres):
+        assert checks.check_sqlite_transaction_mode() == []
+    # The demo's embedded database is quiet: tests/test_sqlite_concurrency.py runs the check there.
+
+
 # ---- E002: Celery without a broker -------------------------------------------------------------
 
 

@@ -336,11 +336,14 @@ async def test_embedded_mode_delivers_from_the_run_thread_to_the_socket_loop(own
     run = await new_run(owner, "Tell me a story [[words=80]]", faults=["cut:bytes=1500"])
     ws = await socket(run.pk, owner)
     snapshot = await receive(ws)
-    await sync_to_async(starter.start_in_thread)(str(run.pk))  # its own thread and event loop
+    executing = await sync_to_async(starter.start_in_thread)(str(run.pk))  # its own thread and event loop
     frames = await receive_until(ws, finished)
     assert frames[-1]["status"] == "completed"
     view = ClientView().apply_all([snapshot, *frames])
     ((reconstructed, committed),) = view.turns
     assert reconstructed == committed
     await close(ws)
+    # The finished frame comes before the run's last writes: wait for its thread, not the frame.
+    await asyncio.to_thread(executing.join, 60)
+    assert not executing.is_alive()
     await reader_buffer().discard(str(run.pk))

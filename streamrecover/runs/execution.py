@@ -123,7 +123,7 @@ async def _no_live(run_id: str) -> AsyncIterator[None]:
 async def execute_run(
     run_id: str,
     *,
-    worker: str = lifecycle.WORKER_ID,
+    worker: str | None = None,
     live: OpenLive | None = None,
     extra_sinks: Sequence[RunSink] = (),
     tools: ToolRegistry | None = None,
@@ -135,6 +135,7 @@ async def execute_run(
     context manager it returns) when the agent stops, before the run's end is stored.
     ``provider_override`` (in-process only) replaces the configured provider; never stored.
     """
+    worker = worker or lifecycle.worker_id()  # the executing process's, never the importer's
     run = await sync_to_async(lifecycle.claim_run)(run_id, worker)
     if run is None:
         return None

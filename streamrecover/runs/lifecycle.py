@@ -30,7 +30,20 @@ from .signals import run_requeued, run_settled
 
 log = structlog.get_logger("streamrecover")
 
-WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+_worker_ids: dict[int, str] = {}
+
+
+def worker_id() -> str:
+    """This process's worker id (``host:pid``), computed in the process that asks.
+
+    Not a module constant: a prefork pool imports the app once and forks, and every child
+    would otherwise carry the parent's pid (and claim runs under one shared id).
+    """
+    pid = os.getpid()
+    found = _worker_ids.get(pid)
+    if found is None:
+        found = _worker_ids[pid] = f"{socket.gethostname()}:{pid}"
+    return found
 
 
 class ThreadBusy(Exception):
@@ -102,13 +115,14 @@ def create_run(
 # ---- claiming, beating, finishing ---------------------------------------------------------
 
 
-def claim_run(run_id: str, worker: str = WORKER_ID) -> Run | None:
+def claim_run(run_id: str, worker: str | None = None) -> Run | None:
     """Take a run for execution, or None when it must not run here.
 
     Refuses terminal runs (a redelivered message for a finished run is simply dropped) and
     runs another live worker is executing; counts claims, and fails a run claimed more than
     ``MAX_CLAIMS`` times so a poison message ends instead of looping.
     """
+    worker = worker or worker_id()
     now = timezone.now()
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()

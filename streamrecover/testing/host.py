@@ -25,6 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.test import override_settings
 
+from .. import starter
 from ..conf import DEFAULT_PROVIDERS, SETTINGS_NAME
 from ..engine.sink import LLM_STREAM_CONTINUATION_COMPLETED, LLM_STREAM_INTERRUPTED, CollectingSink
 from ..models import Attempt, Message, RecoveryEvent, Run
@@ -102,11 +103,20 @@ def report(run_id: Any, *, frames: Sequence[dict[str, Any]] | None = None) -> Ru
 
 
 def wait_for(run_id: Any, timeout: float = 30.0) -> RunReport:
-    """Wait until a run started elsewhere (a view, a thread, a worker) has ended; its report."""
+    """Wait until a run started elsewhere (a view, a thread, a worker) has ended; its report.
+
+    A run executing in a thread of this process (the in-process mode) has ended when that
+    thread has: its last writes (the analytics fold) follow the terminal status, and a test
+    database flushed under them deadlocks.
+    """
     deadline = time.monotonic() + timeout
     while True:
         status = Run.objects.filter(pk=run_id).values_list("status", flat=True).get()
         if status in Run.TERMINAL_STATUSES:
+            for thread in starter.run_threads(run_id):
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    raise AssertionError(f"run {run_id} is {status!r} but its thread still runs after {timeout} s")
             return report(run_id)
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} still {status!r} after {timeout} s")
