@@ -1,15 +1,14 @@
 """The runs package and the code that starts work above it: the lifecycle changes state and
 starts nothing, ``dispatch`` starts what it is told to, ``execute_run`` opens the live channel
-it is handed only for a claimed run, and nothing in ``runs/`` imports the layers above it."""
+it is handed only for a claimed run. That ``runs/`` imports nothing above it is checked with every
+other layer in ``tests/test_architecture.py``."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,32 +24,6 @@ from streamrecover.runs import execution, lifecycle
 from .factories import make_attempt, make_message, make_run, make_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-RUNS = Path(__file__).resolve().parents[1] / "streamrecover" / "runs"
-ABOVE_RUNS = ("streamrecover.tasks", "streamrecover.dispatch", "streamrecover.starter", "streamrecover.live")
-ABOVE_RUNS += ("streamrecover.views", "streamrecover.admin", "streamrecover.cli", "streamrecover.receivers")
-ABOVE_RUNS += ("streamrecover.analytics",)
-
-
-def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, as an absolute dotted name."""
-    names: set[str] = set()
-    package = "streamrecover.runs"
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            module = ".".join(part for part in (base, node.module or "") if part)
-            names.add(module)
-            names.update(f"{module}.{alias.name}" for alias in node.names)
-    return names
-
-
-def test_nothing_in_runs_imports_the_layers_above_it():
-    for path in sorted(RUNS.glob("*.py")):
-        upward = sorted(name for name in _imports(path) if name.startswith(ABOVE_RUNS))
-        assert upward == [], f"{path.name} imports {upward}"
 
 
 @pytest.fixture
