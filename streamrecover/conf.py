@@ -71,6 +71,10 @@ PROVIDER_KEYS = (
     "PREFIX_FLAG",
     "ECHOES_PREFIX",
     "ANTHROPIC_VERSION",
+    "NATIVE_RESUME",
+    "AZURE",
+    "AZURE_API_VERSION",
+    "AZURE_DEPLOYMENT",
 )
 
 DEFAULTS: dict[str, Any] = {
@@ -162,13 +166,13 @@ def _provider_problems(name: str, entry: Any) -> list[str]:
         problems.append(f"{where}['ADAPTER']: {adapter}.")
     if not isinstance(entry.get("BASE_URL"), str) or not entry.get("BASE_URL"):
         problems.append(f"{where}['BASE_URL'] must be a non-empty string.")
-    for key in ("API_KEY", "API_KEY_ENV", "ANTHROPIC_VERSION"):
+    for key in ("API_KEY", "API_KEY_ENV", "ANTHROPIC_VERSION", "AZURE_API_VERSION", "AZURE_DEPLOYMENT"):
         if key in entry and not isinstance(entry[key], str):
             problems.append(f"{where}[{key!r}] must be a string.")  # never echo the value
     for key in ("EXTRA_HEADERS", "STRATEGY_OVERRIDES"):
         if key in entry and not isinstance(entry[key], Mapping):
             problems.append(f"{where}[{key!r}] must be a dict.")
-    for key in ("PREFIX_FLAG", "ECHOES_PREFIX"):
+    for key in ("PREFIX_FLAG", "ECHOES_PREFIX", "NATIVE_RESUME", "AZURE"):
         if key in entry and not isinstance(entry[key], bool):
             problems.append(f"{where}[{key!r}] must be True or False.")
     return problems
@@ -296,6 +300,10 @@ class AppSettings:
             strategy_overrides=dict(entry.get("STRATEGY_OVERRIDES") or {}),
             prefix_flag=bool(entry.get("PREFIX_FLAG", False)),
             echoes_prefix=bool(entry.get("ECHOES_PREFIX", False)),
+            native_resume=bool(entry.get("NATIVE_RESUME", False)),
+            azure=bool(entry.get("AZURE", False)),
+            azure_api_version=entry.get("AZURE_API_VERSION") or None,
+            azure_deployment=entry.get("AZURE_DEPLOYMENT") or None,
             connect_timeout_s=float(values["CONNECT_TIMEOUT"]),
             **extra,
         )

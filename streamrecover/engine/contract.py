@@ -127,7 +127,7 @@ CONTINUE_INSTRUCTION = (
 class ProviderConfig:
     """How to reach one provider. ``api_key`` is a secret: never log or store it."""
 
-    name: str  # adapter name: "anthropic" or "openai"
+    name: str  # adapter name: "anthropic", "openai", "openai-responses", ...
     base_url: str
     api_key: str = field(default="", repr=False)
     extra_headers: Mapping[str, str] = field(default_factory=dict)
@@ -137,3 +137,10 @@ class ProviderConfig:
     echoes_prefix: bool = False  # the prefix-flag response repeats the prefix (Mistral)
     anthropic_version: str = "2023-06-01"
     connect_timeout_s: float = 10.0
+    # OpenAI Responses: background requests, re-attached after a break (``NATIVE_RESUME``)
+    native_resume: bool = False
+    # Azure OpenAI: its URL scheme and ``api-key`` header (``AZURE``, ``AZURE_API_VERSION``,
+    # ``AZURE_DEPLOYMENT``); the deployment, when set, replaces the model name
+    azure: bool = False
+    azure_api_version: str | None = None
+    azure_deployment: str | None = None

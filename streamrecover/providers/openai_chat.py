@@ -28,6 +28,7 @@ from ..engine.events import (
 )
 from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
+from .azure import CHAT_PATH, azure_headers, azure_url, deployment
 from .common import as_int, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
 
 __all__ = ["FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStreamParser"]
@@ -308,14 +309,11 @@ class OpenAIChatAdapter:
         """``max_tokens`` is sent unless ``extra`` carries ``max_completion_tokens`` (newer
         OpenAI models refuse the older name; compatible servers only know the older one)."""
         config = self.config
-        headers = {
-            "Authorization": f"Bearer {config.api_key}",
-            "content-type": "application/json",
-            "accept": "text/event-stream",
-        }
+        headers = azure_headers(config) if config.azure else {"Authorization": f"Bearer {config.api_key}"}
+        headers.update({"content-type": "application/json", "accept": "text/event-stream"})
         headers.update(config.extra_headers)
         body: dict[str, Any] = {
-            "model": request.model,
+            "model": deployment(config, request.model) if config.azure else request.model,
             "messages": _messages(request, config.prefix_flag),
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -333,7 +331,11 @@ class OpenAIChatAdapter:
         if request.temperature is not None:
             body["temperature"] = request.temperature
         body.update(request.extra)
-        return HTTPRequest("POST", f"{config.base_url.rstrip('/')}/chat/completions", headers, body)
+        if config.azure:
+            url = azure_url(config, CHAT_PATH, model=request.model)
+        else:
+            url = f"{config.base_url.rstrip('/')}{CHAT_PATH}"
+        return HTTPRequest("POST", url, headers, body)
 
     def new_parser(self) -> OpenAIChatStreamParser:
         return OpenAIChatStreamParser()

@@ -16,6 +16,7 @@ from typing import cast
 from ..engine.contract import ProviderAdapter, ProviderConfig
 from .anthropic import AnthropicAdapter
 from .openai_chat import OpenAIChatAdapter
+from .openai_responses import OpenAIResponsesAdapter
 
 __all__ = ["ADAPTERS", "AdapterFactory", "adapter_factory", "adapter_problem", "get_adapter", "register_adapter"]
 
@@ -25,6 +26,7 @@ AdapterFactory = Callable[[ProviderConfig], ProviderAdapter]
 ADAPTERS: dict[str, AdapterFactory] = {
     AnthropicAdapter.name: AnthropicAdapter,
     OpenAIChatAdapter.name: OpenAIChatAdapter,
+    OpenAIResponsesAdapter.name: OpenAIResponsesAdapter,
 }
 
 
