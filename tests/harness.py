@@ -81,6 +81,7 @@ async def run(
     structured: bool = False,
     recording: bytes | None = None,
     transport: HttpxTransport | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Outcome:
     scenario = uuid.uuid4().hex
     server.set_faults(scenario, list(faults))
@@ -94,6 +95,7 @@ async def run(
         max_tokens=max_tokens,
         thinking_budget=thinking_budget,
         structured=structured,
+        extra=extra or {},
     )
     ctx = RunContext(
         run_id=run_id or uuid.uuid4().hex,

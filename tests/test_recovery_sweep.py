@@ -60,7 +60,17 @@ GENERATED = {
     "anthropic-thinking-text": ("anthropic", "claude-3-7-sonnet", 2048, "Think first [[words=120]]"),
     "openai-long-text": ("openai", "gpt-4o", None, "A long story [[words=150]]"),
     "openai-text-then-tool": ("openai", "gpt-4o", None, "Weather? [[words=40]] [[tool=get_weather]]"),
+    "responses-long-text": ("openai-responses", "gpt-4o", None, "A long story [[words=20]]"),
+    # reasoning on: a reasoning item first, a new one at the head of every continuation
+    "responses-reasoning-text-then-tool": (
+        "openai-responses",
+        "gpt-5",
+        None,
+        "Think, then check [[words=6]] [[tool=get_weather]]",
+    ),
 }
+# extra request fields by generated case
+EXTRA = {"responses-reasoning-text-then-tool": {"reasoning": {"effort": "low"}}}
 
 
 def _event_count(raw: bytes) -> int:
@@ -76,7 +86,9 @@ def _byte_offsets(raw: bytes, count: int) -> list[int]:
     return sorted(offsets)
 
 
-async def _sweep(server, *, wire, model, thinking, prompt, recording: bytes | None, byte_samples: int) -> int:
+async def _sweep(
+    server, *, wire, model, thinking, prompt, recording: bytes | None, byte_samples: int, extra=None
+) -> int:
     async def once(faults):
         http2 = any(str(f).startswith("goaway") for f in faults)
         async with HttpxTransport(http2_prior_knowledge=http2) as transport:
@@ -91,6 +103,7 @@ async def _sweep(server, *, wire, model, thinking, prompt, recording: bytes | No
                 config=FAST,
                 recording=recording,
                 transport=transport,
+                extra=extra,
             )
 
     reference = await once([])
@@ -153,7 +166,14 @@ async def test_sweep_reference_stream(fake_server, name):
 async def test_sweep_generated_stream(fake_server, name):
     wire, model, thinking, prompt = GENERATED[name]
     count = await _sweep(
-        fake_server, wire=wire, model=model, thinking=thinking, prompt=prompt, recording=None, byte_samples=40
+        fake_server,
+        wire=wire,
+        model=model,
+        thinking=thinking,
+        prompt=prompt,
+        recording=None,
+        byte_samples=40,
+        extra=EXTRA.get(name),
     )
     assert count > 50
 

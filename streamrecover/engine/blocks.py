@@ -34,6 +34,7 @@ TEXT = "text"
 TOOL_USE = "tool_use"
 THINKING = "thinking"
 REDACTED_THINKING = "redacted_thinking"
+REASONING = "reasoning"  # an OpenAI Responses reasoning item, kept whole (opaque)
 
 
 class BlockStatus(enum.StrEnum):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypedDict
 
-from .blocks import REDACTED_THINKING, TEXT, THINKING, TOOL_USE, Accumulator, Block
+from .blocks import REASONING, REDACTED_THINKING, TEXT, THINKING, TOOL_USE, Accumulator, Block
 from .context import RunContext
 from .errors import BodyDecodeError, InterruptCause, StreamInterrupted
 from .events import (
@@ -71,7 +71,7 @@ class IndexMapper:
     def start(self, event: BlockStart) -> int | None:
         if event.index in self.map:
             return self.map[event.index]
-        if self._merge_open and event.kind in (THINKING, REDACTED_THINKING):
+        if self._merge_open and event.kind in (THINKING, REDACTED_THINKING, REASONING):
             target = self.next
             self.next += 1
             self.map[event.index] = target

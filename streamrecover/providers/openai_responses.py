@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from ..engine.blocks import REASONING
 from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
 from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
@@ -40,7 +41,6 @@ from .openai_chat import _CONTEXT_MARKERS, _QUOTA_MARKERS, _RETRYABLE_STREAM_MAR
 __all__ = ["INCOMPLETE_REASONS", "REASONING", "OpenAIResponsesAdapter", "ResponsesStreamParser", "ResumePoint"]
 
 _decode = json.JSONDecoder().decode
-REASONING = "reasoning"  # the opaque block kind a reasoning item is kept as (sent back as it came)
 
 # incomplete_details.reason -> normalized stop reason
 INCOMPLETE_REASONS: dict[str, str] = {"max_output_tokens": "max_tokens", "content_filter": "content_filter"}

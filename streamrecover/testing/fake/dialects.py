@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from . import read_anthropic, read_openai, wire_anthropic, wire_openai
+from . import read_anthropic, read_openai, read_openai_responses, wire_anthropic, wire_openai, wire_openai_responses
 from .interpret import Interpretation
 from .model import Plan
 from .wire import ErrorSpec, ResponseContext, WireEvent
@@ -14,7 +14,7 @@ from .wire import ErrorSpec, ResponseContext, WireEvent
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
-    name: str  # "anthropic" | "openai"
+    name: str  # "anthropic" | "openai" | "openai-responses"
     tool_id_prefix: str
     interpret: Callable[[Any], Interpretation]
     authenticate: Callable[[Mapping[str, str]], ErrorSpec | None]
@@ -61,9 +61,42 @@ OPENAI = Dialect(
     bad_content_type=wire_openai.BAD_CONTENT_TYPE,
 )
 
+RESPONSES = replace(
+    OPENAI,
+    name="openai-responses",
+    interpret=read_openai_responses.interpret,
+    stream_events=wire_openai_responses.stream_events,
+    response_json=wire_openai_responses.response_json,
+    error_event=wire_openai_responses.error_event,
+)
+
+# Azure OpenAI: the same formats, the key in an ``api-key`` header
+AZURE_OPENAI = replace(OPENAI, authenticate=wire_openai.authenticate_azure)
+AZURE_RESPONSES = replace(RESPONSES, authenticate=wire_openai.authenticate_azure)
+
 ROUTES = {
     "/v1/messages": ANTHROPIC,
     "/v1/chat/completions": OPENAI,
     "/beta/chat/completions": OPENAI,
     "/chat/completions": OPENAI,
+    "/v1/responses": RESPONSES,
+    "/openai/v1/chat/completions": AZURE_OPENAI,
+    "/openai/v1/responses": AZURE_RESPONSES,
+    "/openai/responses": AZURE_RESPONSES,
 }
+RESPONSES_PATHS = ("/v1/responses/", "/openai/v1/responses/", "/openai/responses/")  # + {id}: re-attach
+
+
+def route(path: str) -> tuple[Dialect | None, str | None]:
+    """The dialect serving ``path``, and the response id of a re-attach path (``GET .../responses/{id}``)."""
+    dialect = ROUTES.get(path)
+    if dialect is not None:
+        return dialect, None
+    for prefix in RESPONSES_PATHS:
+        if path.startswith(prefix) and "/" not in path[len(prefix) :] and path[len(prefix) :]:
+            return ROUTES[prefix.rstrip("/")], path[len(prefix) :]
+    # Azure's dated form: /openai/deployments/{deployment}/chat/completions
+    parts = path.split("/")
+    if len(parts) == 6 and parts[1:3] == ["openai", "deployments"] and parts[4:] == ["chat", "completions"]:
+        return AZURE_OPENAI, None
+    return None, None

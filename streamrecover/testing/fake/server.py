@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...engine.contract import CONTINUE_INSTRUCTION, SECRET_HEADERS
-from .dialects import ROUTES, Dialect
+from .dialects import ROUTES, Dialect, route
 from .faults import Delivery, Fault, FaultKind, plan_delivery
 from .http11 import Request, Responder
 from .interpret import Interpretation, Mode, RequestRejected
@@ -36,7 +36,8 @@ from .log import LogEntry
 from .model import Directives, Plan, continue_plan, input_tokens, limit_plan, plan_answer, seam_plan
 from .recording import Recording
 from .serving import DEFAULT_SCENARIO, JSON_TYPE, SCENARIO_HEADER, ScriptedServer, json_bytes, scenario_of
-from .wire import ErrorSpec, ResponseContext
+from .wire import ErrorSpec, ResponseContext, WireEvent
+from .wire_openai_responses import not_found, response_id
 
 __all__ = ["COUNT_TOKENS_PATH", "DEFAULT_SCENARIO", "SCENARIO_HEADER", "FakeProviderServer"]
 
@@ -78,6 +79,9 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         self.count_requests = 0  # token-count calls (free: not in the billing log)
         self._seq = itertools.count(1)
         self.http2_connections = 0  # connections that spoke HTTP/2 (prior knowledge)
+        # Responses background mode: (scenario, response id) -> every event of the response,
+        # generated (and billed) once, served again from any sequence number
+        self._background: dict[tuple[str, str], list[WireEvent]] = {}
 
     def _on_http2(self) -> None:
         self.http2_connections += 1
@@ -90,6 +94,16 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             self._recordings.pop(scenario, None)
         else:
             self._recordings[scenario] = Recording.from_bytes(raw)
+
+    def expire_responses(self, scenario: str | None = None) -> None:
+        """Forget stored background responses (of one scenario, or all): a re-attach gets a 404,
+        as after the real API's retention window."""
+        for key in [k for k in self._background if scenario is None or k[0] == scenario]:
+            del self._background[key]
+
+    def reset(self, scenario: str | None = None) -> None:
+        super().reset(scenario)
+        self.expire_responses(scenario)
 
     def pending_faults(self, scenario: str = DEFAULT_SCENARIO) -> list[Fault]:
         return self._scripts.pending().get(scenario, [])
@@ -106,14 +120,19 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             status, payload = _count_tokens(ROUTES["/v1/messages"], request, self._recordings.get(scenario))
             await responder.full(status, [], json_bytes(payload), JSON_TYPE)
             return
-        dialect = ROUTES.get(request.path)
+        dialect, resumed = route(request.path)
+        if dialect is not None and resumed is not None:
+            await self._provider_request(dialect, request, responder, resumed)
+            return
         if dialect is None:
             body = json_bytes({"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}})
             await responder.full(404, [], body, JSON_TYPE)
             return
         await self._provider_request(dialect, request, responder)
 
-    async def _provider_request(self, dialect: Dialect, request: Request, writer: Responder) -> None:
+    async def _provider_request(
+        self, dialect: Dialect, request: Request, writer: Responder, resumed: str | None = None
+    ) -> None:
         scenario = scenario_of(request)
         fault = self._scripts.next(scenario)
         seq = next(self._seq)
@@ -130,6 +149,9 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
                 self._record(seq, request_id, dialect, request, scenario, fault, outcome)
 
         try:
+            if resumed is not None:
+                await self._reattach(dialect, request, fault, resumed, request_id, writer, outcome, record)
+                return
             recording = self._recordings.get(scenario)
             await self._answer(dialect, request, fault, request_id, writer, outcome, record, recording)
         finally:
@@ -184,7 +206,53 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             events = dialect.stream_events(plan, ctx)
         delivery = plan_delivery(events, fault, injected)
         outcome.fault_triggered = delivery.triggered
-        await self._send_stream(writer, dialect, request_id, delivery, outcome, record)
+        background = ctx.options.get("background") is True and not (fault and fault.kind in _BREAKS_RESPONSE)
+        if background:
+            # generated to the end whatever happens to this connection: billed once, here
+            self._background[(scenario_of(request), response_id(ctx))] = events
+            outcome.billed_output_tokens = sum(e.tokens for e in events)
+            outcome.billed_text = [e.text for e in events]
+        await self._send_stream(writer, dialect, request_id, delivery, outcome, record, billed=background)
+
+    async def _reattach(
+        self,
+        dialect: Dialect,
+        request: Request,
+        fault: Fault | None,
+        resumed: str,
+        request_id: str,
+        writer: Responder,
+        outcome: _Outcome,
+        record: Callable[[], None],
+    ) -> None:
+        """``GET .../responses/{id}?stream=true&starting_after=N``: a background response's
+        events after sequence number N, nothing generated (or billed) again."""
+        problem = _check_reattach(dialect, request)
+        stored = self._background.get((scenario_of(request), resumed))
+        if problem is None and stored is None:
+            problem = not_found(resumed)
+        if problem is None and fault is not None and fault.kind is FaultKind.STATUS:
+            assert fault.code is not None
+            outcome.fault_triggered = True
+            spec = dialect.status_error(fault.code, fault.error_type, fault.message, quota=fault.quota)
+            problem = replace(spec, headers=tuple(fault.retry_headers()))
+        if problem is not None or stored is None:
+            assert problem is not None
+            body = dialect.error_body(problem, request_id)
+            outcome.status, outcome.bytes_sent, outcome.error = problem.status, len(body), problem.message
+            record()
+            await writer.full(
+                problem.status, [*dialect.response_headers(request_id), *problem.headers], body, JSON_TYPE
+            )
+            return
+        outcome.understood_as = "resume"
+        after = int(request.query.get("starting_after", "-1"))
+        injected = (
+            dialect.error_event(fault.error_type, fault.message) if fault and fault.kind is FaultKind.ERROR else None
+        )
+        delivery = plan_delivery(stored[after + 1 :], fault, injected)
+        outcome.fault_triggered = delivery.triggered
+        await self._send_stream(writer, dialect, request_id, delivery, outcome, record, billed=True)
 
     async def _send_stream(
         self,
@@ -194,7 +262,11 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         delivery: Delivery,
         outcome: _Outcome,
         record: Callable[[], None],
+        *,
+        billed: bool = False,
     ) -> None:
+        """Write the stream; what it carries is billed as it is written, unless ``billed``
+        (a background response's generation was billed when it was made)."""
         headers = [
             ("content-type", "text/event-stream; charset=utf-8"),
             ("cache-control", "no-cache"),
@@ -218,8 +290,9 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             if writer.closing():
                 return
             outcome.bytes_sent += len(piece.data)
-            outcome.billed_output_tokens += piece.tokens
-            outcome.billed_text.append(piece.text)
+            if not billed:
+                outcome.billed_output_tokens += piece.tokens
+                outcome.billed_text.append(piece.text)
             await writer.data(piece.data, end_stream=finish() if index == last else False)
         if last < 0:  # no pieces, or a stall after the last one
             if delivery.stall_before == len(pieces):
@@ -326,6 +399,7 @@ def _understand(
         seed=json.dumps(body, sort_keys=True, ensure_ascii=False),
         input_tokens=inputs,
         include_usage=interpretation.include_usage,
+        options=body,
     )
     return interpretation, plan, ctx
 
@@ -364,6 +438,25 @@ def _count_tokens(dialect: Dialect, request: Request, recording: Recording | Non
     else:
         plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
     return 200, {"input_tokens": _input_tokens(interpretation, plan, body)}
+
+
+# Faults after which a background response is not there to re-attach to: it failed.
+_BREAKS_RESPONSE = (FaultKind.ERROR, FaultKind.GARBAGE, FaultKind.BAD_UTF8, FaultKind.DROP, FaultKind.STATUS)
+
+
+def _check_reattach(dialect: Dialect, request: Request) -> ErrorSpec | None:
+    """A re-attach is a GET with the key and ``stream=true``."""
+    if request.method != "GET":
+        return ErrorSpec(405, "invalid_request_error", f"Invalid method for URL ({request.method} {request.path})")
+    spec = dialect.authenticate(request.headers)
+    if spec is not None:
+        return spec
+    if request.query.get("stream") != "true":
+        return ErrorSpec(400, "invalid_request_error", "This fake serves re-attaches as streams only (stream=true).")
+    after = request.query.get("starting_after", "0")
+    if not after.lstrip("-").isdigit():
+        return ErrorSpec(400, "invalid_request_error", f"Invalid 'starting_after': {after!r}.", param="starting_after")
+    return None
 
 
 def _check_request(dialect: Dialect, request: Request) -> ErrorSpec | None:

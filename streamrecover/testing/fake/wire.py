@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -27,6 +27,7 @@ class ResponseContext:
     seed: str
     input_tokens: int
     include_usage: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)  # the request body (Responses echoes it)
 
 
 @dataclass(frozen=True, slots=True)

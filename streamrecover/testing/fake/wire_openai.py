@@ -150,6 +150,19 @@ def authenticate(headers: Mapping[str, str]) -> ErrorSpec | None:
     )
 
 
+def authenticate_azure(headers: Mapping[str, str]) -> ErrorSpec | None:
+    """Azure OpenAI takes the key in an ``api-key`` header; a missing one gets its 401."""
+    if headers.get("api-key", "").strip():
+        return None
+    return ErrorSpec(
+        401,
+        "invalid_request_error",
+        "Access denied due to missing subscription key. Make sure to include subscription key when making "
+        "requests to an API.",
+        code="401",
+    )
+
+
 def check_headers(headers: Mapping[str, str]) -> ErrorSpec | None:
     return None
 

@@ -1,0 +1,247 @@
+"""A planned answer as the OpenAI Responses API streams it, byte for byte.
+
+Mimics the recorded Responses streams: named events whose ``data`` repeats the ``type``,
+a ``sequence_number`` from 0 (``response.created``) up by one per event, no ``[DONE]``.
+``response.created`` and ``response.in_progress`` (after ``response.queued`` in background
+mode) carry the response object; each output item is announced (``output_item.added``),
+streamed (a message's ``content_part.added``, ``output_text.delta`` fragments, ``.done``
+events; a function call's ``function_call_arguments.delta`` fragments) and closed
+(``output_item.done``); a reasoning item arrives whole, its ``encrypted_content`` an opaque
+token the fake can read back. ``response.completed`` carries the output and the usage.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from .model import BlockKind, Plan, PlannedBlock, stable_token
+from .wire import ErrorSpec, ResponseContext, WireEvent, compact
+
+ENCRYPTED_PREFIX = "gAAAAAB"  # what the real tokens start with; the rest is the fake's own
+_SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
+
+
+def response_id(ctx: ResponseContext) -> str:
+    return "resp_" + stable_token("response", ctx.seed, length=48).lower()
+
+
+def encrypt_reasoning(thinking: str, signature: str) -> str:
+    """The reasoning item's ``encrypted_content``: opaque to the client, readable by the fake."""
+    raw = json.dumps({"t": thinking, "s": signature}, ensure_ascii=False).encode()
+    return ENCRYPTED_PREFIX + base64.urlsafe_b64encode(zlib.compress(raw)).decode()
+
+
+def decrypt_reasoning(token: str) -> tuple[str, str] | None:
+    """(thinking, signature) of a token ``encrypt_reasoning`` made, or None for anything else."""
+    if not token.startswith(ENCRYPTED_PREFIX):
+        return None
+    try:
+        data = json.loads(zlib.decompress(base64.urlsafe_b64decode(token[len(ENCRYPTED_PREFIX) :])))
+        return str(data["t"]), str(data["s"])
+    except (ValueError, KeyError, TypeError, zlib.error):
+        return None
+
+
+def _created(ctx: ResponseContext) -> int:
+    return 1_758_000_000 + zlib.crc32(ctx.seed.encode()) % 10_000_000
+
+
+def _item_id(prefix: str, ctx: ResponseContext, index: int) -> str:
+    return f"{prefix}_" + stable_token("item", ctx.seed, str(index), length=48).lower()
+
+
+def response_object(
+    ctx: ResponseContext, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The response object, its keys in the recorded order."""
+    options: Mapping[str, Any] = ctx.options
+    reasoning = options.get("reasoning")
+    return {
+        "id": response_id(ctx),
+        "object": "response",
+        "created_at": _created(ctx),
+        "status": status,
+        "background": bool(options.get("background")),
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": options.get("instructions"),
+        "max_output_tokens": options.get("max_output_tokens"),
+        "max_tool_calls": None,
+        "model": ctx.model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "previous_response_id": None,
+        "prompt_cache_key": None,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": None}
+        if isinstance(reasoning, Mapping)
+        else {"effort": None, "summary": None},
+        "safety_identifier": None,
+        "service_tier": "default" if status in ("completed", "incomplete") else "auto",
+        "store": options.get("store", True) is not False,
+        "temperature": options.get("temperature", 1.0),
+        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": "auto",
+        "tools": [{**t, "strict": True} for t in options.get("tools") or () if isinstance(t, Mapping)],
+        "top_logprobs": 0,
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": usage,
+        "user": None,
+        "metadata": {},
+    }
+
+
+def _usage(ctx: ResponseContext, plan: Plan) -> dict[str, Any]:
+    reasoning = sum(1 for b in plan.blocks if b.kind is BlockKind.THINKING for p in b.pieces if p)
+    return {
+        "input_tokens": ctx.input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": plan.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": ctx.input_tokens + plan.output_tokens,
+    }
+
+
+def _message(item_id: str, text: str, status: str) -> dict[str, Any]:
+    content = (
+        [{"annotations": [], "text": text, "logprobs": [], "type": "output_text"}] if status == "completed" else []
+    )
+    return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message"}
+
+
+def _call(item_id: str, block: PlannedBlock, status: str) -> dict[str, Any]:
+    arguments = block.content if status == "completed" else ""
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "arguments": arguments,
+        "call_id": block.call_id,
+        "name": block.name,
+    }
+
+
+def _reasoning(item_id: str, block: PlannedBlock) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "encrypted_content": encrypt_reasoning(block.content, block.signature),
+        "summary": [],
+    }
+
+
+class _Writer:
+    """Numbers the events as they are written."""
+
+    def __init__(self) -> None:
+        self.events: list[WireEvent] = []
+
+    def add(
+        self, kind: str, fields: dict[str, Any], *, tokens: int = 0, text: str = "", seq_first: bool = False
+    ) -> None:
+        seq = len(self.events)
+        payload = {"type": kind, "sequence_number": seq, **fields} if seq_first else {"type": kind, **fields}
+        if not seq_first:
+            payload["sequence_number"] = seq
+        data = f"event: {kind}\ndata: {compact(payload)}\n\n".encode()
+        self.events.append(WireEvent(data, tokens, text))
+
+
+def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
+    """Every event of the answer, through ``response.completed`` (``response.incomplete`` when
+    the plan stopped at ``max_tokens``)."""
+    background = bool(ctx.options.get("background"))
+    out = _Writer()
+    first = "queued" if background else "in_progress"
+    out.add("response.created", {"response": response_object(ctx, first, [], None)}, seq_first=not background)
+    if background:
+        out.add("response.queued", {"response": response_object(ctx, "queued", [], None)})
+    out.add("response.in_progress", {"response": response_object(ctx, "in_progress", [], None)}, seq_first=True)
+    done_items: list[dict[str, Any]] = []
+    for index, block in enumerate(plan.blocks):
+        if block.kind is BlockKind.THINKING:
+            item = _reasoning(_item_id("rs", ctx, index), block)
+            out.add("response.output_item.added", {"output_index": index, "item": item}, seq_first=True)
+            tokens = sum(1 for p in block.pieces if p)
+            out.add("response.output_item.done", {"output_index": index, "item": item}, tokens=tokens, seq_first=True)
+            done_items.append(item)
+        elif block.kind is BlockKind.TEXT:
+            done_items.append(_text_item(out, ctx, index, block))
+        else:
+            done_items.append(_call_item(out, ctx, index, block))
+    status = "incomplete" if plan.stop_reason == "max_tokens" else "completed"
+    final = response_object(ctx, status, done_items, _usage(ctx, plan))
+    out.add(f"response.{status}", {"response": final}, seq_first=True)
+    return out.events
+
+
+def _text_item(out: _Writer, ctx: ResponseContext, index: int, block: PlannedBlock) -> dict[str, Any]:
+    item_id = _item_id("msg", ctx, index)
+    text = block.content
+    where = {"item_id": item_id}
+    at = {"content_index": 0, "output_index": index}
+    empty_part = {"annotations": [], "text": "", "logprobs": [], "type": "output_text"}
+    full_part = {**empty_part, "text": text}
+    out.add("response.output_item.added", {"item": _message(item_id, "", "in_progress"), "output_index": index})
+    out.add("response.content_part.added", {**where, "part": empty_part, **at})
+    for piece in block.pieces:
+        if piece:
+            out.add("response.output_text.delta", {"delta": piece, "logprobs": [], **where, **at}, tokens=1, text=piece)
+    out.add("response.output_text.done", {"text": text, "logprobs": [], **where, **at})
+    out.add("response.content_part.done", {**where, "content_index": 0, "part": full_part, "output_index": index})
+    item = _message(item_id, text, "completed")
+    out.add("response.output_item.done", {"item": item, "output_index": index})
+    return item
+
+
+def _call_item(out: _Writer, ctx: ResponseContext, index: int, block: PlannedBlock) -> dict[str, Any]:
+    item_id = _item_id("fc", ctx, index)
+    out.add(
+        "response.output_item.added",
+        {"output_index": index, "item": _call(item_id, block, "in_progress")},
+        seq_first=True,
+    )
+    for n, piece in enumerate(block.pieces):
+        if piece:
+            obfuscation = stable_token("obfuscation", item_id, str(n), length=max(1, 16 - len(piece)))
+            fields = {"item_id": item_id, "output_index": index, "delta": piece, "obfuscation": obfuscation}
+            out.add("response.function_call_arguments.delta", fields, tokens=1, seq_first=True)
+    arguments = {"item_id": item_id, "output_index": index, "arguments": block.content}
+    out.add("response.function_call_arguments.done", arguments, seq_first=True)
+    item = _call(item_id, block, "completed")
+    out.add("response.output_item.done", {"output_index": index, "item": item}, seq_first=True)
+    return item
+
+
+def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
+    """The non-streaming response body: the final response object."""
+    items: list[dict[str, Any]] = []
+    for index, block in enumerate(plan.blocks):
+        if block.kind is BlockKind.THINKING:
+            items.append(_reasoning(_item_id("rs", ctx, index), block))
+        elif block.kind is BlockKind.TEXT:
+            items.append(_message(_item_id("msg", ctx, index), block.content, "completed"))
+        else:
+            items.append(_call(_item_id("fc", ctx, index), block, "completed"))
+    status = "incomplete" if plan.stop_reason == "max_tokens" else "completed"
+    return response_object(ctx, status, items, _usage(ctx, plan))
+
+
+def error_event(error_type: str | None, message: str | None) -> WireEvent:
+    """The documented flat ``error`` event (its sequence number is not known here: 0)."""
+    payload = {
+        "type": "error",
+        "code": error_type or "server_error",
+        "message": message or _SERVER_ERROR,
+        "param": None,
+        "sequence_number": 0,
+    }
+    return WireEvent(f"event: error\ndata: {compact(payload)}\n\n".encode())
+
+
+def not_found(response: str) -> ErrorSpec:
+    return ErrorSpec(404, "invalid_request_error", f"Response with id '{response}' not found.", param="response_id")

@@ -1,0 +1,152 @@
+"""The fake provider's OpenAI Responses dialect: the official client reads it, the engine
+recovers across its faults, background responses re-attach, Azure paths answer."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx
+import openai
+import pytest
+
+from streamrecover.engine.sse import SSEDecoder
+from streamrecover.testing.fake import FakeProviderServer
+from streamrecover.testing.tools import demo_registry
+
+from .harness import assert_invariants, run
+
+PROMPT = "Tell me about rivers [[words=40]]"
+TOOL_PROMPT = "Weather? [[words=12]] [[tool=get_weather]]"
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def client(server: FakeProviderServer, scenario: str) -> openai.OpenAI:
+    return openai.OpenAI(
+        api_key="sk-fake", base_url=f"{server.base_url}/v1", default_headers={"x-fake-scenario": scenario}
+    )
+
+
+def events_of(raw: bytes) -> list[dict]:
+    decoder = SSEDecoder()
+    return [json.loads(e.data) for e in decoder.feed(raw) + decoder.close()]
+
+
+def test_official_client_streams_text_and_a_tool_call(fake_server):
+    api = client(fake_server, uuid.uuid4().hex)
+    seen = list(api.responses.create(model="gpt-4o", input=PROMPT, stream=True))
+    assert [e.sequence_number for e in seen] == list(range(len(seen)))
+    assert seen[0].type == "response.created"
+    assert seen[-1].type == "response.completed"
+    text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+    assert seen[-1].response.output_text == text
+    assert seen[-1].response.usage.output_tokens > 0
+
+    with api.responses.stream(model="gpt-4o", input=TOOL_PROMPT, tools=[WEATHER]) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    message, call = final.output
+    assert message.type == "message"
+    assert call.type == "function_call"
+    assert call.name == "get_weather"
+    assert json.loads(call.arguments) == {"city": "Weather?"}
+
+
+def test_the_stream_has_the_recorded_shape(fake_server):
+    response = httpx.post(
+        f"{fake_server.base_url}/v1/responses",
+        json={"model": "gpt-4o", "input": PROMPT, "stream": True, "background": True, "store": True},
+        headers={"authorization": "Bearer k", "x-fake-scenario": uuid.uuid4().hex},
+    )
+    lines = response.text.split("\n")
+    assert lines[0] == "event: response.created"
+    assert lines[1].startswith('data: {"type":"response.created","response":{"id":"resp_')
+    events = events_of(response.content)
+    assert [e["type"] for e in events[:4]] == [
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.output_item.added",
+    ]
+    assert events[0]["response"]["status"] == "queued"
+    assert events[0]["response"]["background"] is True
+    assert "[DONE]" not in response.text
+
+
+def test_reattach_serves_the_events_after_the_cursor_and_bills_nothing(fake_server):
+    scenario = uuid.uuid4().hex
+    headers = {"authorization": "Bearer k", "x-fake-scenario": scenario}
+    fake_server.set_faults(scenario, ["cut:events=9"])
+    body = {"model": "gpt-4o", "input": PROMPT, "stream": True, "background": True, "store": True}
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(f"{fake_server.base_url}/v1/responses", json=body, headers=headers)
+    whole = client(fake_server, uuid.uuid4().hex)
+    reference = list(whole.responses.create(**body))  # the same response, uninterrupted
+    rid = reference[0].response.id
+    resumed = httpx.get(f"{fake_server.base_url}/v1/responses/{rid}?stream=true&starting_after=8", headers=headers)
+    assert resumed.status_code == 200
+    tail = events_of(resumed.content)
+    assert tail[0]["sequence_number"] == 9
+    assert tail[-1]["type"] == "response.completed"
+    post, get = fake_server.log_for(scenario)
+    assert (get.method, get.billed_output_tokens, get.understood_as) == ("GET", 0, "resume")
+    assert post.billed_output_tokens == post.output_tokens  # the whole generation, once
+    gone = httpx.get(f"{fake_server.base_url}/v1/responses/resp_nope?stream=true&starting_after=0", headers=headers)
+    assert gone.status_code == 404
+    assert "not found" in gone.json()["error"]["message"]
+
+
+def test_background_needs_store(fake_server):
+    body = {"model": "gpt-4o", "input": "x", "stream": True, "background": True, "store": False}
+    response = httpx.post(f"{fake_server.base_url}/v1/responses", json=body, headers={"authorization": "Bearer k"})
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("prompt", "fault"),
+    [
+        (PROMPT, "cut:events=12"),
+        (PROMPT, "error:events=10"),
+        (TOOL_PROMPT, "cut:events=20"),
+        (TOOL_PROMPT, "cut:from_end=1"),
+    ],
+)
+async def test_engine_recovers_with_a_continue_message(fake_server, prompt, fault):
+    async def once(faults):
+        return await run(
+            fake_server, prompt, faults=faults, wire="openai-responses", model="gpt-4o", tools=demo_registry()
+        )
+
+    reference = await once([])
+    outcome = await once([fault])
+    assert_invariants(outcome, reference)
+    assert outcome.log[0].provider == "openai-responses"
+    continued = [e for e in outcome.log if e.prefix_chars]
+    assert all(e.understood_as == "continue_message" and e.prefix_matched for e in continued)
+    if fault.startswith("cut:events"):
+        assert continued, "the break was not continued"
+
+
+async def test_reasoning_items_go_back_verified(fake_server):
+    """With reasoning on, the reasoning item is kept and sent back in the next turn (after the
+    tool result) exactly as it came: the fake verifies its encrypted content."""
+    outcome = await run(
+        fake_server,
+        TOOL_PROMPT,
+        wire="openai-responses",
+        model="gpt-5",
+        tools=demo_registry(),
+        extra={"reasoning": {"effort": "low"}},
+    )
+    assert outcome.status == "completed", outcome.result.error
+    first = outcome.assistant[0]["content"]
+    assert first[0]["type"] == "reasoning"
+    second_request = outcome.log[1].request
+    sent = [i for i in second_request["input"] if i.get("type") == "reasoning"]
+    assert sent == [{k: first[0][k] for k in ("type", "id", "summary", "encrypted_content")}]
