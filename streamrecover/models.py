@@ -246,6 +246,7 @@ class Attempt(models.Model):
         CONTINUATION = "continuation", _("continuation")
         RESTART = "restart", _("restart")
         RESUME = "resume", _("resume")
+        NATIVE_RESUME = "native_resume", _("native resume")
 
     run = models.ForeignKey(Run, verbose_name=_("run"), on_delete=models.CASCADE, related_name="attempts")
     turn = models.PositiveIntegerField(verbose_name=_("turn"), default=0)
@@ -562,6 +563,7 @@ class AnalyticsRollup(models.Model):
     plan_synthesize_tool_use = models.BigIntegerField(verbose_name=_("plan synthesize tool use"), default=0)
     plan_truncate_before_tool = models.BigIntegerField(verbose_name=_("plan truncate before tool"), default=0)
     plan_whole_restart = models.BigIntegerField(verbose_name=_("plan whole restart"), default=0)
+    plan_native_resume = models.BigIntegerField(verbose_name=_("plan native resume"), default=0)
     plan_other = models.BigIntegerField(verbose_name=_("plan other"), default=0)
     recover_seconds = models.JSONField(
         verbose_name=_("recover seconds"),

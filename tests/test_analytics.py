@@ -374,6 +374,7 @@ PLANS_TOTAL = {
     "synthesize_tool_use": 1,
     "truncate_before_tool": 1,
     "whole_restart": 1,
+    "native_resume": 0,
     "other": 0,
 }
 
@@ -405,6 +406,7 @@ def test_each_provider_and_model(history: History) -> None:
         "synthesize_tool_use": 0,
         "truncate_before_tool": 1,
         "whole_restart": 1,
+        "native_resume": 0,
         "other": 0,
     }
 

@@ -53,7 +53,7 @@ DEFINITIONS: tuple[Figure, ...] = (
         "Interruptions by recovery plan",
         "breakdown",
         "interruptions counted by the event's `plan` (continue_text R1, synthesize_tool_use R2, "
-        "truncate_before_tool R3, whole_restart R4).",
+        "truncate_before_tool R3, whole_restart R4, native_resume: the same response re-attached).",
     ),
     Figure(
         "recovered_runs",

@@ -176,7 +176,7 @@ async def _consume(ctx: RunContext, opened: OpenedStream, record: AttemptRecord,
 
 async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator) -> None:
     decoder = SSEDecoder(ctx.config.max_line_bytes)
-    parser = ctx.adapter.new_parser()
+    parser = translator.parser = ctx.adapter.new_parser()
     try:
         async for chunk in opened.chunks:
             if record.first_byte_at is None:

@@ -22,6 +22,9 @@ class Checkpoint:
     attempt: int = 0
     continuation: int = 0
     seq: int = 0  # last client frame sequence number published
+    # native resume: {"response_id", "after"}, the provider-side response ``blocks`` are the
+    # state of after that event; another worker re-attaches there (None: continue instead)
+    native: dict[str, Any] | None = None
     updated_at: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict[str, Any]:

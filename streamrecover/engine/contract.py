@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from .errors import ProviderError
 from .events import ProviderErrorEvent, StreamEvent
@@ -67,6 +67,18 @@ class HTTPRequest:
         return {"method": self.method, "url": self.url, "headers": headers, "json": self.json}
 
 
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where a provider-side response can be re-attached after a break (native resume): its id
+    and the last event whose effect the kept blocks hold (OpenAI's ``starting_after``)."""
+
+    response_id: str
+    after: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"response_id": self.response_id, "after": self.after}
+
+
 class StreamParser(Protocol):
     """Stateful: one per HTTP response."""
 
@@ -112,6 +124,29 @@ class ProviderAdapter(Protocol):
 
     def read_count(self, body: bytes) -> int | None:
         """The input-token count in a ``count_request`` response body."""
+        ...
+
+
+@runtime_checkable
+class ResumableParser(Protocol):
+    """A parser that follows the provider's event cursor (OpenAI Responses)."""
+
+    def resume_point(self, response_id: str | None = None) -> ResumePoint | None:
+        """Where to re-attach (``response_id``: the response, when this stream never named it)."""
+        ...
+
+
+@runtime_checkable
+class ResumableAdapter(Protocol):
+    """An adapter whose provider keeps generating after a break and lets a client re-attach."""
+
+    @property
+    def native_resume(self) -> bool:
+        """True when requests are made so that they can be re-attached (a setting per provider)."""
+        ...
+
+    def resume_request(self, point: ResumePoint) -> HTTPRequest:
+        """The request that streams the response's events after ``point.after``."""
         ...
 
 

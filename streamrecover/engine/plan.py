@@ -1,4 +1,4 @@
-"""Recovery plans R1-R4: what to keep, what to drop, how to go on.
+"""Recovery plans R1-R4 and native resume: what to keep, what to drop, how to go on.
 
 A pure function of the accumulator's snapshot, so every break point can be reasoned
 about (and tested) without a network.
@@ -17,6 +17,7 @@ class PlanKind(enum.StrEnum):
     SYNTHESIZE_TOOL_USE = "synthesize_tool_use"  # R2
     TRUNCATE_BEFORE_TOOL = "truncate_before_tool"  # R3
     WHOLE_RESTART = "whole_restart"  # R4
+    NATIVE_RESUME = "native_resume"  # re-attach to the same provider-side response (no regeneration)
 
 
 @dataclass(slots=True)
@@ -35,6 +36,23 @@ class RecoveryPlan:
     @property
     def discarded(self) -> list[Block]:
         return [*self.discarded_tools, *self.discarded_thinking, *self.discarded_other]
+
+
+def native_plan(snapshot: Snapshot) -> RecoveryPlan:
+    """The plan of a native resume: every block as it stands is kept (partial text included:
+    the re-attached stream goes on inside it) except tool calls still arriving, which the
+    provider sends again whole (the resume point lies before them)."""
+    result = RecoveryPlan(PlanKind.NATIVE_RESUME)
+    for block in snapshot.blocks:
+        if block.kind == TEXT or block.status() is BlockStatus.COMPLETE:
+            result.keep.append(block)
+        elif block.kind == TOOL_USE:
+            result.discarded_tools.append(block)
+        elif block.kind in (THINKING, REDACTED_THINKING):
+            result.discarded_thinking.append(block)
+        else:
+            result.discarded_other.append(block)
+    return result
 
 
 def plan(snapshot: Snapshot) -> RecoveryPlan:

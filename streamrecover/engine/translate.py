@@ -58,11 +58,12 @@ class InFlightTool(TypedDict):
 class IndexMapper:
     """Maps one response's block indices to the turn's, merging a continued text block."""
 
-    def __init__(self, acc: Accumulator, prefix: list[Block]) -> None:
+    def __init__(self, acc: Accumulator, prefix: list[Block], *, merge: bool = True) -> None:
         self.acc = acc
         self.map: dict[int, int] = {}
         self.next = len(prefix)
-        self.merge_index: int | None = len(prefix) - 1 if prefix and prefix[-1].kind == TEXT else None
+        mergeable = merge and prefix and prefix[-1].kind == TEXT
+        self.merge_index: int | None = len(prefix) - 1 if mergeable else None
         self._merge_open = self.merge_index is not None
         # a continuation's thinking blocks before its text: they would follow the prefix's text
         self.after_text_thinking: set[int] = set()
@@ -125,6 +126,7 @@ class Translator:
         self.acc = Accumulator()
         self.mapper = IndexMapper(self.acc, [])
         self.joiner: ContinuationJoiner | None = None
+        self.parser: object | None = None  # the response's parser (its cursor, for a native resume)
         self.final_usage = False  # the response's closing usage arrived (not just message_start's)
         # UTF-8 bytes of the output received in this response (text, thinking, tool names and
         # arguments): every output token streams at least one byte, so this over-counts tokens
@@ -139,10 +141,15 @@ class Translator:
             return self.received_bytes
         return self.received_bytes - self.text_bytes + self.text_deltas
 
-    def begin(self, acc: Accumulator, prefix: list[Block], joiner: ContinuationJoiner | None) -> None:
-        """Start one response that continues from ``prefix`` (already restored into ``acc``)."""
+    def begin(
+        self, acc: Accumulator, prefix: list[Block], joiner: ContinuationJoiner | None, *, merge: bool = True
+    ) -> None:
+        """Start one response that continues from ``prefix`` (already restored into ``acc``);
+        ``merge=False``: its first text block is a block of its own (a native resume after a
+        closed text block)."""
         self.acc = acc
-        self.mapper = IndexMapper(acc, prefix)
+        self.mapper = IndexMapper(acc, prefix, merge=merge)
+        self.parser = None
         self.joiner = joiner
         self.final_usage = False
         self.received_bytes = 0

@@ -31,9 +31,9 @@ from .continuation import (
     strategy_for,
     summary,
 )
-from .contract import ModelRequest, Strategy
+from .contract import ModelRequest, ResumableAdapter, ResumableParser, ResumePoint, Strategy
 from .errors import ErrorClass, RequestFailed, StreamInterrupted
-from .plan import PlanKind, RecoveryPlan, plan
+from .plan import PlanKind, RecoveryPlan, native_plan, plan
 from .protocol import FrameKind, RunStatus
 from .retry import backoff_delay
 from .sink import AttemptRecord, StructuredEvent
@@ -42,6 +42,7 @@ from .translate import AttemptDone, Translator, replay_block
 log = logging.getLogger(__name__)
 
 MIN_THINKING_BUDGET = 1024  # the smallest extended-thinking budget a provider takes
+NATIVE_RESUME = PlanKind.NATIVE_RESUME.value  # the attempt kind and strategy of a re-attach
 
 
 @dataclass(slots=True)
@@ -100,6 +101,7 @@ class TurnRunner:
         self.received_bytes = 0
         self.base_input: int | None = None
         self.joins: list[ev.JoinRecord] = []  # how each continuation joined the kept text
+        self.native: ResumePoint | None = None  # where the current attempt re-attaches (native resume)
 
     # ---- public -------------------------------------------------------------------------
 
@@ -130,6 +132,12 @@ class TurnRunner:
                 return await self._finish_completed()
             except RequestFailed as failed:
                 error = failed.error
+                if self.native is not None:
+                    # the response is gone (404, expired) or re-attaching failed: continue instead
+                    outcome = await self._native_failed(error.kind, error.message)
+                    if outcome is not None:
+                        return outcome
+                    continue
                 if error.error_class is ErrorClass.PREFILL_REFUSED and self.strategy is Strategy.PREFILL:
                     # The model takes no prefill: same continuation, explicit continue message,
                     # and no prefill again for this model in this run (nor in this process).
@@ -169,8 +177,13 @@ class TurnRunner:
     async def _attempt(self) -> None:
         """One provider call with its pre-stream retries; raises AttemptDone on the terminator."""
         cfg = self.ctx.config
-        messages = continuation_messages(self.request.messages, self.prefix, self.strategy)
-        http_request = self.ctx.adapter.build_request(self._budgeted(replace(self.request, messages=messages)))
+        native = self.native
+        if native is not None:
+            assert isinstance(self.ctx.adapter, ResumableAdapter)
+            http_request = self.ctx.adapter.resume_request(native)
+        else:
+            messages = continuation_messages(self.request.messages, self.prefix, self.strategy)
+            http_request = self.ctx.adapter.build_request(self._budgeted(replace(self.request, messages=messages)))
         retries = 0
         kind = self.attempt_kind
         while True:
@@ -180,11 +193,16 @@ class TurnRunner:
                 turn=self.turn,
                 kind=kind,
                 continuation=self.continuation,
-                strategy=self.strategy.value if (self.strategy and self.prefix) else None,
+                strategy=self._strategy_name(),
                 http_request=http_request,
             )
-            joiner = joiner_for(self.prefix, self.strategy, self.ctx.adapter.echoes_prefix)
-            self.translator.begin(self.acc, self.prefix, joiner)
+            if native is not None:
+                # the same response goes on: no join to make; a closed text block is not reopened
+                merge = bool(self.prefix) and not self.prefix[-1].closed
+                self.translator.begin(self.acc, self.prefix, None, merge=merge)
+            else:
+                joiner = joiner_for(self.prefix, self.strategy, self.ctx.adapter.echoes_prefix)
+                self.translator.begin(self.acc, self.prefix, joiner)
             # only pre-stream failures come back here
             error = await run_attempt(self.ctx, http_request, record, self.translator)
             if error.permanent or retries >= cfg.max_request_retries:
@@ -210,14 +228,20 @@ class TurnRunner:
         self.output_used += self._attempt_output()
         self.received_bytes += self.translator.received_bytes
         snapshot = self.acc.snapshot()
-        recovery = plan(snapshot)
+        point = self._resume_point()
+        recovery = native_plan(snapshot) if point is not None else plan(snapshot)
         provider_error = interrupted.provider_error
         permanent = provider_error is not None and provider_error.permanent
         never = snapshot.stop_reason in NEVER_CONTINUE_STOPS
         # The stop reason arrived, so the answer had ended: only the terminator (and, where the
         # provider sends usage after the stop reason, the final usage) was lost.
         ended = snapshot.stop_reason in ENDED_STOPS and not permanent
-        structured_restart = recovery.continues and self.request.structured and self._strategy() is not Strategy.PREFILL
+        structured_restart = (
+            point is None
+            and recovery.continues
+            and self.request.structured
+            and self._strategy() is not Strategy.PREFILL
+        )
         if structured_restart:
             recovery = as_restart(recovery)
 
@@ -274,10 +298,13 @@ class TurnRunner:
             result.recovered = self.continuation > 0
             return result
         retry_after = provider_error.retry_after_s if provider_error is not None else None
-        return await self._next_continuation(retry_after, recovery)
+        return await self._next_continuation(retry_after, recovery, point)
 
-    async def _next_continuation(self, retry_after_s: float | None, recovery: RecoveryPlan) -> TurnResult | None:
-        """Spend one continuation: checkpoint, back off (cancellable), set up the prefix."""
+    async def _next_continuation(
+        self, retry_after_s: float | None, recovery: RecoveryPlan, point: ResumePoint | None = None
+    ) -> TurnResult | None:
+        """Spend one continuation: checkpoint, back off (cancellable), set up the prefix (a
+        native resume at ``point`` when the plan is one)."""
         cfg = self.ctx.config
         await self._write_checkpoint(force=True)
         if self.continuation >= cfg.max_continuations:
@@ -311,13 +338,16 @@ class TurnRunner:
             FrameKind.RECOVERY, phase="backoff", attempt=self.continuation, plan=recovery.kind.value, backoff_s=delay
         )
         await self.ctx.sleep(delay)
-        self._set_prefix(recovery)
+        if point is not None and recovery.kind is PlanKind.NATIVE_RESUME:
+            self._set_native(recovery.keep, point)
+        else:
+            self._set_prefix(recovery)
         await self._emit(
             ev.LLM_STREAM_CONTINUATION_STARTED,
             continuation_attempt=self.continuation,
             backoff_s=delay,
             committed=summary(self.prefix),
-            strategy=self.strategy.value if self.strategy else None,
+            strategy=self._strategy_name(),
             plan=recovery.kind.value,
         )
         await self.ctx.frame(
@@ -329,7 +359,59 @@ class TurnRunner:
         )
         return None
 
+    def _set_native(self, keep: list[Block], point: ResumePoint) -> None:
+        """The next attempt re-attaches at ``point``, from exactly the blocks ``keep``."""
+        self.prefix = [b.copy() for b in keep]
+        self.acc = Accumulator()
+        self.acc.restore([b.copy() for b in keep])
+        self.strategy, self.attempt_kind, self.native = None, NATIVE_RESUME, point
+
+    async def _native_failed(self, kind: str, message: str) -> TurnResult | None:
+        """Re-attaching failed before its stream started: the same break is recovered the
+        ordinary way, from the blocks the turn holds, without spending another continuation."""
+        self.native = None
+        snapshot = self.acc.snapshot()
+        recovery = plan(snapshot)
+        if recovery.continues and self.request.structured and self._strategy() is not Strategy.PREFILL:
+            recovery = as_restart(recovery)
+        await self._emit(
+            ev.LLM_STREAM_CONTINUATION_FAILED,
+            continuation_attempt=self.continuation,
+            error_kind=kind,
+            error_message=message,
+            fallback_strategy=self._strategy().value,
+        )
+        await self._publish_discards(recovery)
+        if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
+            result = await self._finish_with(recovery.keep, "tool_use")
+            result.recovered = True
+            return result
+        self._set_prefix(recovery)
+        return None
+
+    def _resume_point(self) -> ResumePoint | None:
+        """Where the broken response can be re-attached, when the provider's setting allows it
+        and the blocks hold exactly its state there (not while a continuation's seam is open)."""
+        adapter, parser = self.ctx.adapter, self.translator.parser
+        if not isinstance(adapter, ResumableAdapter) or not adapter.native_resume:
+            return None
+        if not isinstance(parser, ResumableParser):
+            return None
+        joiner = self.translator.joiner
+        if joiner is not None and not joiner.decided:
+            return None
+        point = parser.resume_point(self.native.response_id if self.native is not None else None)
+        # a re-attached stream that broke before its first event is re-attached where it was
+        return point if point is not None else self.native
+
+    def _strategy_name(self) -> str | None:
+        """How the current attempt carries on: ``native_resume``, or the continuation strategy."""
+        if self.native is not None:
+            return NATIVE_RESUME
+        return self.strategy.value if (self.strategy and self.prefix) else None
+
     def _set_prefix(self, recovery: RecoveryPlan) -> None:
+        self.native = None
         chosen = continue_from(recovery, self._strategy())
         if chosen.kind == "restart":
             # the answer starts over: what was dropped does not count against it
@@ -405,7 +487,8 @@ class TurnRunner:
         await self.ctx.frame(FrameKind.STREAM_RESET, reason="resume")
         for block in blocks:
             await replay_block(self.ctx, block)
-        recovery = plan(Snapshot(tuple(blocks)))
+        native = self._checkpoint_point(checkpoint)
+        recovery = native_plan(Snapshot(tuple(blocks))) if native is not None else plan(Snapshot(tuple(blocks)))
         await self._emit(
             ev.LLM_RUN_RESUMED,
             plan=recovery.kind.value,
@@ -414,6 +497,11 @@ class TurnRunner:
             checkpoint_continuation=checkpoint.continuation,
         )
         self.continuation = checkpoint.continuation  # a resume spends no continuation
+        if native is not None:
+            # the response went on generating while no worker read it: re-attach where the
+            # checkpoint's blocks end (a failure falls back to continuing from them)
+            self._set_native(recovery.keep, native)
+            return None
         # the checkpoint does not say what the kept blocks cost: their bytes over-count it, the
         # provider's count (where it has one) tells it
         self.received_bytes = sum(len(b.text.encode()) + len(b.arguments.encode()) for b in recovery.keep)
@@ -434,6 +522,16 @@ class TurnRunner:
         if self.prefix:
             self.attempt_kind = "resume"
         return None
+
+    def _checkpoint_point(self, checkpoint: Checkpoint) -> ResumePoint | None:
+        native = checkpoint.native
+        adapter = self.ctx.adapter
+        if not native or not isinstance(adapter, ResumableAdapter) or not adapter.native_resume:
+            return None
+        response_id, after = native.get("response_id"), native.get("after")
+        if not isinstance(response_id, str) or type(after) is not int:
+            return None
+        return ResumePoint(response_id, after)
 
     # ---- endings ----------------------------------------------------------------------
 
@@ -485,7 +583,8 @@ class TurnRunner:
     async def _publish_discards(self, recovery: RecoveryPlan) -> None:
         for block in recovery.discarded_tools:
             reason = "incomplete_arguments" if not block.closed else "invalid_arguments_json"
-            self.discarded_tools.append(DiscardedTool(block.id, block.name, reason).as_dict())
+            if recovery.kind is not PlanKind.NATIVE_RESUME:  # a native resume receives the call again, whole
+                self.discarded_tools.append(DiscardedTool(block.id, block.name, reason).as_dict())
             await self._emit(
                 ev.DISCARDED_PARTIAL_TOOL_USE,
                 tool_name=block.name,
@@ -529,7 +628,8 @@ class TurnRunner:
         await self._write_checkpoint(force=True)
 
     async def _write_checkpoint(self, force: bool = False) -> None:
-        keep = plan(self.acc.snapshot()).keep
+        point = self._resume_point()
+        keep = native_plan(self.acc.snapshot()).keep if point is not None else plan(self.acc.snapshot()).keep
         in_flight = self.translator.in_flight_tool
         checkpoint = Checkpoint(
             run_id=self.ctx.run_id,
@@ -540,6 +640,7 @@ class TurnRunner:
             attempt=self._current_attempt.index if self._current_attempt else 0,
             continuation=self.continuation,
             seq=self.ctx.seq,
+            native=point.as_dict() if point is not None else None,
         )
         await self.writer.write(checkpoint)
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from ..engine.blocks import REASONING
-from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, ResumePoint, Strategy
 from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
     BlockStart,
@@ -44,15 +43,6 @@ _decode = json.JSONDecoder().decode
 
 # incomplete_details.reason -> normalized stop reason
 INCOMPLETE_REASONS: dict[str, str] = {"max_output_tokens": "max_tokens", "content_filter": "content_filter"}
-
-
-@dataclass(frozen=True, slots=True)
-class ResumePoint:
-    """Where a background response can be re-attached: its id and the last event whose
-    effect the kept blocks hold (``starting_after``)."""
-
-    response_id: str
-    after: int
 
 
 def _usage(raw: Any) -> Usage:

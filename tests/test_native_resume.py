@@ -1,0 +1,91 @@
+"""Native resume on the OpenAI Responses fake: a broken background response is re-attached
+with ``starting_after`` and goes on, nothing generated or billed again; when the response is
+gone the break is continued the ordinary way."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamrecover.engine.sse import SSEDecoder
+from streamrecover.testing.tools import demo_registry
+
+from .harness import assert_invariants, run
+
+TEXT = "A story [[words=20]]"
+TOOL = "Weather? [[words=8]] [[tool=get_weather]]"
+NATIVE = {"native_resume": True}
+
+
+async def once(server, prompt, faults=(), **kw):
+    return await run(
+        server,
+        prompt,
+        faults=list(faults),
+        wire="openai-responses",
+        model="gpt-4o",
+        tools=demo_registry(),
+        provider_kw=NATIVE,
+        **kw,
+    )
+
+
+def billed_tokens(outcome) -> int:
+    return sum(e.billed_output_tokens for e in outcome.log)
+
+
+def event_count(server, reference) -> int:
+    import httpx
+
+    request = reference.sink.attempts[0].request
+    headers = {k: v for k, v in request["headers"].items() if v != "[redacted]"}
+    headers["authorization"] = "Bearer k"
+    raw = httpx.post(request["url"], json=request["json"], headers=headers).content
+    return len(SSEDecoder().feed(raw))
+
+
+@pytest.mark.parametrize("prompt", [TEXT, TOOL])
+async def test_every_break_is_resumed_in_the_same_response(fake_server, prompt):
+    """At every event boundary: the committed answer is the uninterrupted one, the re-attach
+    asks for the events after the last one kept, and the fake billed one generation."""
+    reference = await once(fake_server, prompt)
+    assert_invariants(reference)
+    assert reference.log[0].request["background"] is True
+    whole = billed_tokens(reference)
+    resumed = 0
+    for n in range(1, event_count(fake_server, reference)):
+        outcome = await once(fake_server, prompt, [f"cut:events={n}"])
+        try:
+            assert_invariants(outcome, reference)
+            assert billed_tokens(outcome) == whole, "billed twice"
+            kinds = [a.kind for a in outcome.sink.attempts]
+            if len(outcome.log) > 1 and outcome.log[1].method == "GET":
+                resumed += 1
+                assert kinds[:2] == ["initial", "native_resume"]
+                assert outcome.sink.attempts[1].strategy == "native_resume"
+                after = int(outcome.sink.attempts[1].request["url"].rsplit("=", 1)[1])
+                assert 0 <= after < n
+                (interrupted,) = outcome.events("llm_stream_interrupted")
+                assert interrupted["plan"] == "native_resume"
+                assert outcome.events("llm_stream_continuation_started")[0]["strategy"] == "native_resume"
+                # the attempts' usage adds up to one answer
+                usage = [a.usage.output_tokens for a in outcome.sink.attempts[:2]]
+                assert sum(u or 0 for u in usage) == reference.sink.attempts[0].usage.output_tokens
+        except AssertionError as exc:
+            raise AssertionError(f"cut:events={n}: {exc}") from exc
+    assert resumed > 5
+
+
+async def test_a_gone_response_falls_back_to_a_continuation(fake_server):
+    reference = await once(fake_server, TEXT)
+    outcome = await once(fake_server, TEXT, ["cut:events=12", "status:404"])
+    assert_invariants(outcome, reference)
+    assert [a.kind for a in outcome.sink.attempts] == ["initial", "native_resume", "continuation"]
+    (failed,) = outcome.events("llm_stream_continuation_failed")
+    assert failed["fallback_strategy"] == "continue_message"
+    assert outcome.log[2].understood_as == "continue_message"
+
+
+async def test_without_the_setting_a_break_is_continued(fake_server):
+    outcome = await run(fake_server, TEXT, faults=["cut:events=12"], wire="openai-responses", model="gpt-4o")
+    assert "background" not in outcome.log[0].request
+    assert [a.kind for a in outcome.sink.attempts] == ["initial", "continuation"]
