@@ -21,7 +21,14 @@ STREAMRECOVER = {
             "ADAPTER": "anthropic",
             "BASE_URL": os.environ["STREAMRECOVER_FAKE_URL"],
             "API_KEY": "sk-fake-worker-key",
-        }
+        },
+        # the Responses dialect with native resume (background responses re-attached)
+        "fake-responses": {
+            "ADAPTER": "openai-responses",
+            "BASE_URL": os.environ["STREAMRECOVER_FAKE_URL"] + "/v1",
+            "API_KEY": "sk-fake-worker-key",
+            "NATIVE_RESUME": True,
+        },
     },
     "CHECKPOINT_STORE": "redis",
     "EXECUTION": "celery",

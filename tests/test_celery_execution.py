@@ -52,7 +52,13 @@ def celery_settings(slow_fake, settings):
         STREAMRECOVER={
             **settings.STREAMRECOVER,
             "PROVIDERS": {
-                "fake": {"ADAPTER": "anthropic", "BASE_URL": slow_fake.base_url, "API_KEY": "sk-fake-worker-key"}
+                "fake": {"ADAPTER": "anthropic", "BASE_URL": slow_fake.base_url, "API_KEY": "sk-fake-worker-key"},
+                "fake-responses": {
+                    "ADAPTER": "openai-responses",
+                    "BASE_URL": f"{slow_fake.base_url}/v1",
+                    "API_KEY": "sk-fake-worker-key",
+                    "NATIVE_RESUME": True,
+                },
             },
             "EXECUTION": "celery",
             "CHECKPOINT_STORE": "redis",
@@ -204,6 +210,55 @@ def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(cele
     assert RecoveryEvent.objects.filter(run=run, name="llm_run_resumed").count() == 1
     assert not RecoveryEvent.objects.filter(run=run, name="llm_stream_continuation_started").exists()
     assert asyncio.run(store.get(str(run.pk))) is None
+
+
+def test_killed_worker_background_response_is_reattached_by_another_worker(celery_settings, workers, slow_fake):
+    """Native resume across a killed worker: the second worker re-attaches to the same
+    Responses background response with ``starting_after`` = the checkpoint's cursor, the
+    answer is byte for byte the uninterrupted one, and one generation was billed."""
+    first = workers("w1")
+    prompt = "Tell me a long story about a harbour [[words=300]]"
+    run = lifecycle.create_run(prompt=prompt, provider="fake-responses", model="gpt-4o")
+    dispatch.enqueue_run(run)
+    store = RedisCheckpointStore(app_settings.REDIS_URL, ttl_s=3600)
+
+    def checkpoint():
+        found = asyncio.run(store.get(str(run.pk)))
+        text = found.blocks[0]["text"] if found and found.blocks else ""
+        return found if found is not None and found.native and len(text) > 200 else None
+
+    try:
+        wait_for(checkpoint, timeout=120, what="a checkpoint with text and a resume point")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{first.log()}") from exc
+    first.kill()  # kill -9 in the middle of the stream
+    assert status_of(run.pk) == "running"
+
+    second = workers("w2")
+    time.sleep(2.2)  # the heartbeat goes stale
+    saved = asyncio.run(store.get(str(run.pk)))  # the last checkpoint the first worker wrote
+    assert saved is not None
+    assert saved.native is not None
+    assert dispatch.sweep_stale_runs() == [str(run.pk)]
+    wait_for(lambda: status_of(run.pk) in Run.TERMINAL_STATUSES, timeout=90, what="the resumed run to finish")
+    run.refresh_from_db()
+    assert run.status == "completed", second.log()
+    assert run.worker.endswith(str(second.process.pid))
+    reference = asyncio.run(run_engine(slow_fake, prompt, wire="openai-responses", model="gpt-4o", max_tokens=1024))
+    assert assistant_text(run) == reference.assistant[0]["content"][0]["text"]
+    requests = slow_fake.log_for("default")  # the workers' calls
+    assert [(e.method, e.understood_as) for e in requests] == [("POST", "fresh"), ("GET", "resume")]
+    response_id = saved.native["response_id"]
+    assert requests[1].path == f"/v1/responses/{response_id}"
+    attempts = list(Attempt.objects.filter(run=run).order_by("index"))
+    assert [a.kind for a in attempts] == ["initial", "native_resume"]
+    assert attempts[1].request["url"].endswith(f"?stream=true&starting_after={saved.native['after']}")
+    assert attempts[1].request["method"] == "GET"
+    # one generation billed, and the attempts' usage adds up to one answer
+    assert sum(e.billed_output_tokens for e in requests) == requests[0].output_tokens > 0
+    assert sum(a.output_tokens or 0 for a in attempts) == requests[0].output_tokens
+    assert RecoveryEvent.objects.filter(run=run, name="llm_run_resumed").get().payload["plan"] == "native_resume"
+    assert "sk-fake-worker-key" not in second.log()
 
 
 def test_cancel_reaches_a_streaming_worker(celery_settings, workers, slow_fake):

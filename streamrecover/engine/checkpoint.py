@@ -22,8 +22,9 @@ class Checkpoint:
     attempt: int = 0
     continuation: int = 0
     seq: int = 0  # last client frame sequence number published
-    # native resume: {"response_id", "after"}, the provider-side response ``blocks`` are the
-    # state of after that event; another worker re-attaches there (None: continue instead)
+    # native resume: {"response_id", "after", "open_text"}: ``blocks`` are the provider-side
+    # response's state after event ``after`` (its last text block still open when
+    # ``open_text``); another worker re-attaches there (None: it continues instead)
     native: dict[str, Any] | None = None
     updated_at: float = field(default_factory=time.time)
 

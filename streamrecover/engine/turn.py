@@ -488,6 +488,8 @@ class TurnRunner:
         for block in blocks:
             await replay_block(self.ctx, block)
         native = self._checkpoint_point(checkpoint)
+        if native is not None and blocks and (checkpoint.native or {}).get("open_text") is True:
+            blocks[-1].closed = False  # the re-attached stream goes on inside it
         recovery = native_plan(Snapshot(tuple(blocks))) if native is not None else plan(Snapshot(tuple(blocks)))
         await self._emit(
             ev.LLM_RUN_RESUMED,
@@ -640,7 +642,7 @@ class TurnRunner:
             attempt=self._current_attempt.index if self._current_attempt else 0,
             continuation=self.continuation,
             seq=self.ctx.seq,
-            native=point.as_dict() if point is not None else None,
+            native={**point.as_dict(), "open_text": _open_text(keep)} if point is not None else None,
         )
         await self.writer.write(checkpoint)
 
@@ -701,6 +703,11 @@ class TurnRunner:
             "attempt": attempt.index if attempt else None,
         }
         await self.ctx.sink.on_event(StructuredEvent(name, {**base, **fields}))
+
+
+def _open_text(blocks: list[Block]) -> bool:
+    """True when the last block is a text block still receiving text."""
+    return bool(blocks) and blocks[-1].kind == TEXT and not blocks[-1].closed
 
 
 def _sent_bytes(message: dict[str, Any], prefix: list[Block]) -> int:
