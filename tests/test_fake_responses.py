@@ -150,3 +150,27 @@ async def test_reasoning_items_go_back_verified(fake_server):
     second_request = outcome.log[1].request
     sent = [i for i in second_request["input"] if i.get("type") == "reasoning"]
     assert sent == [{k: first[0][k] for k in ("type", "id", "summary", "encrypted_content")}]
+
+
+@pytest.mark.parametrize(
+    ("wire", "azure", "path"),
+    [
+        ("openai-responses", {}, "/openai/v1/responses"),
+        ("openai-responses", {"azure_api_version": "2025-04-01-preview"}, "/openai/responses"),
+        ("openai", {"azure_api_version": "2024-10-21"}, "/openai/deployments/prod-4o/chat/completions"),
+        ("openai", {}, "/openai/v1/chat/completions"),
+    ],
+)
+async def test_azure_shaped_paths_with_the_api_key_header(fake_server, wire, azure, path):
+    """A provider set up for Azure reaches the fake at Azure's paths with ``api-key`` (the fake
+    refuses a Bearer token there), the deployment in place of the model; the key is stored nowhere."""
+    kw = {"base_url": fake_server.base_url, "azure": True, "azure_deployment": "prod-4o", **azure}
+    outcome = await run(fake_server, PROMPT, faults=["cut:events=9"], wire=wire, model="gpt-4o", provider_kw=kw)
+    reference = await run(fake_server, PROMPT, wire=wire, model="gpt-4o")
+    assert_invariants(outcome, reference)
+    assert [e.path for e in outcome.log] == [path, path]
+    assert outcome.log[0].request["model"] == "prod-4o"
+    for attempt in outcome.sink.attempts:
+        assert attempt.request["headers"]["api-key"] == "[redacted]"
+        assert "sk-test-secret" not in json.dumps(attempt.request)
+    assert all("api-key" not in e.headers and "sk-test-secret" not in json.dumps(e.headers) for e in outcome.log)
