@@ -46,6 +46,8 @@ RECORDED = {
     "anthropic_redacted_thinking_recorded.sse": ("anthropic", "claude-3-7-sonnet", 2048),
     "openai_chat_tool.sse": ("openai", "gpt-4o", None),
     "openai_chat_refusal.sse": ("openai", "gpt-4o", None),
+    "openai_responses_reasoning_tool.sse": ("openai-responses", "gpt-5", None),
+    "openai_responses_background_initial.sse": ("openai-responses", "gpt-4o", None),
 }
 
 GENERATED = {

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
-from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn, signature_valid
-from .wire_openai_responses import decrypt_reasoning
+from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn
+from .wire_openai_responses import reasoning_valid
 
 _ROLES = ("user", "assistant", "system", "developer")
 
@@ -122,8 +122,7 @@ def _turn(index: int, item: Any) -> Turn | None:
 def _check_reasoning(index: int, item: Mapping[str, Any]) -> None:
     """A reasoning item comes back as it was issued, or the request fails as the real one does."""
     token = item.get("encrypted_content")
-    found = decrypt_reasoning(token) if isinstance(token, str) else None
-    if found is None or not signature_valid(*found):
+    if not isinstance(token, str) or not reasoning_valid(token):
         raise RequestRejected(
             "The encrypted content for item could not be verified.",
             param=f"input[{index}].encrypted_content",

@@ -22,6 +22,7 @@ from typing import Any
 from ...engine.contract import CONTINUE_INSTRUCTION
 from .model import BlockKind, Plan, PlannedBlock, trust_signature
 from .wire import WireEvent, compact
+from .wire_openai_responses import trust_reasoning
 
 _THINKING_KINDS = ("thinking", "redacted_thinking")
 
@@ -92,6 +93,10 @@ class Recording:
         """Split ``raw`` (LF line ends, events ended by a blank line) and read its answer."""
         chunks = [c + b"\n\n" for c in raw.split(b"\n\n") if c.strip()]
         payloads = [_payload(c) for c in chunks]
+        if any(str(p.get("type", "")).startswith("response.") for p in payloads):
+            plan, billing = _responses_plan(payloads)
+            events = tuple(WireEvent(c, *billing[i]) for i, c in enumerate(chunks))
+            return cls(events, plan)
         if any(p.get("object") == "chat.completion.chunk" or "choices" in p for p in payloads):
             plan, billing = _openai_plan(payloads)
             events = tuple(WireEvent(c, *billing[i]) for i, c in enumerate(chunks))
@@ -205,6 +210,43 @@ def _openai_plan(payloads: list[dict[str, Any]]) -> tuple[Plan, list[tuple[int, 
                     tokens = 1
             if choice.get("finish_reason") == "tool_calls":
                 stop = "tool_use"
+        billing.append((tokens, text))
+    return builder.plan(stop), billing
+
+
+def _responses_plan(payloads: list[dict[str, Any]]) -> tuple[Plan, list[tuple[int, str]]]:
+    """An OpenAI Responses recording's text parts and function calls (its reasoning items are
+    trusted when they come back in history, and not part of the plan a continuation answers from)."""
+    builder = _Builder()
+    billing: list[tuple[int, str]] = []
+    stop = "end_turn"
+    items: dict[str, int] = {}  # item id -> block index
+    for p in payloads:
+        tokens, text = 0, ""
+        kind = p.get("type")
+        if kind == "response.output_item.added" and p["item"].get("type") == "function_call":
+            item = p["item"]
+            items[item["id"]] = len(builder.blocks)
+            builder.blocks[len(builder.blocks)] = {
+                "kind": BlockKind.TOOL_USE,
+                "pieces": [],
+                "call_id": item.get("call_id", ""),
+                "name": item.get("name", ""),
+            }
+        elif kind == "response.output_item.done" and p["item"].get("type") == "reasoning":
+            token = p["item"].get("encrypted_content")
+            if isinstance(token, str):
+                trust_reasoning(token)
+        elif kind == "response.output_text.delta":
+            index = items.setdefault(p["item_id"], len(builder.blocks))
+            builder.piece(index, BlockKind.TEXT, p["delta"])
+            tokens, text = int(bool(p["delta"])), p["delta"]
+        elif kind == "response.function_call_arguments.delta":
+            builder.piece(items[p["item_id"]], BlockKind.TOOL_USE, p["delta"])
+            tokens = int(bool(p["delta"]))
+        elif kind == "response.completed":
+            output = p["response"].get("output") or []
+            stop = "tool_use" if any(i.get("type") == "function_call" for i in output) else "end_turn"
         billing.append((tokens, text))
     return builder.plan(stop), billing
 

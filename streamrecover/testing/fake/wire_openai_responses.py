@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from .model import BlockKind, Plan, PlannedBlock, stable_token
+from .model import BlockKind, Plan, PlannedBlock, signature_valid, stable_token
 from .wire import ErrorSpec, ResponseContext, WireEvent, compact
 
 ENCRYPTED_PREFIX = "gAAAAAB"  # what the real tokens start with; the rest is the fake's own
@@ -33,6 +33,22 @@ def encrypt_reasoning(thinking: str, signature: str) -> str:
     """The reasoning item's ``encrypted_content``: opaque to the client, readable by the fake."""
     raw = json.dumps({"t": thinking, "s": signature}, ensure_ascii=False).encode()
     return ENCRYPTED_PREFIX + base64.urlsafe_b64encode(zlib.compress(raw)).decode()
+
+
+_TRUSTED: set[str] = set()
+
+
+def trust_reasoning(token: str) -> None:
+    """Accept a recorded reasoning item's real ``encrypted_content`` when it comes back in history."""
+    _TRUSTED.add(token)
+
+
+def reasoning_valid(token: str) -> bool:
+    """The token is one this fake issued (its thinking signed) or a trusted recorded one."""
+    if token in _TRUSTED:
+        return True
+    found = decrypt_reasoning(token)
+    return found is not None and signature_valid(*found)
 
 
 def decrypt_reasoning(token: str) -> tuple[str, str] | None:
