@@ -77,3 +77,12 @@ def with_should_retry(headers: Mapping[str, str], error_class: ErrorClass) -> Er
     if override is None or error_class is ErrorClass.PREFILL_REFUSED:
         return error_class
     return ErrorClass.RETRYABLE if override else ErrorClass.PERMANENT
+
+
+def text_of(content: Any) -> str:
+    """Tool-result or message content (a string or canonical blocks) as the string OpenAI takes."""
+    if isinstance(content, str):
+        return content
+    if not content:
+        return ""
+    return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")

@@ -29,7 +29,15 @@ from ..engine.events import (
 from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
 from .azure import CHAT_PATH, azure_headers, azure_url, deployment
-from .common import as_int, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
+from .common import (
+    as_int,
+    excerpt,
+    read_error_body,
+    status_policy,
+    strategy_override,
+    text_of,
+    with_should_retry,
+)
 
 __all__ = ["FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStreamParser"]
 
@@ -208,15 +216,6 @@ def _error_event(error: Any) -> ProviderErrorEvent:
 # -- requests -------------------------------------------------------------------------
 
 
-def _text_of(content: Any) -> str:
-    """Tool-result content (a string or canonical blocks) as the string OpenAI takes."""
-    if isinstance(content, str):
-        return content
-    if not content:
-        return ""
-    return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
-
-
 def _user_part(block: dict[str, Any]) -> dict[str, Any]:
     """A canonical user block -> a content part. Anthropic-style base64 images become data
     URLs; anything else is assumed to be an OpenAI part already."""
@@ -241,9 +240,7 @@ def _user_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for block in content:
         if block.get("type") == "tool_result":
-            out.append(
-                {"role": "tool", "tool_call_id": block["tool_use_id"], "content": _text_of(block.get("content"))}
-            )
+            out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text_of(block.get("content"))})
         else:
             parts.append(_user_part(block))
     if len(parts) == 1 and parts[0]["type"] == "text":
@@ -290,7 +287,7 @@ def _messages(request: ModelRequest, prefix_flag: bool) -> list[dict[str, Any]]:
         elif role == "assistant":
             out.append(_assistant_message(message, prefix_flag))
         else:  # system/developer messages placed in the conversation
-            out.append({"role": role, "content": _text_of(message["content"])})
+            out.append({"role": role, "content": text_of(message["content"])})
     return out
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
 from ..engine.blocks import REASONING
 from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, ResumePoint, Strategy
-from ..engine.errors import ErrorClass, ParseError, ProviderError
+from ..engine.errors import ParseError, ProviderError
 from ..engine.events import (
     BlockStart,
     BlockStop,
@@ -31,11 +32,10 @@ from ..engine.events import (
     Usage,
     UsageUpdate,
 )
-from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
 from .azure import azure_headers, azure_url, deployment
-from .common import as_int, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
-from .openai_chat import _CONTEXT_MARKERS, _QUOTA_MARKERS, _RETRYABLE_STREAM_MARKERS, _STATUS_POLICY, _text_of
+from .common import as_int, excerpt, strategy_override, text_of
+from .openai_chat import OpenAIChatAdapter
 
 __all__ = ["INCOMPLETE_REASONS", "REASONING", "OpenAIResponsesAdapter", "ResponsesStreamParser", "ResumePoint"]
 
@@ -275,7 +275,7 @@ def _user_items(message: dict[str, Any]) -> list[dict[str, Any]]:
                 {
                     "type": "function_call_output",
                     "call_id": block["tool_use_id"],
-                    "output": _text_of(block.get("content")),
+                    "output": text_of(block.get("content")),
                 }
             )
         else:
@@ -320,7 +320,7 @@ def _input(request: ModelRequest) -> list[dict[str, Any]]:
         elif role == "assistant":
             out.extend(_assistant_items(message))
         else:  # system/developer messages placed in the conversation
-            out.append({"role": role, "content": _text_of(message["content"])})
+            out.append({"role": role, "content": text_of(message["content"])})
     return out
 
 
@@ -331,6 +331,7 @@ class OpenAIResponsesAdapter:
 
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
+        self._chat = OpenAIChatAdapter(config)  # the same error vocabulary
 
     @property
     def native_resume(self) -> bool:
@@ -392,49 +393,14 @@ class OpenAIResponsesAdapter:
         return ResponsesStreamParser()
 
     def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
-        """As Chat Completions: quota 429s and context overflows are permanent."""
-        _, error, message = read_error_body(status, body)
-        markers = f"{error.get('code') or ''} {error.get('type') or ''}" if isinstance(error, dict) else ""
-        kind, error_class = status_policy(status, _STATUS_POLICY)
-        haystack = f"{markers} {message}".lower()
-        if status == 429 and any(m in haystack for m in _QUOTA_MARKERS):
-            kind, error_class = "spend_limit", ErrorClass.PERMANENT
-        elif status == 400 and any(m in haystack for m in _CONTEXT_MARKERS):
-            kind = "context_overflow"
-        elif status == 404:
-            kind = "not_found"
-        error_class = with_should_retry(headers, error_class)
-        return ProviderError(
-            error_class=error_class,
-            kind=kind,
-            message=message,
-            status=status,
-            retry_after_s=parse_retry_after(headers),
-            request_id=header_value(headers, "x-request-id"),
-        )
+        """As Chat Completions (quota 429s and context overflows are permanent); a 404 is
+        ``not_found``: on a re-attach, the response is gone."""
+        error = self._chat.classify_http_error(status, headers, body)
+        return replace(error, kind="not_found") if status == 404 else error
 
     def classify_stream_error(self, event: ProviderErrorEvent) -> ProviderError:
-        """Server trouble and rate limits are worth another try; anything else is permanent."""
-        error_type = event.error_type.lower()
-        haystack = f"{error_type} {event.message.lower()}"
-        if any(m in haystack for m in _QUOTA_MARKERS):
-            kind, error_class = "spend_limit", ErrorClass.PERMANENT
-        elif any(m in haystack for m in _CONTEXT_MARKERS):
-            kind, error_class = "context_overflow", ErrorClass.PERMANENT
-        elif "rate_limit" in error_type:
-            kind, error_class = "rate_limited", ErrorClass.RETRYABLE
-        elif "overload" in haystack:
-            kind, error_class = "overloaded", ErrorClass.RETRYABLE
-        elif any(m in error_type for m in _RETRYABLE_STREAM_MARKERS):
-            kind, error_class = "server_error", ErrorClass.RETRYABLE
-        else:
-            kind, error_class = "provider_error", ErrorClass.PERMANENT
-        return ProviderError(
-            error_class=error_class,
-            kind=kind,
-            message=f"{event.error_type}: {event.message}",
-            request_id=event.request_id,
-        )
+        """As Chat Completions: server trouble and rate limits are worth another try, the rest is permanent."""
+        return self._chat.classify_stream_error(event)
 
     def continuation_strategy(self, model: str, *, thinking: bool) -> Strategy:
         """Settings overrides first; otherwise a continue message (Responses has no prefill)."""
