@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from streamrecover.engine.checkpoint import Checkpoint, InMemoryCheckpointStore
 from streamrecover.engine.sse import SSEDecoder
 from streamrecover.testing.tools import demo_registry
 
-from .harness import assert_invariants, run
+from .harness import assert_invariants, run, with_config
 
 TEXT = "A story [[words=20]]"
 TOOL = "Weather? [[words=8]] [[tool=get_weather]]"
@@ -89,3 +90,22 @@ async def test_without_the_setting_a_break_is_continued(fake_server):
     outcome = await run(fake_server, TEXT, faults=["cut:events=12"], wire="openai-responses", model="gpt-4o")
     assert "background" not in outcome.log[0].request
     assert [a.kind for a in outcome.sink.attempts] == ["initial", "continuation"]
+
+
+async def test_a_checkpoint_whose_response_is_gone_is_continued(fake_server):
+    """Another worker picks up a checkpoint whose background response expired: the re-attach
+    gets a 404 and the checkpoint's blocks are continued instead, without spending the budget."""
+    reference = await once(fake_server, TEXT)
+    text = reference.assistant[0]["content"][0]["text"]
+    store = InMemoryCheckpointStore()
+    native = {"response_id": "resp_expired", "after": 14, "open_text": True}
+    blocks = [{"type": "text", "text": text[:30]}]
+    await store.put(Checkpoint(run_id="native-1", turn=0, history_len=1, blocks=blocks, native=native))
+    out = await once(
+        fake_server, TEXT, checkpoints=store, run_id="native-1", resume=True, config=with_config(max_continuations=0)
+    )
+    assert_invariants(out, reference)
+    assert [a.kind for a in out.sink.attempts] == ["native_resume", "continuation"]
+    assert out.sink.attempts[0].status_code == 404
+    assert out.events("llm_run_resumed")[0]["plan"] == "native_resume"
+    assert out.log[1].understood_as == "continue_message"
