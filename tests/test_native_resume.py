@@ -109,3 +109,11 @@ async def test_a_checkpoint_whose_response_is_gone_is_continued(fake_server):
     assert out.sink.attempts[0].status_code == 404
     assert out.events("llm_run_resumed")[0]["plan"] == "native_resume"
     assert out.log[1].understood_as == "continue_message"
+
+
+async def test_an_error_event_is_continued_not_reattached(fake_server):
+    """A response that sent an error has failed: re-attaching would replay the error."""
+    reference = await once(fake_server, TEXT)
+    outcome = await once(fake_server, TEXT, ["error:events=12"])
+    assert_invariants(outcome, reference)
+    assert [a.kind for a in outcome.sink.attempts] == ["initial", "continuation"]

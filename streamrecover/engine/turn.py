@@ -32,7 +32,7 @@ from .continuation import (
     summary,
 )
 from .contract import ModelRequest, ResumableAdapter, ResumableParser, ResumePoint, Strategy
-from .errors import ErrorClass, RequestFailed, StreamInterrupted
+from .errors import ErrorClass, InterruptCause, RequestFailed, StreamInterrupted
 from .plan import PlanKind, RecoveryPlan, native_plan, plan
 from .protocol import FrameKind, RunStatus
 from .retry import backoff_delay
@@ -228,7 +228,9 @@ class TurnRunner:
         self.output_used += self._attempt_output()
         self.received_bytes += self.translator.received_bytes
         snapshot = self.acc.snapshot()
-        point = self._resume_point()
+        # a response that sent an error has failed: re-attaching would replay the error
+        failed = interrupted.cause is InterruptCause.PROVIDER_ERROR_MID_STREAM
+        point = None if failed else self._resume_point()
         recovery = native_plan(snapshot) if point is not None else plan(snapshot)
         provider_error = interrupted.provider_error
         permanent = provider_error is not None and provider_error.permanent
