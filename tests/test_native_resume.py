@@ -4,8 +4,11 @@ gone the break is continued the ordinary way."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from streamrecover.engine.cancel import CancelToken
 from streamrecover.engine.checkpoint import Checkpoint, InMemoryCheckpointStore
 from streamrecover.engine.sse import SSEDecoder
 from streamrecover.testing.tools import demo_registry
@@ -117,3 +120,22 @@ async def test_an_error_event_is_continued_not_reattached(fake_server):
     outcome = await once(fake_server, TEXT, ["error:events=12"])
     assert_invariants(outcome, reference)
     assert [a.kind for a in outcome.sink.attempts] == ["initial", "continuation"]
+
+
+async def test_a_cancelled_run_cancels_its_background_response(fake_server):
+    """Nobody would read the rest: the response is stopped (``POST .../responses/{id}/cancel``)."""
+    cancel = CancelToken()
+
+    async def cancel_soon():
+        await asyncio.sleep(0.5)
+        cancel.cancel()
+
+    task = asyncio.ensure_future(cancel_soon())
+    outcome = await once(fake_server, TEXT, ["stall:events=12,seconds=5"], cancel=cancel)
+    await task
+    assert outcome.status == "cancelled"
+    # (the stalled request's own log entry is written when its stall ends)
+    (stop,) = [e for e in outcome.log if e.understood_as == "cancel"]
+    assert (stop.method, stop.status) == ("POST", 200)
+    assert stop.path.startswith("/v1/responses/resp_")
+    assert stop.path.endswith("/cancel")

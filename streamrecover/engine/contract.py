@@ -149,6 +149,10 @@ class ResumableAdapter(Protocol):
         """The request that streams the response's events after ``point.after``."""
         ...
 
+    def cancel_request(self, response_id: str) -> HTTPRequest:
+        """The request that stops the response (a cancelled run)."""
+        ...
+
 
 # The user message of the ``continue_message`` strategy. It is stored with the attempt's
 # request and named in the event; the fake provider recognises it exactly.

@@ -91,7 +91,9 @@ class HttpxTransport:
             await self.__aenter__()
         assert self._client is not None
         timeout = httpx.Timeout(connect=connect_timeout_s, read=idle_timeout_s, write=connect_timeout_s, pool=None)
-        request = self._client.build_request(method, url, headers=dict(headers), json=json_body, timeout=timeout)
+        # a GET (a native resume's re-attach) carries no body
+        body = None if method == "GET" else json_body
+        request = self._client.build_request(method, url, headers=dict(headers), json=body, timeout=timeout)
         try:
             response = await self._client.send(request, stream=True)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:

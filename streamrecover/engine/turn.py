@@ -10,6 +10,7 @@ continuations (``continuation``) and recording attempts (``attempts``) live besi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Unpack, overload
@@ -113,6 +114,7 @@ class TurnRunner:
                     return early
             return await self._loop()
         except RunCancelled:
+            await self._cancel_response()
             await self.writer.delete(self.ctx.run_id)
             return TurnResult(
                 RunStatus.CANCELLED,
@@ -405,6 +407,32 @@ class TurnRunner:
         point = parser.resume_point(self.native.response_id if self.native is not None else None)
         # a re-attached stream that broke before its first event is re-attached where it was
         return point if point is not None else self.native
+
+    async def _cancel_response(self) -> None:
+        """A cancelled run stops its background response too, which would otherwise go on
+        generating (and being billed) with nobody reading it. Best effort, briefly."""
+        adapter, parser, transport = self.ctx.adapter, self.translator.parser, self.ctx.transport
+        if not isinstance(adapter, ResumableAdapter) or not adapter.native_resume or transport is None:
+            return
+        point = (
+            parser.resume_point(self.native.response_id if self.native else None)
+            if isinstance(parser, ResumableParser)
+            else self.native
+        )
+        if point is None:
+            return
+        request = adapter.cancel_request(point.response_id)
+        timeout = self.ctx.config.connect_timeout_s
+        try:
+            opened = await asyncio.wait_for(
+                transport.open(request.method, request.url, request.headers, request.json, timeout, timeout), timeout
+            )
+            try:
+                await asyncio.wait_for(opened.read_error_body(), timeout)
+            finally:
+                await opened.close()
+        except Exception as exc:  # the run is cancelled either way
+            log.warning("response_cancel_failed run_id=%s error=%s", self.ctx.run_id, type(exc).__name__)
 
     def _strategy_name(self) -> str | None:
         """How the current attempt carries on: ``native_resume``, or the continuation strategy."""

@@ -389,6 +389,12 @@ class OpenAIResponsesAdapter:
         url += ("&" if "?" in url else "?") + f"stream=true&starting_after={point.after}"
         return HTTPRequest("GET", url, self._headers(json_body=False), {})
 
+    def cancel_request(self, response_id: str) -> HTTPRequest:
+        """Stop a background response (a cancelled run): it would otherwise go on generating."""
+        return HTTPRequest(
+            "POST", self._url(f"/responses/{quote(response_id, safe='')}/cancel"), self._headers(json_body=True), {}
+        )
+
     def new_parser(self) -> ResponsesStreamParser:
         return ResponsesStreamParser()
 

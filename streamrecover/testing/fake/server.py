@@ -120,6 +120,11 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             status, payload = _count_tokens(ROUTES["/v1/messages"], request, self._recordings.get(scenario))
             await responder.full(status, [], json_bytes(payload), JSON_TYPE)
             return
+        if request.path.endswith("/cancel"):
+            dialect, cancelled = route(request.path.removesuffix("/cancel"))
+            if dialect is not None and cancelled is not None:
+                await self._cancel_background(dialect, request, cancelled, responder)
+                return
         dialect, resumed = route(request.path)
         if dialect is not None and resumed is not None:
             await self._provider_request(dialect, request, responder, resumed)
@@ -213,6 +218,26 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             outcome.billed_output_tokens = sum(e.tokens for e in events)
             outcome.billed_text = [e.text for e in events]
         await self._send_stream(writer, dialect, request_id, delivery, outcome, record, billed=background)
+
+    async def _cancel_background(self, dialect: Dialect, request: Request, response: str, writer: Responder) -> None:
+        """``POST .../responses/{id}/cancel``: the background response stops; it cannot be
+        re-attached afterwards. Logged (``understood_as`` ``cancel``), never billed."""
+        seq = next(self._seq)
+        request_id = f"req_fake{seq:018d}"
+        outcome = _Outcome(understood_as="cancel")
+        problem = dialect.authenticate(request.headers)
+        stored = self._background.pop((scenario_of(request), response), None) if problem is None else None
+        if problem is None and stored is None:
+            problem = not_found(response)
+        if problem is not None:
+            body = dialect.error_body(problem, request_id)
+            outcome.status, outcome.error = problem.status, problem.message
+        else:
+            body = json_bytes({"id": response, "object": "response", "status": "cancelled", "background": True})
+            outcome.status = 200
+        outcome.bytes_sent = len(body)
+        self._record(seq, request_id, dialect, request, scenario_of(request), None, outcome)
+        await writer.full(outcome.status, dialect.response_headers(request_id), body, JSON_TYPE)
 
     async def _reattach(
         self,
