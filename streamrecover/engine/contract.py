@@ -17,7 +17,7 @@ from .errors import ProviderError
 from .events import ProviderErrorEvent, StreamEvent
 from .sse import SSEEvent
 
-SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization", "cookie"})
+SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization", "cookie"})
 
 
 class Strategy(enum.StrEnum):
@@ -127,7 +127,7 @@ CONTINUE_INSTRUCTION = (
 class ProviderConfig:
     """How to reach one provider. ``api_key`` is a secret: never log or store it."""
 
-    name: str  # adapter name: "anthropic" or "openai"
+    name: str  # adapter name: "anthropic", "openai" or "gemini"
     base_url: str
     api_key: str = field(default="", repr=False)
     extra_headers: Mapping[str, str] = field(default_factory=dict)

@@ -1,20 +1,22 @@
-"""The two wire formats the fake speaks, behind one shape so the server handles both alike."""
+"""The wire formats the fake speaks, behind one shape so the server handles them alike, and the routes to them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
-from . import read_anthropic, read_openai, wire_anthropic, wire_openai
-from .interpret import Interpretation
+from . import read_anthropic, read_gemini, read_openai, wire_anthropic, wire_gemini, wire_openai
+from .interpret import Interpretation, RequestRejected
 from .model import Plan
 from .wire import ErrorSpec, ResponseContext, WireEvent
 
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
-    name: str  # "anthropic" | "openai"
+    name: str  # "anthropic" | "openai" | "gemini"
     tool_id_prefix: str
     interpret: Callable[[Any], Interpretation]
     authenticate: Callable[[Mapping[str, str]], ErrorSpec | None]
@@ -67,3 +69,44 @@ ROUTES = {
     "/beta/chat/completions": OPENAI,
     "/chat/completions": OPENAI,
 }
+
+GEMINI = Dialect(
+    name="gemini",
+    tool_id_prefix="",
+    interpret=partial(read_gemini.interpret, model="", stream=False),  # bound to the URL by ``route``
+    authenticate=wire_gemini.authenticate,
+    check_headers=wire_gemini.check_headers,
+    stream_events=wire_gemini.stream_events,
+    response_json=wire_gemini.response_json,
+    error_body=wire_gemini.error_body,
+    error_event=wire_gemini.error_event,
+    status_error=wire_gemini.status_error,
+    response_headers=wire_gemini.response_headers,
+    bad_json=wire_gemini.BAD_JSON,
+    bad_content_type=wire_gemini.BAD_CONTENT_TYPE,
+)
+
+# Gemini names the model and the method in the path: /v1beta/models/{model}:streamGenerateContent?alt=sse
+_GEMINI_PATH = re.compile(r"/v1(?:beta)?/models/(?P<model>[^/:]+):(?P<method>streamGenerateContent|generateContent)")
+
+
+def route(path: str, query: Mapping[str, str]) -> Dialect | None:
+    """The dialect that answers ``path`` (Gemini's bound to the model and method in it), or None."""
+    found = ROUTES.get(path)
+    if found is not None:
+        return found
+    match = _GEMINI_PATH.fullmatch(path)
+    if match is None:
+        return None
+    stream = match["method"] == "streamGenerateContent"
+    interpret = partial(_gemini_interpret, model=match["model"], stream=stream, sse=query.get("alt") == "sse")
+    return replace(GEMINI, interpret=interpret)
+
+
+def _gemini_interpret(body: Any, *, model: str, stream: bool, sse: bool) -> Interpretation:
+    if stream and not sse:
+        raise RequestRejected(
+            "the fake provider streams Gemini answers as server-sent events only: add ?alt=sse",
+            error_type="INVALID_ARGUMENT",
+        )
+    return read_gemini.interpret(body, model=model, stream=stream)
