@@ -603,8 +603,8 @@ def test_registry_finds_both_adapters():
 
 
 def test_registry_rejects_unknown_names_listing_the_known_ones():
-    with pytest.raises(ValueError, match="gemini") as info:
-        get_adapter(ProviderConfig(name="gemini", base_url="https://example.invalid"))
+    with pytest.raises(ValueError, match="cohere") as info:
+        get_adapter(ProviderConfig(name="cohere", base_url="https://example.invalid"))
     assert "anthropic" in str(info.value)
     assert "openai" in str(info.value)
 
@@ -633,7 +633,7 @@ def test_registry_uses_a_registered_factory(monkeypatch):
 @pytest.mark.parametrize(
     ("name", "says"),
     [
-        ("gemini", "unknown provider adapter 'gemini'"),
+        ("cohere", "unknown provider adapter 'cohere'"),
         ("nowhere.at_all.Adapter", "cannot import provider adapter 'nowhere.at_all.Adapter'"),
         (f"{__name__}.NoSuchFactory", "has no callable 'NoSuchFactory'"),
     ],
@@ -641,4 +641,4 @@ def test_registry_uses_a_registered_factory(monkeypatch):
 def test_registry_errors_name_the_value_and_the_known_adapters(name, says):
     with pytest.raises(ValueError, match=re.escape(says)) as info:
         get_adapter(ProviderConfig(name=name, base_url="https://example.invalid"))
-    assert "'anthropic', 'openai'" in str(info.value)
+    assert "'anthropic', 'gemini', 'openai'" in str(info.value)

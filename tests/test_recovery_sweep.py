@@ -60,6 +60,9 @@ GENERATED = {
     "anthropic-thinking-text": ("anthropic", "claude-3-7-sonnet", 2048, "Think first [[words=120]]"),
     "openai-long-text": ("openai", "gpt-4o", None, "A long story [[words=150]]"),
     "openai-text-then-tool": ("openai", "gpt-4o", None, "Weather? [[words=40]] [[tool=get_weather]]"),
+    "gemini-long-text": ("gemini", "gemini-2.5-flash", None, "A long story [[words=60]]"),
+    "gemini-text-then-tool": ("gemini", "gemini-2.5-flash", None, "Weather? [[words=20]] [[tool=get_weather]]"),
+    "gemini-thinking-text": ("gemini", "gemini-2.5-flash", 2048, "Think first [[words=40]]"),
 }
 
 
@@ -135,7 +138,8 @@ def _raw_of(reference) -> bytes:
 
     request = reference.sink.attempts[0].request
     headers = {k: v for k, v in request["headers"].items() if v != "[redacted]"}
-    headers.update({"x-api-key": "k", "authorization": "Bearer k", "x-fake-scenario": uuid.uuid4().hex})
+    headers.update({"x-api-key": "k", "authorization": "Bearer k", "x-goog-api-key": "k"})
+    headers["x-fake-scenario"] = uuid.uuid4().hex
     return httpx.post(request["url"], json=request["json"], headers=headers).content
 
 

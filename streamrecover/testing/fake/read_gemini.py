@@ -26,10 +26,30 @@ def _rejected(message: str, status: int = 400) -> RequestRejected:
     return RequestRejected(message, status=status, error_type="INVALID_ARGUMENT")
 
 
+# Free-form values (function arguments and responses, JSON schemas): their keys are data.
+_OPAQUE = frozenset({"args", "response", "parameters", "parametersJsonSchema", "responseSchema", "responseJsonSchema"})
+
+
+def _camel(value: Any) -> Any:
+    """Proto JSON takes ``snake_case`` field names as well as ``lowerCamelCase`` (the official
+    client sends some of each): the body with every field name in the camel form."""
+    if isinstance(value, list):
+        return [_camel(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        head, *rest = key.split("_")
+        name = head + "".join(word[:1].upper() + word[1:] for word in rest)
+        out[name] = item if name in _OPAQUE else _camel(item)
+    return out
+
+
 def interpret(body: Any, *, model: str, stream: bool) -> Interpretation:
     """The request's meaning, or ``RequestRejected`` with the real API's message."""
     if not isinstance(body, dict):
         raise _rejected("Invalid JSON payload received. Expected an object.")
+    body = _camel(body)
     contents = body.get("contents")
     if not contents:
         raise _rejected("* GenerateContentRequest.contents: contents is not specified\n")

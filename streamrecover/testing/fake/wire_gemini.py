@@ -14,6 +14,7 @@ Google's ``{"error": {"code", "message", "status"}}``, pretty-printed, as the AP
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -67,17 +68,21 @@ def _event(payload: Any, *, tokens: int = 0, text: str = "") -> WireEvent:
 
 
 def sign(thinking: str) -> str:
-    """A thought signature the fake can verify later without the thought text (Gemini sends
-    the signature back on a function call part, not beside the thought)."""
+    """A thought signature (base64, as the API's bytes field is) the fake can verify later
+    without the thought text: Gemini sends it back on a function call part, not beside the thought."""
     nonce = stable_token("gemini-thought", thinking, length=16)
-    return f"{nonce}.{sign_thinking(nonce)}"
+    return base64.b64encode(nonce.encode() + base64.b64decode(sign_thinking(nonce))).decode()
 
 
 def signature_ok(signature: Any) -> bool:
-    if not isinstance(signature, str) or "." not in signature:
+    if not isinstance(signature, str):
         return False
-    nonce, _, mac = signature.partition(".")
-    return signature_valid(nonce, mac)
+    try:
+        raw = base64.b64decode(signature, validate=True)
+    except ValueError:
+        return False
+    nonce = raw[:16].decode("ascii", errors="replace")
+    return signature_valid(nonce, base64.b64encode(raw[16:]).decode())
 
 
 def response_id(ctx: ResponseContext) -> str:
