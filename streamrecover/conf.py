@@ -70,6 +70,7 @@ PROVIDER_KEYS = (
     "STRATEGY_OVERRIDES",
     "PREFIX_FLAG",
     "ECHOES_PREFIX",
+    "CONTINUE_FINAL_MESSAGE",
     "ANTHROPIC_VERSION",
 )
 
@@ -168,7 +169,7 @@ def _provider_problems(name: str, entry: Any) -> list[str]:
     for key in ("EXTRA_HEADERS", "STRATEGY_OVERRIDES"):
         if key in entry and not isinstance(entry[key], Mapping):
             problems.append(f"{where}[{key!r}] must be a dict.")
-    for key in ("PREFIX_FLAG", "ECHOES_PREFIX"):
+    for key in ("PREFIX_FLAG", "ECHOES_PREFIX", "CONTINUE_FINAL_MESSAGE"):
         if key in entry and not isinstance(entry[key], bool):
             problems.append(f"{where}[{key!r}] must be True or False.")
     return problems
@@ -296,6 +297,7 @@ class AppSettings:
             strategy_overrides=dict(entry.get("STRATEGY_OVERRIDES") or {}),
             prefix_flag=bool(entry.get("PREFIX_FLAG", False)),
             echoes_prefix=bool(entry.get("ECHOES_PREFIX", False)),
+            continue_final_message=bool(entry.get("CONTINUE_FINAL_MESSAGE", False)),
             connect_timeout_s=float(values["CONNECT_TIMEOUT"]),
             **extra,
         )

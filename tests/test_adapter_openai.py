@@ -22,6 +22,7 @@ from streamrecover.engine.events import (
     StreamEnd,
     StreamEvent,
     TextDelta,
+    ThinkingDelta,
     ToolArgsDelta,
     Usage,
     UsageUpdate,
@@ -204,11 +205,15 @@ def test_usage_maps_cached_tokens():
     assert out[-1] == UsageUpdate(Usage(input_tokens=10, output_tokens=2, cache_read_input_tokens=8))
 
 
-def test_reasoning_content_is_ignored_for_now():
+def test_reasoning_content_is_a_thinking_block_closed_when_the_answer_starts():
     parser = OpenAIChatStreamParser()
     parser.feed(chunk({"role": "assistant"}))
-    assert parser.feed(chunk({"reasoning_content": "Let me think"})) == []
+    assert parser.feed(chunk({"reasoning_content": "Let me think"})) == [
+        BlockStart(-1, "thinking"),
+        ThinkingDelta(-1, "Let me think"),
+    ]
     assert parser.feed(chunk({"reasoning_content": None, "content": "Hi"})) == [
+        BlockStop(-1),
         BlockStart(0, "text"),
         TextDelta(0, "Hi"),
     ]

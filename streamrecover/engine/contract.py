@@ -135,5 +135,8 @@ class ProviderConfig:
     strategy_overrides: Mapping[str, str] = field(default_factory=dict)
     prefix_flag: bool = False  # OpenAI-compatible endpoint that takes {"prefix": true} (DeepSeek, Mistral)
     echoes_prefix: bool = False  # the prefix-flag response repeats the prefix (Mistral)
+    # the server continues a final assistant message asked with ``continue_final_message``
+    # (vLLM, SGLang, llama.cpp): the prefill strategy on an OpenAI-compatible endpoint
+    continue_final_message: bool = False
     anthropic_version: str = "2023-06-01"
     connect_timeout_s: float = 10.0
