@@ -59,6 +59,11 @@ DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {
         "BASE_URL": "https://api.openai.com/v1",
         "API_KEY_ENV": "OPENAI_API_KEY",
     },
+    "gemini": {
+        "ADAPTER": "gemini",
+        "BASE_URL": "https://generativelanguage.googleapis.com",
+        "API_KEY_ENV": "GEMINI_API_KEY",
+    },
 }
 
 PROVIDER_KEYS = (
