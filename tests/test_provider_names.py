@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 from django.test import Client, override_settings
 from django.urls import include, path
 
-from streamrecover.models import Run
+from streamrecover.models import Attempt, Run
 from streamrecover.testing.fake import FakeProviderServer
 from streamrecover.testing.host import wait_for
 
@@ -67,6 +67,9 @@ def test_the_command_line_takes_a_configured_name(configured: str, fake_server: 
     assert doc["status"] == "completed"
     _completed_through_gemini(Run.objects.get(pk=doc["run_id"]), fake_server, configured)
     assert "AIza-house-key" not in out.getvalue()
+    stored = [a.request for a in Attempt.objects.filter(run_id=doc["run_id"])]
+    assert [r["headers"]["x-goog-api-key"] for r in stored] == ["[redacted]", "[redacted]"]
+    assert "AIza-house-key" not in json.dumps(stored)
 
 
 def test_the_command_line_lists_the_configured_names(configured: str) -> None:
