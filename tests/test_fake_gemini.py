@@ -191,3 +191,12 @@ async def test_a_gemini_3_tool_call_keeps_its_signature_across_a_break(fake_serv
     assert outcome.assistant[-1] == reference.assistant[-1]
     for reconstructed, committed in outcome.view.turns:
         assert reconstructed == committed
+
+
+def test_google_genai_client_reads_a_whole_answer(fake_server: FakeProviderServer) -> None:
+    client = _client(fake_server, uuid.uuid4().hex)
+    whole = client.models.generate_content(model=MODEL, contents="Tell me a story [[words=40]]")
+    chunks = client.models.generate_content_stream(model=MODEL, contents="Tell me a story [[words=40]]")
+    assert whole.text == "".join(c.text or "" for c in chunks)
+    assert whole.candidates[0].finish_reason.value == "STOP"
+    assert whole.usage_metadata.candidates_token_count > 0
