@@ -60,7 +60,7 @@ GENERATED = {
     "anthropic-thinking-text": ("anthropic", "claude-3-7-sonnet", 2048, "Think first [[words=120]]"),
     "openai-long-text": ("openai", "gpt-4o", None, "A long story [[words=150]]"),
     "openai-text-then-tool": ("openai", "gpt-4o", None, "Weather? [[words=40]] [[tool=get_weather]]"),
-    "gemini-long-text": ("gemini", "gemini-2.5-flash", None, "A long story [[words=60]]"),
+    "gemini-long-text": ("gemini", "gemini-2.5-flash", None, "A long story [[words=40]]"),
     "gemini-text-then-tool": ("gemini", "gemini-2.5-flash", None, "Weather? [[words=20]] [[tool=get_weather]]"),
     "gemini-thinking-text": ("gemini", "gemini-2.5-flash", 2048, "Think first [[words=40]]"),
 }
