@@ -59,6 +59,11 @@ DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {
         "BASE_URL": "https://api.openai.com/v1",
         "API_KEY_ENV": "OPENAI_API_KEY",
     },
+    "gemini": {
+        "ADAPTER": "gemini",
+        "BASE_URL": "https://generativelanguage.googleapis.com",
+        "API_KEY_ENV": "GEMINI_API_KEY",
+    },
 }
 
 PROVIDER_KEYS = (
@@ -70,6 +75,7 @@ PROVIDER_KEYS = (
     "STRATEGY_OVERRIDES",
     "PREFIX_FLAG",
     "ECHOES_PREFIX",
+    "CONTINUE_FINAL_MESSAGE",
     "ANTHROPIC_VERSION",
     "NATIVE_RESUME",
     "AZURE",
@@ -172,7 +178,7 @@ def _provider_problems(name: str, entry: Any) -> list[str]:
     for key in ("EXTRA_HEADERS", "STRATEGY_OVERRIDES"):
         if key in entry and not isinstance(entry[key], Mapping):
             problems.append(f"{where}[{key!r}] must be a dict.")
-    for key in ("PREFIX_FLAG", "ECHOES_PREFIX", "NATIVE_RESUME", "AZURE"):
+    for key in ("PREFIX_FLAG", "ECHOES_PREFIX", "CONTINUE_FINAL_MESSAGE", "NATIVE_RESUME", "AZURE"):
         if key in entry and not isinstance(entry[key], bool):
             problems.append(f"{where}[{key!r}] must be True or False.")
     return problems
@@ -300,6 +306,7 @@ class AppSettings:
             strategy_overrides=dict(entry.get("STRATEGY_OVERRIDES") or {}),
             prefix_flag=bool(entry.get("PREFIX_FLAG", False)),
             echoes_prefix=bool(entry.get("ECHOES_PREFIX", False)),
+            continue_final_message=bool(entry.get("CONTINUE_FINAL_MESSAGE", False)),
             native_resume=bool(entry.get("NATIVE_RESUME", False)),
             azure=bool(entry.get("AZURE", False)),
             azure_api_version=entry.get("AZURE_API_VERSION") or None,

@@ -22,6 +22,7 @@ from streamrecover.engine.events import (
     StreamEnd,
     StreamEvent,
     TextDelta,
+    ThinkingDelta,
     ToolArgsDelta,
     Usage,
     UsageUpdate,
@@ -204,11 +205,15 @@ def test_usage_maps_cached_tokens():
     assert out[-1] == UsageUpdate(Usage(input_tokens=10, output_tokens=2, cache_read_input_tokens=8))
 
 
-def test_reasoning_content_is_ignored_for_now():
+def test_reasoning_content_is_a_thinking_block_closed_when_the_answer_starts():
     parser = OpenAIChatStreamParser()
     parser.feed(chunk({"role": "assistant"}))
-    assert parser.feed(chunk({"reasoning_content": "Let me think"})) == []
+    assert parser.feed(chunk({"reasoning_content": "Let me think"})) == [
+        BlockStart(-1, "thinking"),
+        ThinkingDelta(-1, "Let me think"),
+    ]
     assert parser.feed(chunk({"reasoning_content": None, "content": "Hi"})) == [
+        BlockStop(-1),
         BlockStart(0, "text"),
         TextDelta(0, "Hi"),
     ]
@@ -603,8 +608,8 @@ def test_registry_finds_both_adapters():
 
 
 def test_registry_rejects_unknown_names_listing_the_known_ones():
-    with pytest.raises(ValueError, match="gemini") as info:
-        get_adapter(ProviderConfig(name="gemini", base_url="https://example.invalid"))
+    with pytest.raises(ValueError, match="cohere") as info:
+        get_adapter(ProviderConfig(name="cohere", base_url="https://example.invalid"))
     assert "anthropic" in str(info.value)
     assert "openai" in str(info.value)
 
@@ -633,7 +638,7 @@ def test_registry_uses_a_registered_factory(monkeypatch):
 @pytest.mark.parametrize(
     ("name", "says"),
     [
-        ("gemini", "unknown provider adapter 'gemini'"),
+        ("cohere", "unknown provider adapter 'cohere'"),
         ("nowhere.at_all.Adapter", "cannot import provider adapter 'nowhere.at_all.Adapter'"),
         (f"{__name__}.NoSuchFactory", "has no callable 'NoSuchFactory'"),
     ],
@@ -641,4 +646,4 @@ def test_registry_uses_a_registered_factory(monkeypatch):
 def test_registry_errors_name_the_value_and_the_known_adapters(name, says):
     with pytest.raises(ValueError, match=re.escape(says)) as info:
         get_adapter(ProviderConfig(name=name, base_url="https://example.invalid"))
-    assert "'anthropic', 'openai'" in str(info.value)
+    assert "'anthropic', 'gemini', 'openai'" in str(info.value)

@@ -81,7 +81,7 @@ def test_a_provider_configured_by_name_runs_and_the_model_defaults(fake_server, 
 
 @pytest.mark.django_db(transaction=True)
 def test_an_unknown_provider_names_the_configured_ones() -> None:
-    with pytest.raises(CommandError, match=r"unknown provider 'nope'.*anthropic, fake, openai"):
+    with pytest.raises(CommandError, match=r"unknown provider 'nope'.*anthropic, fake, gemini, openai"):
         call_command("streamrecover_run", "--provider", "nope", "--prompt", "x", "--json", stdout=io.StringIO())
     assert not Run.objects.exists()
 

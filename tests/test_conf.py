@@ -80,7 +80,7 @@ def test_unknown_key_raises_naming_it_and_the_valid_keys() -> None:
         ("BACKOFF_SCHEDULE", []),
         ("BACKOFF_JITTER", 2),
         ("DEFAULT_PROVIDER", "nope"),
-        ("PROVIDERS", {"x": {"ADAPTER": "gemini", "BASE_URL": "https://x"}}),
+        ("PROVIDERS", {"x": {"ADAPTER": "cohere", "BASE_URL": "https://x"}}),
         ("PROVIDERS", {"x": {"ADAPTER": "openai", "BASE_URL": "https://x", "TOKEN": "t"}}),
     ],
 )
@@ -179,12 +179,12 @@ def test_a_registered_adapter_validates(monkeypatch: pytest.MonkeyPatch) -> None
     assert validate({"PROVIDERS": providers}) == []
 
 
-@pytest.mark.parametrize("adapter", ["gemini", "no.such.module.Factory", "", None, 3])
+@pytest.mark.parametrize("adapter", ["cohere", "no.such.module.Factory", "", None, 3])
 def test_an_unknown_adapter_is_reported_with_the_known_ones(adapter: object) -> None:
     problems = validate({"PROVIDERS": {"x": {"ADAPTER": adapter, "BASE_URL": "https://x"}}})
     assert len(problems) == 1
     assert "['PROVIDERS']['x']['ADAPTER']" in problems[0]
-    assert "'anthropic', 'openai'" in problems[0]
+    assert "'anthropic', 'gemini', 'openai'" in problems[0]
     bad = {"PROVIDERS": {"x": {"ADAPTER": adapter, "BASE_URL": "https://x"}}}
     with pytest.raises(ImproperlyConfigured, match="ADAPTER"), override_settings(STREAMRECOVER=bad):
         app_settings.provider_config("x")

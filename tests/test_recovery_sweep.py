@@ -70,6 +70,9 @@ GENERATED = {
         None,
         "Think, then check [[words=6]] [[tool=get_weather]]",
     ),
+    "gemini-long-text": ("gemini", "gemini-2.5-flash", None, "A long story [[words=40]]"),
+    "gemini-text-then-tool": ("gemini", "gemini-2.5-flash", None, "Weather? [[words=20]] [[tool=get_weather]]"),
+    "gemini-thinking-text": ("gemini", "gemini-2.5-flash", 2048, "Think first [[words=40]]"),
 }
 # extra request fields by generated case
 EXTRA = {"responses-reasoning-text-then-tool": {"reasoning": {"effort": "low"}}}
@@ -150,7 +153,8 @@ def _raw_of(reference) -> bytes:
 
     request = reference.sink.attempts[0].request
     headers = {k: v for k, v in request["headers"].items() if v != "[redacted]"}
-    headers.update({"x-api-key": "k", "authorization": "Bearer k", "x-fake-scenario": uuid.uuid4().hex})
+    headers.update({"x-api-key": "k", "authorization": "Bearer k", "x-goog-api-key": "k"})
+    headers["x-fake-scenario"] = uuid.uuid4().hex
     return httpx.post(request["url"], json=request["json"], headers=headers).content
 
 

@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views import View
 
 from .. import dispatch
+from ..conf import app_settings
 from ..models import Message, Run, Thread
 from ..runs import lifecycle
 from ..views import BadRequest, _run_options, ws_url
@@ -23,6 +24,9 @@ _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 class ChatForm(forms.Form):
     prompt = forms.CharField(label=_("Message"), strip=True, widget=forms.Textarea)
+    # any name in STREAMRECOVER["PROVIDERS"] (empty: DEFAULT_PROVIDER); checked as the JSON API checks it
+    provider = forms.CharField(label=_("Provider"), required=False, strip=True)
+    model = forms.CharField(label=_("Model"), required=False, strip=True)
 
 
 class ChatView(LoginRequiredMixin, View):
@@ -39,8 +43,12 @@ class ChatView(LoginRequiredMixin, View):
     # -- hooks for subclasses ----------------------------------------------------------
 
     def run_options(self, form: forms.Form) -> dict[str, Any]:
-        """The JSON API's run fields from the valid form (``prompt``, ``faults``, ``max_tokens``...)."""
-        return {"prompt": form.cleaned_data["prompt"]}
+        """The JSON API's run fields from the valid form (``prompt``, ``provider``, ``model``, ``faults``...)."""
+        options: dict[str, Any] = {"prompt": form.cleaned_data["prompt"]}
+        for field in ("provider", "model"):
+            if form.cleaned_data.get(field):
+                options[field] = form.cleaned_data[field]
+        return options
 
     def get_config(self, thread: Thread | None, run: Run | None) -> dict[str, Any]:
         """What ``chat.js`` reads from the page (``json_script``)."""
@@ -103,6 +111,8 @@ class ChatView(LoginRequiredMixin, View):
             form=form,
             form_action=action,
             chat_url=self._url("chat"),
+            providers=sorted(app_settings.PROVIDERS),
+            default_provider=app_settings.DEFAULT_PROVIDER,
             config=self.get_config(thread, run),
         )
         return render(request, self.template_name, context, status=status)

@@ -110,7 +110,10 @@ class Block(_BlockParts):
                 return {"type": "text", "text": self.text, "citations": [dict(c) for c in self.citations]}
             return {"type": "text", "text": self.text}
         if self.kind == TOOL_USE:
-            return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.parsed_input() or {}}
+            call = {"type": "tool_use", "id": self.id, "name": self.name, "input": self.parsed_input() or {}}
+            if self.signature:  # Gemini's thought signature on a function call: sent back with it
+                call["signature"] = self.signature
+            return call
         if self.kind == THINKING:
             return {"type": "thinking", "thinking": self.text, "signature": self.signature}
         if self.kind == REDACTED_THINKING:
@@ -144,6 +147,7 @@ class Block(_BlockParts):
                 id=content.get("id"),
                 name=content.get("name"),
                 arguments=json.dumps(content.get("input") or {}),
+                signature=content.get("signature", ""),
                 closed=True,
             )
         if kind == THINKING:

@@ -107,8 +107,9 @@ def joiner_for(prefix: list[Block], strategy: Strategy | None, echoes_prefix: bo
     """How the continued text block joins the kept one: what the provider repeats is dropped.
 
     A prefill continuation that starts with the whitespace the prefill had to lose has it
-    dropped once; a prefix-flag continuation repeats the whole prefix where the provider
-    echoes it; after a continue message the model may repeat a tail of the kept text.
+    dropped once, and one that starts the answer over has the repeat dropped; a prefix-flag
+    continuation repeats the whole prefix where the provider echoes it; after a continue
+    message the model may repeat a tail of the kept text.
     """
     if not prefix or prefix[-1].kind != TEXT:
         return None
@@ -116,7 +117,10 @@ def joiner_for(prefix: list[Block], strategy: Strategy | None, echoes_prefix: bo
     if not text.strip():  # a blank block is not sent (the API refuses it): the model writes it again
         return ContinuationJoiner(text)
     if strategy is Strategy.PREFILL:
-        return ContinuationJoiner(text[len(text.rstrip()) :])
+        held = text[len(text.rstrip()) :]
+        # A server that ignores the prefill form (an OpenAI-compatible one without
+        # ``continue_final_message``) starts the answer over: that is dropped, never appended.
+        return ContinuationJoiner(held) if held else ContinuationJoiner(overlap_with=text, restarts_only=True)
     if strategy is Strategy.PREFIX_FLAG:
         return ContinuationJoiner(text if echoes_prefix else "")
     return ContinuationJoiner(overlap_with=text)

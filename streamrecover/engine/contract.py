@@ -17,7 +17,7 @@ from .errors import ProviderError
 from .events import ProviderErrorEvent, StreamEvent
 from .sse import SSEEvent
 
-SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization", "cookie"})
+SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization", "cookie"})
 
 
 class Strategy(enum.StrEnum):
@@ -174,6 +174,9 @@ class ProviderConfig:
     strategy_overrides: Mapping[str, str] = field(default_factory=dict)
     prefix_flag: bool = False  # OpenAI-compatible endpoint that takes {"prefix": true} (DeepSeek, Mistral)
     echoes_prefix: bool = False  # the prefix-flag response repeats the prefix (Mistral)
+    # the server continues a final assistant message asked with ``continue_final_message``
+    # (vLLM, SGLang, llama.cpp): the prefill strategy on an OpenAI-compatible endpoint
+    continue_final_message: bool = False
     anthropic_version: str = "2023-06-01"
     connect_timeout_s: float = 10.0
     # OpenAI Responses: background requests, re-attached after a break (``NATIVE_RESUME``)

@@ -53,6 +53,7 @@ class ContinuationJoiner:
         min_overlap: int = 16,
         window: int = 256,
         restart_min: int = 24,
+        restarts_only: bool = False,
     ) -> None:
         # expect: text the continuation is expected to start with and that must be dropped
         # overlap_with: the kept text the continuation may repeat or restart (continue_message)
@@ -62,7 +63,9 @@ class ContinuationJoiner:
         self._min_overlap = min_overlap
         self._restart_min = restart_min
         self._buffer = ""
-        self._candidates = self._overlap_candidates(len(overlap_with) <= window)
+        # restarts_only (a prefill): only a start-over is looked for, never an overlap or a rephrase
+        self._restarts_only = restarts_only
+        self._candidates = [] if restarts_only else self._overlap_candidates(len(overlap_with) <= window)
         self._decided = not expect and not overlap_with
         self.result = JoinResult()
         # set when the continuation replaces the kept text: the block's whole new text
@@ -134,7 +137,7 @@ class ContinuationJoiner:
         return text
 
     def _observe(self, text: str) -> None:
-        if self._prefix and len(self._seen) < 200:
+        if self._prefix and not self._restarts_only and len(self._seen) < 200:
             self._seen += text
             if self.result.kind is JoinKind.CLEAN and self._looks_rephrased():
                 self.result = JoinResult(JoinKind.REPHRASED)

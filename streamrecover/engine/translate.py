@@ -61,9 +61,11 @@ class IndexMapper:
     def __init__(self, acc: Accumulator, prefix: list[Block], *, merge: bool = True) -> None:
         self.acc = acc
         self.map: dict[int, int] = {}
-        self.next = len(prefix)
+        # The kept blocks keep the indices the client knows them by; a dropped block before them
+        # (unsigned reasoning) leaves a gap, so the next index follows the last kept one.
+        self.next = prefix[-1].index + 1 if prefix else 0
         mergeable = merge and prefix and prefix[-1].kind == TEXT
-        self.merge_index: int | None = len(prefix) - 1 if mergeable else None
+        self.merge_index: int | None = prefix[-1].index if mergeable else None
         self._merge_open = self.merge_index is not None
         # a continuation's thinking blocks before its text: they would follow the prefix's text
         self.after_text_thinking: set[int] = set()

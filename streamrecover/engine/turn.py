@@ -17,7 +17,7 @@ from typing import Any, Literal, Unpack, overload
 
 from . import sink as ev
 from .attempts import count_input_tokens, open_attempt, run_attempt
-from .blocks import TEXT, TOOL_USE, Accumulator, Block, BlockStatus, Snapshot
+from .blocks import TEXT, THINKING, TOOL_USE, Accumulator, Block, BlockStatus, Snapshot
 from .checkpoint import Checkpoint, CheckpointWriter, CoalescePolicy
 from .context import RunCancelled, RunContext
 from .continuation import (
@@ -578,6 +578,8 @@ class TurnRunner:
                 continue
             if block.status() is BlockStatus.COMPLETE:
                 keep.append(block)
+            elif block.kind == THINKING:
+                await self._unsigned_thinking_dropped(block)
         result = await self._finish_with(keep, stop)
         if self.continuation > 0:
             await self._emit(
@@ -642,6 +644,15 @@ class TurnRunner:
             )
         for block in [*recovery.discarded_thinking, *recovery.discarded_other]:
             await self.ctx.frame(FrameKind.BLOCK_CANCEL, block=block.index, kind=block.kind, reason="partial")
+
+    async def _unsigned_thinking_dropped(self, block: Block) -> None:
+        """Reasoning that ended without a signature (DeepSeek's ``reasoning_content``, a Gemini
+        thought run never signed): the provider takes none of it back, so it is not committed;
+        the client, which saw it stream, is told, as for any dropped thinking."""
+        await self._emit(
+            ev.DISCARDED_THINKING, kind=block.kind, partial_bytes=len(block.text.encode()), reason="unsigned_thinking"
+        )
+        await self.ctx.frame(FrameKind.BLOCK_CANCEL, block=block.index, kind=block.kind, reason="unsigned_thinking")
 
     async def _thinking_dropped(self, block: Block) -> None:
         """A continuation's thinking block closed after the prefix's text: not kept (see ``translate``)."""

@@ -2,7 +2,11 @@
 
 Also serves OpenAI-compatible endpoints: DeepSeek and Mistral continue from an assistant
 message flagged ``"prefix": true`` (``ProviderConfig.prefix_flag``); Mistral's answer then
-repeats the prefix (``ProviderConfig.echoes_prefix``).
+repeats the prefix (``ProviderConfig.echoes_prefix``). vLLM, SGLang and llama.cpp's server
+continue inside a trailing assistant message when asked with ``continue_final_message: true``
+and ``add_generation_prompt: false`` (``ProviderConfig.continue_final_message``): a true prefill.
+DeepSeek's (and other servers') ``delta.reasoning_content`` is reasoning: a thinking block of
+its own, never part of the answer's text, and never sent back.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from ..engine.events import (
     StreamEnd,
     StreamEvent,
     TextDelta,
+    ThinkingDelta,
     ToolArgsDelta,
     Usage,
     UsageUpdate,
@@ -44,6 +49,7 @@ __all__ = ["FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStreamParser"]
 # Bound once: json.loads re-checks its arguments on every call, and this runs per token.
 _decode = json.JSONDecoder().decode
 TEXT_INDEX = 0  # the message's text (content or refusal) is block 0; tool call i is block 1 + i
+REASONING_INDEX = -1  # ``reasoning_content``: before the text, as it streams first
 
 # finish_reason -> normalized stop reason; unknown values pass through unchanged.
 FINISH_REASONS: dict[str, str] = {
@@ -73,6 +79,8 @@ _STATUS_POLICY: dict[int, tuple[str, ErrorClass]] = {
 # Look-alikes of a rate limit that retrying cannot fix: the money ran out.
 _QUOTA_MARKERS = ("insufficient_quota", "quota", "spend limit", "spending limit", "billing_hard_limit")
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
+# A 400 from a server that does not take the prefill form: fall back to a continue message.
+_CONTINUE_FINAL_MARKERS = ("continue_final_message", "add_generation_prompt")
 # Mid-stream error types/codes worth a continuation (server trouble, rate limits).
 _RETRYABLE_STREAM_MARKERS = ("server_error", "overload", "rate_limit", "timeout", "unavailable", "api_error")
 
@@ -100,14 +108,15 @@ class OpenAIChatStreamParser:
     Chunks are unnamed SSE events; ``choices`` may be empty (the final usage chunk, Azure's
     first chunk), so nothing indexes it blindly. Only choice 0 is followed: a continuation
     runner asks for one answer. ``delta.reasoning_content`` (DeepSeek and other compatible
-    servers) is ignored for now: there is no way to send it back as history that the
-    provider would check, so it cannot help a continuation.
+    servers) is a thinking block of its own (unsigned: the engine shows it and drops it from
+    history, as any unsigned thinking), closed when the answer starts.
     """
 
-    __slots__ = ("_open_tools", "_refused", "_started", "_text_open")
+    __slots__ = ("_open_tools", "_reasoning_open", "_refused", "_started", "_text_open")
 
     def __init__(self) -> None:
         self._text_open = False
+        self._reasoning_open = False
         self._open_tools: dict[int, int] = {}  # provider tool index -> block index
         self._refused = False
         self._started = False
@@ -150,6 +159,16 @@ class OpenAIChatStreamParser:
         return out
 
     def _delta(self, delta: dict[str, Any], out: list[StreamEvent]) -> None:
+        reasoning = delta.get("reasoning_content")
+        if reasoning:
+            if type(reasoning) is not str:
+                raise TypeError("reasoning_content is not a string")
+            if not self._reasoning_open:
+                self._reasoning_open = True
+                out.append(BlockStart(REASONING_INDEX, "thinking"))
+            out.append(ThinkingDelta(REASONING_INDEX, reasoning))
+        elif self._reasoning_open and (delta.get("content") or delta.get("tool_calls") or delta.get("refusal")):
+            self._close_reasoning(out)
         content = delta.get("content")
         if content:
             self._text(content, out)
@@ -191,9 +210,15 @@ class OpenAIChatStreamParser:
                 raise TypeError("function.arguments is not a string")
             out.append(ToolArgsDelta(block, arguments))
 
+    def _close_reasoning(self, out: list[StreamEvent]) -> None:
+        self._reasoning_open = False
+        out.append(BlockStop(REASONING_INDEX))
+
     def _finish(self, finish: str, out: list[StreamEvent]) -> None:
         if type(finish) is not str:
             raise TypeError("finish_reason is not a string")
+        if self._reasoning_open:
+            self._close_reasoning(out)
         if self._text_open:
             self._text_open = False
             out.append(BlockStop(TEXT_INDEX))
@@ -317,6 +342,16 @@ class OpenAIChatAdapter:
         }
         if "max_completion_tokens" not in request.extra:
             body["max_tokens"] = request.max_tokens
+        last = request.messages[-1] if request.messages else None
+        if (
+            config.continue_final_message
+            and last is not None
+            and last["role"] == "assistant"
+            and not last.get("prefix")
+        ):
+            # a prefill: the server renders the assistant message open-ended and writes on inside it
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
         if request.tools:
             body["tools"] = [
                 {
@@ -346,6 +381,12 @@ class OpenAIChatAdapter:
         haystack = f"{markers} {message}".lower()
         if status == 429 and any(m in haystack for m in _QUOTA_MARKERS):
             kind, error_class = "spend_limit", ErrorClass.PERMANENT
+        elif (
+            status in (400, 422)
+            and self.config.continue_final_message
+            and any(m in haystack for m in _CONTINUE_FINAL_MARKERS)
+        ):
+            kind, error_class = "prefill_refused", ErrorClass.PREFILL_REFUSED
         elif status == 400 and any(m in haystack for m in _CONTEXT_MARKERS):
             kind = "context_overflow"
         error_class = with_should_retry(headers, error_class)
@@ -385,12 +426,15 @@ class OpenAIChatAdapter:
         )
 
     def continuation_strategy(self, model: str, *, thinking: bool) -> Strategy:
-        """Settings overrides first; the prefix flag where the endpoint takes it; otherwise
-        a user "continue" message, since OpenAI has no prefill."""
+        """Settings overrides first; the prefix flag where the endpoint takes it; a prefill
+        where the server continues a final assistant message (vLLM, SGLang, llama.cpp);
+        otherwise a user "continue" message, since OpenAI has no prefill."""
         override = strategy_override(self.config.strategy_overrides, model)
         if override is not None:
             return override
-        return Strategy.PREFIX_FLAG if self.config.prefix_flag else Strategy.CONTINUE_MESSAGE
+        if self.config.prefix_flag:
+            return Strategy.PREFIX_FLAG
+        return Strategy.PREFILL if self.config.continue_final_message else Strategy.CONTINUE_MESSAGE
 
     @property
     def echoes_prefix(self) -> bool:

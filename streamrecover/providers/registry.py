@@ -1,7 +1,7 @@
 """The one adapter registry: built-in wire formats by name, anything else by dotted path.
 
 A provider's ``ADAPTER`` setting (``ProviderConfig.name``) is either a registered name
-(``"anthropic"``, ``"openai"``, or one added with ``register_adapter``) or the dotted path
+(``"anthropic"``, ``"openai"``, ``"gemini"``, or one added with ``register_adapter``) or the dotted path
 of a factory that takes a ``ProviderConfig`` and returns a ``ProviderAdapter``
 (``"myproject.adapters.GeminiAdapter"``), imported on first use. Settings validation asks
 this module, so whatever an adapter lookup accepts also passes validation. Django-free.
@@ -15,6 +15,7 @@ from typing import cast
 
 from ..engine.contract import ProviderAdapter, ProviderConfig
 from .anthropic import AnthropicAdapter
+from .gemini import GeminiAdapter
 from .openai_chat import OpenAIChatAdapter
 from .openai_responses import OpenAIResponsesAdapter
 
@@ -27,6 +28,7 @@ ADAPTERS: dict[str, AdapterFactory] = {
     AnthropicAdapter.name: AnthropicAdapter,
     OpenAIChatAdapter.name: OpenAIChatAdapter,
     OpenAIResponsesAdapter.name: OpenAIResponsesAdapter,
+    GeminiAdapter.name: GeminiAdapter,
 }
 
 

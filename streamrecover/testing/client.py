@@ -64,7 +64,9 @@ class ClientView(FrameReducer):
 
 
 def comparable(block: dict[str, Any]) -> dict[str, Any]:
-    """A block without what the client is never sent (thinking signatures)."""
+    """A block without what the client is never sent (thinking and function-call signatures)."""
     if block.get("type") == "thinking":
         return {"type": "thinking", "thinking": block.get("thinking", "")}
+    if block.get("type") == "tool_use" and "signature" in block:
+        return {k: v for k, v in block.items() if k != "signature"}
     return block

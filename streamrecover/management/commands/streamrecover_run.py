@@ -28,7 +28,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--provider",
-            help="a provider name from STREAMRECOVER['PROVIDERS'] (built in: fake, anthropic, openai; "
+            help="a provider name from STREAMRECOVER['PROVIDERS'] (built in: fake, anthropic, openai, gemini; "
             "default: DEFAULT_PROVIDER)",
         )
         parser.add_argument("--base-url", help="provider base URL (default: from settings)")

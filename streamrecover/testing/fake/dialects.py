@@ -1,20 +1,31 @@
-"""The two wire formats the fake speaks, behind one shape so the server handles both alike."""
+"""The wire formats the fake speaks, behind one shape so the server handles them alike, and the routes to them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
-from . import read_anthropic, read_openai, read_openai_responses, wire_anthropic, wire_openai, wire_openai_responses
-from .interpret import Interpretation
+from . import (
+    read_anthropic,
+    read_gemini,
+    read_openai,
+    read_openai_responses,
+    wire_anthropic,
+    wire_gemini,
+    wire_openai,
+    wire_openai_responses,
+)
+from .interpret import Interpretation, RequestRejected
 from .model import Plan
 from .wire import ErrorSpec, ResponseContext, WireEvent
 
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
-    name: str  # "anthropic" | "openai" | "openai-responses"
+    name: str  # "anthropic" | "openai" | "openai-responses" | "gemini"
     tool_id_prefix: str
     interpret: Callable[[Any], Interpretation]
     authenticate: Callable[[Mapping[str, str]], ErrorSpec | None]
@@ -84,11 +95,33 @@ ROUTES = {
     "/openai/v1/responses": AZURE_RESPONSES,
     "/openai/responses": AZURE_RESPONSES,
 }
+
+GEMINI = Dialect(
+    name="gemini",
+    tool_id_prefix="",
+    interpret=partial(read_gemini.interpret, model="", stream=False),  # bound to the URL by ``route``
+    authenticate=wire_gemini.authenticate,
+    check_headers=wire_gemini.check_headers,
+    stream_events=wire_gemini.stream_events,
+    response_json=wire_gemini.response_json,
+    error_body=wire_gemini.error_body,
+    error_event=wire_gemini.error_event,
+    status_error=wire_gemini.status_error,
+    response_headers=wire_gemini.response_headers,
+    bad_json=wire_gemini.BAD_JSON,
+    bad_content_type=wire_gemini.BAD_CONTENT_TYPE,
+)
+
+# Gemini names the model and the method in the path: /v1beta/models/{model}:streamGenerateContent?alt=sse
+_GEMINI_PATH = re.compile(r"/v1(?:beta)?/models/(?P<model>[^/:]+):(?P<method>streamGenerateContent|generateContent)")
+
+
 RESPONSES_PATHS = ("/v1/responses/", "/openai/v1/responses/", "/openai/responses/")  # + {id}: re-attach
 
 
-def route(path: str) -> tuple[Dialect | None, str | None]:
-    """The dialect serving ``path``, and the response id of a re-attach path (``GET .../responses/{id}``)."""
+def route(path: str, query: Mapping[str, str] | None = None) -> tuple[Dialect | None, str | None]:
+    """The dialect serving ``path`` (Gemini's bound to the model and method in it), and the
+    response id of a re-attach path (``GET .../responses/{id}``)."""
     dialect = ROUTES.get(path)
     if dialect is not None:
         return dialect, None
@@ -99,4 +132,19 @@ def route(path: str) -> tuple[Dialect | None, str | None]:
     parts = path.split("/")
     if len(parts) == 6 and parts[1:3] == ["openai", "deployments"] and parts[4:] == ["chat", "completions"]:
         return AZURE_OPENAI, None
-    return None, None
+    match = _GEMINI_PATH.fullmatch(path)
+    if match is None:
+        return None, None
+    stream = match["method"] == "streamGenerateContent"
+    sse = (query or {}).get("alt") == "sse"
+    interpret = partial(_gemini_interpret, model=match["model"], stream=stream, sse=sse)
+    return replace(GEMINI, interpret=interpret), None
+
+
+def _gemini_interpret(body: Any, *, model: str, stream: bool, sse: bool) -> Interpretation:
+    if stream and not sse:
+        raise RequestRejected(
+            "the fake provider streams Gemini answers as server-sent events only: add ?alt=sse",
+            error_type="INVALID_ARGUMENT",
+        )
+    return read_gemini.interpret(body, model=model, stream=stream)

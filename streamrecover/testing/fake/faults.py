@@ -328,8 +328,14 @@ def _split(events: Sequence[WireEvent], fault: Fault) -> tuple[tuple[Piece, ...]
             tail.append(piece)
         else:
             k = offset - position
-            head.append(Piece(event.data[:k]))
-            tail.append(Piece(event.data[k:], event.tokens, event.text))
+            if event.data.endswith(b"\r\n\r\n") and k == len(event.data) - 1:
+                # "...\r\n\r" already ends the event for an SSE reader (a lone CR ends a line):
+                # the client has it, so it is billed with the head
+                head.append(Piece(event.data[:k], event.tokens, event.text))
+                tail.append(Piece(event.data[k:]))
+            else:
+                head.append(Piece(event.data[:k]))
+                tail.append(Piece(event.data[k:], event.tokens, event.text))
         position = end
     return tuple(head), tuple(tail)
 

@@ -2,7 +2,12 @@
 
 OpenAI has no prefill: a trailing assistant message is a finished turn and the model
 starts a new answer. ``"prefix": true`` on it (DeepSeek's beta, Mistral) asks for a
-continuation that does not repeat the prefix (DeepSeek style). Tool calls and tool
+continuation that does not repeat the prefix (DeepSeek style). ``continue_final_message:
+true`` with ``add_generation_prompt: false`` (vLLM, SGLang, llama.cpp) continues inside it,
+a prefill; a model named ``*nocontinue*`` is a server that refuses the argument (OpenAI's
+own 400 for an unknown one), ``*ignorecontinue*`` one that ignores it (a new answer starts).
+A model named ``*reasoner*`` reasons first (DeepSeek's ``reasoning_content``) and, as
+DeepSeek does, refuses ``reasoning_content`` sent back in history. Tool calls and tool
 messages must pair up, with the real API's 400s.
 """
 
@@ -39,8 +44,16 @@ def interpret(body: Any) -> Interpretation:
         )
     turns = [t for i, m in enumerate(messages) if (t := _turn(i, m)) is not None]
     _check_tool_pairing(messages)
+    reasoner = "reasoner" in model
+    if reasoner and any(isinstance(m, Mapping) and "reasoning_content" in m for m in messages):
+        raise RequestRejected(
+            "The reasoning_content is an intermediate result for display purposes only and will not be included in "
+            "the context for inference. Please remove the reasoning_content from your API request before sending it."
+        )
     last = messages[-1]
     trailing = Mode.PREFIX_FLAG if last.get("role") == "assistant" and last.get("prefix") is True else None
+    if trailing is None and _continues_final_message(body, model) and last.get("role") == "assistant":
+        trailing = Mode.PREFILL
     base, mode, prefix_text, prefix_calls, instructions = peel_continuation(
         merge_turns(name_tool_results(turns)), trailing or Mode.NEW_TURN_AFTER_ASSISTANT
     )
@@ -49,13 +62,29 @@ def interpret(body: Any) -> Interpretation:
         model=model,
         stream=body.get("stream") is True,
         mode=mode,
-        conversation=Conversation(base, _tools(body.get("tools"))),
+        conversation=Conversation(base, _tools(body.get("tools")), thinking=reasoner),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
         instructions=instructions,
         include_usage=isinstance(options, Mapping) and options.get("include_usage") is True,
         max_tokens=_max_tokens(body),
     )
+
+
+def _continues_final_message(body: Mapping[str, Any], model: str) -> bool:
+    """``continue_final_message`` as vLLM reads it (with its 400s), or as a server that
+    refuses or ignores it."""
+    if "continue_final_message" not in body:
+        return False
+    if "nocontinue" in model:
+        raise RequestRejected(
+            "Unrecognized request argument supplied: continue_final_message", param="continue_final_message"
+        )
+    if body["continue_final_message"] is not True or "ignorecontinue" in model:
+        return False
+    if body.get("add_generation_prompt", True) is not False:
+        raise RequestRejected("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    return True
 
 
 def _max_tokens(body: Mapping[str, Any]) -> int | None:

@@ -1,6 +1,6 @@
 """The fake provider's HTTP server: real sockets, scripted faults, a billing log.
 
-It speaks the Anthropic Messages and OpenAI Chat Completions wire formats on loopback so
+It speaks the Anthropic Messages, OpenAI Chat Completions and Gemini wire formats on loopback so
 the product is tested through the same httpx code paths as production, and it fails the
 way real providers fail: a chunked body cut without its last chunk (httpx raises
 ``RemoteProtocolError``), a clean end without the terminator event, a stall, an error
@@ -12,7 +12,8 @@ preface is served over HTTP/2, ``http2``). It can run in a background thread
 the log and the control endpoints are ``serving.ScriptedServer``'s, shared with the chaos proxy.
 
 Routes: ``POST /v1/messages`` (Anthropic) and its free ``/v1/messages/count_tokens``, ``POST /v1/chat/completions``,
-``/beta/chat/completions`` and ``/chat/completions`` (OpenAI; DeepSeek-style bases), and
+``/beta/chat/completions`` and ``/chat/completions`` (OpenAI; DeepSeek-style bases),
+``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` and ``:generateContent`` (Gemini), and
 control endpoints ``POST /_fake/faults`` ``{"scenario": key, "faults": [...]}`` (strings,
 dicts, or one ``;``-separated string), ``GET /_fake/faults``, ``GET /_fake/log[?scenario=]``
 and ``POST /_fake/reset`` (optionally ``{"scenario": key}``).
@@ -121,11 +122,11 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             await responder.full(status, [], json_bytes(payload), JSON_TYPE)
             return
         if request.path.endswith("/cancel"):
-            dialect, cancelled = route(request.path.removesuffix("/cancel"))
+            dialect, cancelled = route(request.path.removesuffix("/cancel"), request.query)
             if dialect is not None and cancelled is not None:
                 await self._cancel_background(dialect, request, cancelled, responder)
                 return
-        dialect, resumed = route(request.path)
+        dialect, resumed = route(request.path, request.query)
         if dialect is not None and resumed is not None:
             await self._provider_request(dialect, request, responder, resumed)
             return

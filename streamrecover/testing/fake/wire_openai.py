@@ -68,6 +68,12 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
     blocks = [b for b in plan.blocks if b.kind is not BlockKind.THINKING]
     calls = [b for b in blocks if b.kind is BlockKind.TOOL_USE]
     events: list[WireEvent] = []
+    reasoning = [b for b in plan.blocks if b.kind is BlockKind.THINKING]
+    if reasoning:  # DeepSeek's reasoner: reasoning_content deltas first, then the answer
+        events.append(chunk({"role": "assistant", "content": None, "reasoning_content": ""}))
+        events.extend(
+            chunk({"content": None, "reasoning_content": p}, tokens=1) for b in reasoning for p in b.pieces if p
+        )
     if plan.stop_reason == "refusal":
         events.append(chunk({"role": "assistant", "content": None, "refusal": ""}))
         events.extend(chunk({"refusal": p}, tokens=1, text=p) for b in blocks for p in b.pieces)

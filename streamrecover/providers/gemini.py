@@ -1,0 +1,469 @@
+"""Google Gemini adapter (``POST {base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse``).
+
+Each SSE event is a whole ``GenerateContentResponse`` chunk: ``candidates[0].content.parts``
+(text, thought text, whole function calls), ``usageMetadata`` (cumulative) on every chunk,
+and ``finishReason`` on the last one. There is no terminator event: the chunk with the
+``finishReason`` is the end, so a body that ends before it is a break.
+
+Thought signatures: a ``thoughtSignature`` signs the response's thought run (the thinking
+block closes with it) wherever it arrives, and one on a ``functionCall`` part also rides on
+that ``tool_use`` block (``"signature"``), because Gemini 3 rejects a function call sent back
+without it. A signature on a text part with no thought run open is not kept: the API asks
+for text signatures back only as a recommendation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
+from ..engine.errors import ErrorClass, ParseError, ProviderError
+from ..engine.events import (
+    BlockStart,
+    BlockStop,
+    MessageStart,
+    ProviderErrorEvent,
+    SignatureDelta,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolArgsDelta,
+    Usage,
+    UsageUpdate,
+)
+from ..engine.retry import header_value, parse_retry_after
+from ..engine.sse import SSEEvent
+from .common import as_int, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
+
+__all__ = ["API_VERSION", "CONTENT_STOPS", "FINISH_REASONS", "GeminiAdapter", "GeminiStreamParser"]
+
+API_VERSION = "v1beta"
+_decode = json.JSONDecoder().decode
+
+# finishReason -> normalized stop reason. The content stops end the answer as it is and
+# are never continued (``content_filter`` is one of the engine's never-continue stops).
+CONTENT_STOPS = frozenset(
+    {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE"}
+)
+FINISH_REASONS: dict[str, str] = {
+    "STOP": "end_turn",
+    "MAX_TOKENS": "max_tokens",
+    **{reason: "content_filter" for reason in CONTENT_STOPS},
+    "MALFORMED_FUNCTION_CALL": "malformed_function_call",
+    "UNEXPECTED_TOOL_CALL": "malformed_function_call",
+    "OTHER": "other",
+    "FINISH_REASON_UNSPECIFIED": "other",
+}
+
+_STATUS_POLICY: dict[int, tuple[str, ErrorClass]] = {
+    400: ("invalid_request", ErrorClass.PERMANENT),
+    401: ("unauthorized", ErrorClass.PERMANENT),
+    403: ("permission_denied", ErrorClass.PERMANENT),
+    404: ("model_not_found", ErrorClass.PERMANENT),
+    408: ("timeout", ErrorClass.RETRYABLE),
+    429: ("rate_limited", ErrorClass.RETRYABLE),
+    500: ("server_error", ErrorClass.RETRYABLE),
+    503: ("overloaded", ErrorClass.RETRYABLE),
+    504: ("timeout", ErrorClass.RETRYABLE),
+}
+
+# google.rpc status names inside a 200 stream -> (kind, class)
+_STREAM_STATUS: dict[str, tuple[str, ErrorClass]] = {
+    "RESOURCE_EXHAUSTED": ("rate_limited", ErrorClass.RETRYABLE),
+    "UNAVAILABLE": ("overloaded", ErrorClass.RETRYABLE),
+    "INTERNAL": ("server_error", ErrorClass.RETRYABLE),
+    "DEADLINE_EXCEEDED": ("timeout", ErrorClass.RETRYABLE),
+    "ABORTED": ("server_error", ErrorClass.RETRYABLE),
+    "INVALID_ARGUMENT": ("invalid_request", ErrorClass.PERMANENT),
+    "FAILED_PRECONDITION": ("invalid_request", ErrorClass.PERMANENT),
+    "UNAUTHENTICATED": ("unauthorized", ErrorClass.PERMANENT),
+    "PERMISSION_DENIED": ("permission_denied", ErrorClass.PERMANENT),
+    "NOT_FOUND": ("model_not_found", ErrorClass.PERMANENT),
+    "PROMPT_BLOCKED": ("prompt_blocked", ErrorClass.PERMANENT),
+}
+
+_CONTEXT_MARKERS = ("exceeds the maximum number of tokens", "input token count", "context window")
+# A 429 that waiting a minute cannot fix: a daily quota, or a tier with no quota at all.
+_QUOTA_MARKERS = ("perday", "per_day", "limit: 0", "billing")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
+SYNTHETIC_ID_PREFIX = "gemini_call_"  # ids this adapter made up (Gemini sends none): never sent back
+
+
+def _usage(raw: Mapping[str, Any]) -> Usage:
+    """``usageMetadata`` -> Usage. Thought tokens are billed as output, so they count in it."""
+    candidates = as_int(raw.get("candidatesTokenCount"))
+    thoughts = as_int(raw.get("thoughtsTokenCount"))
+    output = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
+    return Usage(
+        input_tokens=as_int(raw.get("promptTokenCount")),
+        output_tokens=output,
+        cache_read_input_tokens=as_int(raw.get("cachedContentTokenCount")),
+    )
+
+
+def synthetic_call_id(name: str, arguments: str, ordinal: int) -> str:
+    """A stable id for a call Gemini sent without one: the same call gets the same id in an
+    uninterrupted answer and in a continuation, so the committed thread is the same."""
+    digest = hashlib.sha256(f"{name}\x00{arguments}\x00{ordinal}".encode()).hexdigest()[:24]
+    return SYNTHETIC_ID_PREFIX + digest
+
+
+class GeminiStreamParser:
+    """One response's chunks -> normalized stream events (candidate 0 only)."""
+
+    __slots__ = ("_calls", "_next", "_saw_call", "_started", "_text", "_thinking")
+
+    def __init__(self) -> None:
+        self._started = False
+        self._next = 0  # the next block index
+        self._text: int | None = None  # the open text block
+        self._thinking: int | None = None  # the open (unsigned) thinking block
+        self._saw_call = False
+        self._calls: dict[tuple[str, str], int] = {}  # (name, arguments) -> how many so far
+
+    def feed(self, event: SSEEvent) -> list[StreamEvent]:
+        data = event.data
+        try:
+            chunk = _decode(data)
+        except ValueError as exc:
+            raise ParseError(f"gemini chunk: data is not JSON ({exc}): {excerpt(data)}") from None
+        if type(chunk) is not dict:
+            raise ParseError(f"gemini chunk: data is not a JSON object: {excerpt(data)}")
+        try:
+            return self._chunk(chunk)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ParseError(f"gemini chunk has the wrong shape ({exc!r}): {excerpt(data)}") from None
+
+    def _chunk(self, chunk: dict[str, Any]) -> list[StreamEvent]:
+        error = chunk.get("error")
+        if error:
+            if not isinstance(error, dict):
+                return [ProviderErrorEvent("UNKNOWN", str(error))]
+            return [
+                ProviderErrorEvent(
+                    str(error.get("status") or error.get("code") or "UNKNOWN"), str(error.get("message") or "")
+                )
+            ]
+        out: list[StreamEvent] = []
+        if not self._started:
+            self._started = True
+            out.append(
+                MessageStart(message_id=chunk.get("responseId") or None, model=chunk.get("modelVersion") or None)
+            )
+        candidates = chunk.get("candidates") or []
+        feedback = chunk.get("promptFeedback")
+        if not candidates and isinstance(feedback, dict) and feedback.get("blockReason"):
+            reason = str(feedback["blockReason"])
+            return [*out, ProviderErrorEvent("PROMPT_BLOCKED", f"the prompt was blocked ({reason})")]
+        usage = chunk.get("usageMetadata")
+        finish: str | None = None
+        for candidate in candidates:
+            if candidate.get("index", 0) != 0:
+                continue
+            content = candidate.get("content") or {}
+            for part in content.get("parts") or ():
+                self._part(part, out)
+            finish = candidate.get("finishReason") or None
+        if usage:
+            out.append(UsageUpdate(_usage(usage)))
+        if finish is not None:
+            self._finish(str(finish), out)
+        return out
+
+    def _open(self, kind: str, out: list[StreamEvent], **fields: Any) -> int:
+        index = self._next
+        self._next += 1
+        out.append(BlockStart(index, kind, **fields))
+        return index
+
+    def _sign_thinking(self, signature: str, out: list[StreamEvent]) -> None:
+        if self._thinking is not None:
+            out.append(SignatureDelta(self._thinking, signature))
+            out.append(BlockStop(self._thinking))
+            self._thinking = None
+
+    def _close_text(self, out: list[StreamEvent]) -> None:
+        if self._text is not None:
+            out.append(BlockStop(self._text))
+            self._text = None
+
+    def _part(self, part: dict[str, Any], out: list[StreamEvent]) -> None:
+        signature = part.get("thoughtSignature")
+        if signature is not None and type(signature) is not str:
+            raise TypeError("thoughtSignature is not a string")
+        if part.get("thought"):
+            text = part.get("text") or ""
+            if type(text) is not str:
+                raise TypeError("text is not a string")
+            if self._thinking is None and (text or signature):
+                self._close_text(out)
+                self._thinking = self._open("thinking", out)
+            if text and self._thinking is not None:
+                out.append(ThinkingDelta(self._thinking, text))
+            if signature:
+                self._sign_thinking(signature, out)
+            return
+        call = part.get("functionCall")
+        if call is not None:
+            self._call(call, signature, out)
+            return
+        if signature:
+            self._sign_thinking(signature, out)
+        text = part.get("text")
+        if text:
+            if type(text) is not str:
+                raise TypeError("text is not a string")
+            if self._text is None:
+                self._text = self._open("text", out)
+            out.append(TextDelta(self._text, text))
+        # other parts (inline data, executable code, ...) carry nothing this app shows or keeps
+
+    def _call(self, call: dict[str, Any], signature: str | None, out: list[StreamEvent]) -> None:
+        """A function call arrives whole: a complete tool_use block in one go."""
+        name = call["name"]
+        if type(name) is not str:
+            raise TypeError("functionCall.name is not a string")
+        args = call.get("args") or {}
+        if not isinstance(args, dict):
+            raise TypeError("functionCall.args is not an object")
+        arguments = json.dumps(args, ensure_ascii=False)
+        call_id = call.get("id")
+        if not call_id:
+            ordinal = self._calls.get((name, arguments), 0)
+            self._calls[(name, arguments)] = ordinal + 1
+            call_id = synthetic_call_id(name, arguments, ordinal)
+        self._close_text(out)
+        if signature:
+            self._sign_thinking(signature, out)
+        self._saw_call = True
+        index = self._open("tool_use", out, id=str(call_id), name=name)
+        if signature:
+            out.append(SignatureDelta(index, signature))
+        out.append(ToolArgsDelta(index, arguments))
+        out.append(BlockStop(index))
+
+    def _finish(self, finish: str, out: list[StreamEvent]) -> None:
+        self._close_text(out)
+        if self._thinking is not None:  # a thought run that was never signed: closed as it is
+            out.append(BlockStop(self._thinking))
+            self._thinking = None
+        reason = FINISH_REASONS.get(finish, finish.lower())
+        if reason == "end_turn" and self._saw_call:
+            reason = "tool_use"
+        out.append(StopReason(reason, finish))
+        out.append(StreamEnd())
+
+
+# -- requests -------------------------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not content:
+        return ""
+    return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+def _call_names(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """tool_use id -> function name: a ``functionResponse`` is matched by name."""
+    names: dict[str, str] = {}
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") == "assistant" and isinstance(content, list):
+            names.update((b["id"], b["name"]) for b in content if b.get("type") == "tool_use")
+    return names
+
+
+def _user_parts(content: Any, names: Mapping[str, str]) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        btype = block.get("type")
+        if btype == "text":
+            if block["text"]:
+                parts.append({"text": block["text"]})
+        elif btype == "tool_result":
+            call_id = block["tool_use_id"]
+            key = "error" if block.get("is_error") else "result"
+            response: dict[str, Any] = {
+                "name": names.get(call_id, call_id),
+                "response": {key: _text_of(block.get("content"))},
+            }
+            if not call_id.startswith(SYNTHETIC_ID_PREFIX):
+                response["id"] = call_id
+            parts.append({"functionResponse": response})
+        elif btype == "image" and isinstance(block.get("source"), dict) and block["source"].get("type") == "base64":
+            source = block["source"]
+            parts.append({"inlineData": {"mimeType": source["media_type"], "data": source["data"]}})
+        else:
+            parts.append({k: v for k, v in block.items() if k != "type"})  # assumed a Gemini part already
+    return parts
+
+
+def _model_parts(content: Any) -> list[dict[str, Any]]:
+    """Text, signed thought text (``thought: true``) and function calls with their signatures.
+    A thought run's signature that also rides on a call is sent once, on the call."""
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    call_signatures = {b.get("signature") for b in content if b.get("type") == "tool_use" and b.get("signature")}
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        btype = block.get("type")
+        if btype == "text":
+            if block["text"]:
+                parts.append({"text": block["text"]})
+        elif btype == "thinking":
+            signature = block.get("signature") or ""
+            part: dict[str, Any] = {"text": block.get("thinking", ""), "thought": True}
+            if signature and signature not in call_signatures:
+                part["thoughtSignature"] = signature
+            if part["text"] or "thoughtSignature" in part:
+                parts.append(part)
+        elif btype == "tool_use":
+            call: dict[str, Any] = {"name": block["name"], "args": block.get("input") or {}}
+            if block.get("id") and not str(block["id"]).startswith(SYNTHETIC_ID_PREFIX):
+                call["id"] = block["id"]
+            part = {"functionCall": call}
+            if block.get("signature"):
+                part["thoughtSignature"] = block["signature"]
+            parts.append(part)
+        # redacted thinking and other providers' blocks: nothing Gemini can take
+    return parts
+
+
+def contents(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Canonical messages -> ``contents``: ``user``/``model`` turns, one per run of a role."""
+    names = _call_names(messages)
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = "model" if message["role"] == "assistant" else "user"
+        if message["role"] == "assistant":
+            parts = _model_parts(message["content"])
+        else:
+            parts = _user_parts(message["content"], names)
+        if not parts:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["parts"].extend(parts)
+        else:
+            out.append({"role": role, "parts": parts})
+    return out
+
+
+def _retry_delay(error: Any) -> float | None:
+    """``google.rpc.RetryInfo.retryDelay`` ("37s") from an error's details."""
+    if not isinstance(error, dict):
+        return None
+    for detail in error.get("details") or ():
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            match = _DURATION.match(str(detail.get("retryDelay", "")))
+            if match:
+                return float(match.group(1))
+    return None
+
+
+class GeminiAdapter:
+    """Translates between the canonical conversation and ``streamGenerateContent``."""
+
+    name = "gemini"
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+
+    def build_request(self, request: ModelRequest) -> HTTPRequest:
+        config = self.config
+        headers = {
+            "x-goog-api-key": config.api_key,
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+        }
+        headers.update(config.extra_headers)
+        generation: dict[str, Any] = {"maxOutputTokens": request.max_tokens}
+        if request.temperature is not None:
+            generation["temperature"] = request.temperature
+        if request.thinking_budget is not None:
+            generation["thinkingConfig"] = {"thinkingBudget": request.thinking_budget, "includeThoughts": True}
+        body: dict[str, Any] = {"contents": contents(request.messages), "generationConfig": generation}
+        if request.system:
+            body["systemInstruction"] = {"parts": [{"text": request.system}]}
+        if request.tools:
+            declarations = [
+                {"name": t.name, "description": t.description, "parametersJsonSchema": t.input_schema}
+                for t in request.tools
+            ]
+            body["tools"] = [{"functionDeclarations": declarations}]
+        for key, value in request.extra.items():  # objects merge one level deep (generationConfig)
+            if isinstance(value, Mapping) and isinstance(body.get(key), dict):
+                body[key] = {**body[key], **value}
+            else:
+                body[key] = value
+        url = f"{config.base_url.rstrip('/')}/{API_VERSION}/models/{request.model}:streamGenerateContent?alt=sse"
+        return HTTPRequest("POST", url, headers, body)
+
+    def new_parser(self) -> GeminiStreamParser:
+        return GeminiStreamParser()
+
+    def classify_http_error(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
+        """Status policy, refined by the body: a 429 for a daily or absent quota is permanent,
+        a 400 over the context window is ``context_overflow``; ``RetryInfo`` is honoured."""
+        _, error, message = read_error_body(status, body)
+        kind, error_class = status_policy(status, _STATUS_POLICY)
+        haystack = (json.dumps(error) if isinstance(error, dict) else message).lower()
+        if status == 429 and any(m in haystack for m in _QUOTA_MARKERS):
+            kind, error_class = "spend_limit", ErrorClass.PERMANENT
+        elif status == 400 and any(m in message.lower() for m in _CONTEXT_MARKERS):
+            kind = "context_overflow"
+        error_class = with_should_retry(headers, error_class)
+        retry_after = parse_retry_after(headers)
+        if retry_after is None:
+            retry_after = _retry_delay(error)
+        status_name = error.get("status") if isinstance(error, dict) else None
+        return ProviderError(
+            error_class=error_class,
+            kind=kind,
+            message=f"{status_name}: {message}" if status_name else message,
+            status=status,
+            retry_after_s=retry_after,
+            request_id=header_value(headers, "x-request-id"),
+        )
+
+    def classify_stream_error(self, event: ProviderErrorEvent) -> ProviderError:
+        """A google.rpc status inside the stream: server trouble and rate limits are worth a
+        continuation, anything else (a blocked prompt included) is permanent."""
+        kind, error_class = _STREAM_STATUS.get(event.error_type.upper(), ("provider_error", ErrorClass.PERMANENT))
+        return ProviderError(
+            error_class=error_class,
+            kind=kind,
+            message=f"{event.error_type}: {event.message}",
+            request_id=event.request_id,
+        )
+
+    def continuation_strategy(self, model: str, *, thinking: bool) -> Strategy:
+        """Settings overrides first; otherwise the partial answer as a ``model`` turn and a
+        continue message (Gemini documents no prefill)."""
+        override = strategy_override(self.config.strategy_overrides, model)
+        return override if override is not None else Strategy.CONTINUE_MESSAGE
+
+    @property
+    def echoes_prefix(self) -> bool:
+        return False
+
+    @property
+    def text_delta_is_token(self) -> bool:
+        """A chunk carries many tokens; ``usageMetadata`` counts them."""
+        return False
+
+    def count_request(self, request: ModelRequest) -> HTTPRequest | None:
+        """Not used: every chunk's ``usageMetadata`` already counts what was generated."""
+        return None
+
+    def read_count(self, body: bytes) -> int | None:
+        return None

@@ -1,0 +1,282 @@
+"""A planned answer as Gemini's ``streamGenerateContent?alt=sse`` sends it, byte for byte.
+
+Each event is ``data: {GenerateContentResponse}`` ended by ``\\r\\n\\r\\n`` (Google's framing), the JSON
+with ``": "`` after keys and a bare ``,`` between members, as the API writes it. Every chunk carries
+``candidates[0].content.parts``, the cumulative ``usageMetadata``, ``modelVersion`` and ``responseId``;
+the last one carries the ``finishReason`` (there is no terminator event). Text pieces are grouped a few
+to a chunk; function calls arrive whole, all of them in one chunk. With ``includeThoughts`` the answer
+starts with ``thought: true`` parts; their ``thoughtSignature`` rides on the first function call when
+there is one (as the API sends it), otherwise on the last thought part. A refusal is a ``SAFETY`` stop
+with no content; the ``error`` fault with a finish reason as its type (``error:events=5,type=SAFETY``)
+stops the answer there with that reason, as a content stop cuts a real answer short. Errors are
+Google's ``{"error": {"code", "message", "status"}}``, pretty-printed, as the API sends them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .model import BlockKind, Plan, PlannedBlock, sign_thinking, signature_valid, stable_token
+from .wire import ErrorSpec, ResponseContext, WireEvent
+
+PIECES_PER_CHUNK = 4
+FINISH_STOPS = frozenset(
+    {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "LANGUAGE", "OTHER", "MALFORMED_FUNCTION_CALL"}
+)
+_FINISH = {"end_turn": "STOP", "tool_use": "STOP", "max_tokens": "MAX_TOKENS", "refusal": "SAFETY"}
+_STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+_CODES = {name: code for code, name in _STATUS_NAMES.items() if code != 405}
+_MESSAGES = {
+    "RESOURCE_EXHAUSTED": "You exceeded your current quota, please check your plan and billing details. For more "
+    "information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.",
+    "UNAVAILABLE": "The model is overloaded. Please try again later.",
+    "INTERNAL": "An internal error has occurred. Please retry or report in "
+    "https://developers.generativeai.google/guide/troubleshooting",
+    "DEADLINE_EXCEEDED": "Deadline expired before operation could complete.",
+    "NOT_FOUND": "models/unknown is not found for API version v1beta, or is not supported for generateContent.",
+    "INVALID_ARGUMENT": "Request contains an invalid argument.",
+}
+_SAFETY_RATINGS = [
+    {"category": "HARM_CATEGORY_SEXUALLY_EXPLICIT", "probability": "NEGLIGIBLE"},
+    {"category": "HARM_CATEGORY_HATE_SPEECH", "probability": "NEGLIGIBLE"},
+    {"category": "HARM_CATEGORY_HARASSMENT", "probability": "NEGLIGIBLE"},
+    {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True},
+]
+BAD_JSON = ErrorSpec(400, "INVALID_ARGUMENT", "Invalid JSON payload received. Unexpected token.")
+BAD_CONTENT_TYPE = BAD_JSON
+
+
+def _json(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ": "))
+
+
+def _event(payload: Any, *, tokens: int = 0, text: str = "") -> WireEvent:
+    return WireEvent(f"data: {_json(payload)}\r\n\r\n".encode(), tokens, text)
+
+
+def sign(thinking: str) -> str:
+    """A thought signature (base64, as the API's bytes field is) the fake can verify later
+    without the thought text: Gemini sends it back on a function call part, not beside the thought."""
+    nonce = stable_token("gemini-thought", thinking, length=16)
+    return base64.b64encode(nonce.encode() + base64.b64decode(sign_thinking(nonce))).decode()
+
+
+def signature_ok(signature: Any) -> bool:
+    if not isinstance(signature, str):
+        return False
+    try:
+        raw = base64.b64decode(signature, validate=True)
+    except ValueError:
+        return False
+    nonce = raw[:16].decode("ascii", errors="replace")
+    return signature_valid(nonce, base64.b64encode(raw[16:]).decode())
+
+
+def response_id(ctx: ResponseContext) -> str:
+    return stable_token("gemini-response", ctx.seed, length=22)
+
+
+class _Writer:
+    """Chunks with the cumulative usage every chunk carries."""
+
+    def __init__(self, ctx: ResponseContext, thinking: bool) -> None:
+        self.ctx = ctx
+        self.thinking = thinking
+        self.output = 0
+        self.thoughts = 0
+
+    def usage(self) -> dict[str, Any]:
+        usage: dict[str, Any] = {"promptTokenCount": self.ctx.input_tokens}
+        if self.output:
+            usage["candidatesTokenCount"] = self.output
+        usage["totalTokenCount"] = self.ctx.input_tokens + self.output + self.thoughts
+        usage["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": self.ctx.input_tokens}]
+        if self.thinking:
+            usage["thoughtsTokenCount"] = self.thoughts
+        return usage
+
+    def chunk(self, candidate: Mapping[str, Any], *, tokens: int = 0, text: str = "") -> WireEvent:
+        payload = {
+            "candidates": [candidate],
+            "usageMetadata": self.usage(),
+            "modelVersion": self.ctx.model,
+            "responseId": response_id(self.ctx),
+        }
+        return _event(payload, tokens=tokens, text=text)
+
+
+def _content(parts: list[dict[str, Any]], finish: str | None = None, **more: Any) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    candidate["index"] = 0
+    candidate.update(more)
+    return candidate
+
+
+def _groups(pieces: tuple[str, ...]) -> list[tuple[str, ...]]:
+    return [pieces[i : i + PIECES_PER_CHUNK] for i in range(0, len(pieces), PIECES_PER_CHUNK)]
+
+
+def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
+    """Every chunk of the answer; the last one carries the finish reason."""
+    thinking = next((b for b in plan.blocks if b.kind is BlockKind.THINKING), None)
+    writer = _Writer(ctx, thinking is not None)
+    if plan.stop_reason == "refusal":
+        candidate = {"finishReason": "SAFETY", "index": 0, "safetyRatings": _SAFETY_RATINGS}
+        return [writer.chunk(candidate)]
+    calls = [b for b in plan.blocks if b.kind is BlockKind.TOOL_USE]
+    signature = sign(thinking.content) if thinking is not None else None
+    # (parts, tokens, text, is the call chunk) per chunk, then the finish reason goes on the last
+    pending: list[tuple[list[dict[str, Any]], int, str, str]] = []  # parts, tokens, text, counter
+    for block in plan.blocks:
+        if block.kind is BlockKind.THINKING:
+            groups = _groups(block.pieces)
+            for number, group in enumerate(groups):
+                part: dict[str, Any] = {"text": "".join(group), "thought": True}
+                if not calls and number == len(groups) - 1 and signature:
+                    part["thoughtSignature"] = signature
+                pending.append(([part], len([p for p in group if p]), "", "thoughts"))
+        elif block.kind is BlockKind.TEXT:
+            for group in _groups(block.pieces):
+                text = "".join(group)
+                pending.append(([{"text": text}], len([p for p in group if p]), text, "output"))
+    if calls:
+        parts = [_call_part(call, signature if i == 0 else None) for i, call in enumerate(calls)]
+        tokens = sum(1 for call in calls for p in call.pieces if p)
+        pending.append((parts, tokens, "", "output"))
+    finish = _FINISH.get(plan.stop_reason, "STOP")
+    if not pending:
+        pending.append(([{"text": ""}], 0, "", "output"))
+    events: list[WireEvent] = []
+    for number, (parts, tokens, text, counter) in enumerate(pending):
+        if counter == "thoughts":
+            writer.thoughts += tokens
+        else:
+            writer.output += tokens
+        last = number == len(pending) - 1
+        more = {"finishMessage": "Model generated function call(s)."} if last and calls else {}
+        events.append(writer.chunk(_content(parts, finish if last else None, **more), tokens=tokens, text=text))
+    return events
+
+
+def _call_part(call: PlannedBlock, signature: str | None) -> dict[str, Any]:
+    part: dict[str, Any] = {"functionCall": {"name": call.name, "args": json.loads(call.content)}}
+    if signature:
+        part["thoughtSignature"] = signature
+    return part
+
+
+def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
+    """The ``generateContent`` (non-streaming) body: every part in one response."""
+    parts: list[dict[str, Any]] = []
+    writer = _Writer(ctx, any(b.kind is BlockKind.THINKING for b in plan.blocks))
+    for block in plan.blocks:
+        count = sum(1 for p in block.pieces if p)
+        if block.kind is BlockKind.THINKING:
+            writer.thoughts += count
+            parts.append({"text": block.content, "thought": True, "thoughtSignature": sign(block.content)})
+        elif block.kind is BlockKind.TEXT:
+            writer.output += count
+            parts.append({"text": block.content})
+        else:
+            writer.output += count
+            parts.append(_call_part(block, None))
+    candidate = _content(parts, _FINISH.get(plan.stop_reason, "STOP"))
+    return {
+        "candidates": [candidate],
+        "usageMetadata": writer.usage(),
+        "modelVersion": ctx.model,
+        "responseId": response_id(ctx),
+    }
+
+
+def _status_name(spec: ErrorSpec) -> str:
+    if spec.error_type.isupper():
+        return spec.error_type
+    return _STATUS_NAMES.get(spec.status, "INTERNAL" if spec.status >= 500 else "INVALID_ARGUMENT")
+
+
+def error_body(spec: ErrorSpec, request_id: str) -> bytes:
+    error: dict[str, Any] = {"code": spec.status, "message": spec.message, "status": _status_name(spec)}
+    if spec.details is not None:
+        error["details"] = list(spec.details.get("details", []))
+    return json.dumps({"error": error}, ensure_ascii=False, indent=2).encode()
+
+
+def error_event(error_type: str | None, message: str | None) -> WireEvent:
+    """A mid-stream error chunk (HTTP status stays 200), or, when ``error_type`` is a finish
+    reason (``SAFETY``, ``RECITATION``, ...), the final chunk of a content stop."""
+    if error_type in FINISH_STOPS:
+        candidate: dict[str, Any] = {"content": {"parts": [{"text": ""}], "role": "model"}}
+        candidate["finishReason"] = error_type
+        candidate["index"] = 0
+        if error_type == "SAFETY":
+            candidate["safetyRatings"] = _SAFETY_RATINGS
+        return _event({"candidates": [candidate]})
+    status = error_type or "UNAVAILABLE"
+    error = {
+        "code": _CODES.get(status, 500),
+        "message": message or _MESSAGES.get(status, _MESSAGES["INTERNAL"]),
+        "status": status,
+    }
+    return _event({"error": error})
+
+
+def status_error(status: int, error_type: str | None, message: str | None, *, quota: bool) -> ErrorSpec:
+    """An HTTP error; ``quota`` gives the daily-quota 429 that waiting does not fix."""
+    name = error_type or _STATUS_NAMES.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+    details = None
+    if status == 429:
+        quota_id = (
+            "GenerateRequestsPerDayPerProjectPerModel-FreeTier"
+            if quota
+            else "GenerateRequestsPerMinutePerProjectPerModel"
+        )
+        details = {
+            "details": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [
+                        {
+                            "quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
+                            "quotaId": quota_id,
+                        }
+                    ],
+                }
+            ]
+        }
+    return ErrorSpec(status, name, message or _MESSAGES.get(name, _MESSAGES["INTERNAL"]), details=details)
+
+
+def authenticate(headers: Mapping[str, str]) -> ErrorSpec | None:
+    """Any non-empty ``x-goog-api-key`` passes; a request without one gets the real 403."""
+    if headers.get("x-goog-api-key", "").strip():
+        return None
+    return ErrorSpec(
+        403,
+        "PERMISSION_DENIED",
+        "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or "
+        "other form of API consumer identity to call this API.",
+    )
+
+
+def check_headers(headers: Mapping[str, str]) -> ErrorSpec | None:
+    return None
+
+
+def response_headers(request_id: str) -> list[tuple[str, str]]:
+    return [("x-request-id", request_id), ("server", "scaffolding on HTTPServer2")]

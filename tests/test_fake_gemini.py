@@ -1,0 +1,202 @@
+"""The fake provider's Gemini dialect: parsed by the official google-genai client, faults
+included, and the engine's recovery through it end to end."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from streamrecover.testing.fake import FakeProviderServer
+from streamrecover.testing.tools import demo_registry
+
+from .harness import assert_invariants, run
+
+MODEL = "gemini-2.5-flash"
+WEATHER_TOOL = {
+    "functionDeclarations": [
+        {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        }
+    ]
+}
+
+
+def _client(server: FakeProviderServer, scenario: str) -> Any:
+    from google import genai
+    from google.genai import types
+
+    options = types.HttpOptions(base_url=server.base_url, headers={"x-fake-scenario": scenario})
+    return genai.Client(api_key="AIza-fake", http_options=options)
+
+
+def _post(
+    server: FakeProviderServer, body: dict[str, Any], *, model: str = MODEL, key: str = "AIza-fake"
+) -> httpx.Response:
+    url = f"{server.base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"
+    headers = {"x-goog-api-key": key, "x-fake-scenario": uuid.uuid4().hex} if key else {}
+    return httpx.post(url, json=body, headers=headers)
+
+
+def test_google_genai_client_reads_the_text_stream(fake_server: FakeProviderServer) -> None:
+    client = _client(fake_server, uuid.uuid4().hex)
+    chunks = list(client.models.generate_content_stream(model=MODEL, contents="Tell me a story [[words=40]]"))
+    text = "".join(c.text or "" for c in chunks)
+    reference = _post(
+        fake_server, {"contents": [{"role": "user", "parts": [{"text": "Tell me a story [[words=40]]"}]}]}
+    )
+    expected = "".join(
+        p.get("text", "")
+        for line in reference.text.split("\r\n\r\n")
+        if line.startswith("data: ")
+        for p in json.loads(line[6:])["candidates"][0]["content"]["parts"]
+    )
+    assert text == expected
+    assert len(text.split()) >= 40
+    assert chunks[-1].candidates[0].finish_reason.value == "STOP"
+    assert chunks[-1].usage_metadata.prompt_token_count > 0
+    assert all(c.candidates[0].finish_reason is None for c in chunks[:-1])
+
+
+def test_google_genai_client_reads_function_calls_and_thoughts(fake_server: FakeProviderServer) -> None:
+    from google.genai import types
+
+    client = _client(fake_server, uuid.uuid4().hex)
+    config = types.GenerateContentConfig(
+        tools=[
+            types.Tool(function_declarations=[types.FunctionDeclaration(**WEATHER_TOOL["functionDeclarations"][0])])
+        ],
+        thinking_config=types.ThinkingConfig(include_thoughts=True, thinking_budget=1024),
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+    )
+    chunks = list(
+        client.models.generate_content_stream(model=MODEL, contents="Weather? [[tool=get_weather]]", config=config)
+    )
+    parts = [p for c in chunks for p in c.candidates[0].content.parts]
+    thoughts = [p for p in parts if p.thought]
+    calls = [p for p in parts if p.function_call]
+    assert thoughts
+    assert all(p.text for p in thoughts)
+    assert len(calls) == 1
+    assert calls[0].function_call.name == "get_weather"
+    assert calls[0].function_call.args == {"city": "Weather?"}
+    assert calls[0].thought_signature  # bytes, decoded by the client from base64
+
+
+def test_framing_is_crlf_data_events_with_the_finish_on_the_last(fake_server: FakeProviderServer) -> None:
+    response = _post(fake_server, {"contents": [{"parts": [{"text": "Hi [[words=12]]"}]}]})
+    assert response.headers["content-type"].startswith("text/event-stream")
+    body = response.content
+    assert body.startswith(b'data: {"candidates": [{"content": {"parts": [{"text": ')
+    assert body.endswith(b"\r\n\r\n")
+    assert b"\n\n" not in body.replace(b"\r\n\r\n", b"")
+    chunks = [json.loads(e[6:]) for e in body.decode().split("\r\n\r\n") if e]
+    assert [("finishReason" in c["candidates"][0]) for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert all({"usageMetadata", "modelVersion", "responseId"} <= c.keys() for c in chunks)
+
+
+def test_google_shaped_errors(fake_server: FakeProviderServer) -> None:
+    missing = _post(fake_server, {"contents": [{"parts": [{"text": "x"}]}]}, key="")
+    assert missing.status_code == 403
+    assert missing.json()["error"]["status"] == "PERMISSION_DENIED"
+    empty = _post(fake_server, {"contents": []})
+    assert empty.status_code == 400
+    assert empty.json()["error"]["status"] == "INVALID_ARGUMENT"
+    role = _post(fake_server, {"contents": [{"role": "assistant", "parts": [{"text": "x"}]}]})
+    assert role.status_code == 400
+    assert "valid role" in role.json()["error"]["message"]
+    # a Gemini 3 function call sent back without its thought signature is refused, as the real API does
+    history = {
+        "contents": [
+            {"role": "user", "parts": [{"text": "Weather?"}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Oslo"}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"result": "rain"}}}]},
+        ]
+    }
+    refused = _post(fake_server, history, model="gemini-3-pro-preview")
+    assert refused.status_code == 400
+    assert "thought_signature" in refused.json()["error"]["message"]
+    assert _post(fake_server, history).status_code == 200  # Gemini 2.5 does not insist
+
+
+async def test_a_break_is_continued_with_the_partial_answer_and_a_continue_message(
+    fake_server: FakeProviderServer,
+) -> None:
+    reference = await run(fake_server, "A long story [[words=80]]", wire="gemini", model=MODEL)
+    outcome = await run(
+        fake_server, "A long story [[words=80]]", wire="gemini", model=MODEL, faults=["cut:events=4,mid"]
+    )
+    assert_invariants(outcome, reference)
+    assert [e.understood_as for e in outcome.log] == ["fresh", "continue_message"]
+    contents = outcome.log[1].request["contents"]
+    assert [c["role"] for c in contents] == ["user", "model", "user"]
+    assert outcome.log[1].prefix_matched is True
+
+
+async def test_a_stream_that_ends_without_its_finish_reason_is_a_break(fake_server: FakeProviderServer) -> None:
+    reference = await run(fake_server, "A story [[words=60]]", wire="gemini", model=MODEL)
+    outcome = await run(fake_server, "A story [[words=60]]", wire="gemini", model=MODEL, faults=["eof:events=3"])
+    assert_invariants(outcome, reference)
+    assert outcome.sink.attempts[0].interrupt_cause == "connection_reset"
+    assert len(outcome.log) == 2
+
+
+@pytest.mark.parametrize("reason", ["SAFETY", "RECITATION"])
+async def test_a_content_stop_is_kept_and_never_continued(fake_server: FakeProviderServer, reason: str) -> None:
+    outcome = await run(
+        fake_server, "A story [[words=60]]", wire="gemini", model=MODEL, faults=[f"error:events=3,type={reason}"]
+    )
+    assert outcome.status == "completed"
+    assert len(outcome.log) == 1  # no second request
+    assert outcome.sink.attempts[0].stop_reason == "content_filter"
+    assert outcome.events("llm_stream_continuation_started") == []
+    text = outcome.assistant[0]["content"][0]["text"]
+    assert text
+    assert outcome.log[0].billed_text.startswith(text)
+
+
+async def test_overloaded_mid_stream_is_continued(fake_server: FakeProviderServer) -> None:
+    reference = await run(fake_server, "A story [[words=60]]", wire="gemini", model=MODEL)
+    outcome = await run(fake_server, "A story [[words=60]]", wire="gemini", model=MODEL, faults=["error:events=3"])
+    assert_invariants(outcome, reference)
+    assert outcome.sink.attempts[0].error_kind == "overloaded"
+
+
+async def test_a_gemini_3_tool_call_keeps_its_signature_across_a_break(fake_server: FakeProviderServer) -> None:
+    """Thinking, text, then a call: cut inside the text, the thought run (unsigned yet) is
+    dropped, the continuation's call arrives with its signature, and the next turn (the tool
+    result) is accepted by a model that refuses calls without one."""
+    prompt = "Weather? [[words=30]] [[tool=get_weather]]"
+    kw: dict[str, Any] = {
+        "wire": "gemini",
+        "model": "gemini-3-pro-preview",
+        "tools": demo_registry(),
+        "thinking_budget": 2048,
+    }
+    reference = await run(fake_server, prompt, **kw)
+    outcome = await run(fake_server, prompt, faults=["cut:events=6"], **kw)
+    assert outcome.status == "completed", outcome.result.error
+    assert [e.status for e in outcome.log] == [200, 200, 200]
+    call = next(b for b in outcome.assistant[0]["content"] if b["type"] == "tool_use")
+    assert call["signature"]
+    texts = [
+        [b["text"] for b in m["content"] if b["type"] == "text"] for m in (reference, outcome) for m in [m.assistant[0]]
+    ]
+    assert texts[0] == texts[1]
+    assert outcome.assistant[-1] == reference.assistant[-1]
+    for reconstructed, committed in outcome.view.turns:
+        assert reconstructed == committed
+
+
+def test_google_genai_client_reads_a_whole_answer(fake_server: FakeProviderServer) -> None:
+    client = _client(fake_server, uuid.uuid4().hex)
+    whole = client.models.generate_content(model=MODEL, contents="Tell me a story [[words=40]]")
+    chunks = client.models.generate_content_stream(model=MODEL, contents="Tell me a story [[words=40]]")
+    assert whole.text == "".join(c.text or "" for c in chunks)
+    assert whole.candidates[0].finish_reason.value == "STOP"
+    assert whole.usage_metadata.candidates_token_count > 0
