@@ -55,7 +55,7 @@ def user(text: str) -> dict[str, Any]:
 
 
 def provider(server: FakeProviderServer, scenario: str, wire: str = "anthropic", **kw: Any) -> ProviderConfig:
-    base = kw.pop("base_url", None) or (server.base_url if wire == "anthropic" else f"{server.base_url}/v1")
+    base = kw.pop("base_url", None) or (server.base_url if wire in ("anthropic", "gemini") else f"{server.base_url}/v1")
     return ProviderConfig(
         name=wire, base_url=base, api_key="sk-test-secret", extra_headers={"x-fake-scenario": scenario}, **kw
     )
