@@ -106,6 +106,10 @@ DEFAULTS: dict[str, Any] = {
     "STALE_AFTER_SECONDS": 30,
     "QUEUED_STALE_AFTER_SECONDS": 300,
     "REPLAY_BUFFER_FRAMES": 2000,
+    # The healing endpoint (streamrecover.proxy): which provider serves each wire format.
+    "PROXY_ANTHROPIC_PROVIDER": "anthropic",
+    "PROXY_OPENAI_PROVIDER": "openai",
+    "PROXY_DEFAULT_MAX_TOKENS": 4096,
 }
 
 _INTS = (
@@ -118,6 +122,7 @@ _INTS = (
     "FRAME_MAX_CHARS",
     "MAX_CLAIMS",
     "REPLAY_BUFFER_FRAMES",
+    "PROXY_DEFAULT_MAX_TOKENS",
 )
 _NUMBERS = (
     "BACKOFF_SCALE",
@@ -216,6 +221,12 @@ def validate(user: Any) -> list[str]:
         return problems
     for name, entry in providers.items():
         problems.extend(_provider_problems(name, entry))
+    for key in ("PROXY_ANTHROPIC_PROVIDER", "PROXY_OPENAI_PROVIDER"):
+        if merged[key] not in providers:
+            problems.append(
+                f"{SETTINGS_NAME}[{key!r}] is {merged[key]!r}, which is not in PROVIDERS "
+                f"({', '.join(sorted(providers))})."
+            )
     if merged["DEFAULT_PROVIDER"] not in providers:
         problems.append(
             f"{SETTINGS_NAME}['DEFAULT_PROVIDER'] is {merged['DEFAULT_PROVIDER']!r}, which is not in PROVIDERS "

@@ -169,6 +169,16 @@ async def _execute_claimed(
         thinking_budget=options.get("thinking_budget"),
         tools=tools.specs(),
     )
+    proxied = options.get("proxy")
+    if proxied:
+        # a proxied request (streamrecover.proxy): the client's own fields pass through, and its
+        # tools are the client's to run (in ``extra``, as the client sent them)
+        request = replace(
+            request,
+            temperature=proxied.get("temperature"),
+            structured=bool(proxied.get("structured")),
+            extra=dict(proxied.get("extra") or {}),
+        )
     checkpoints = checkpoint_store_from_settings()
     existing = await checkpoints.get(str(run.pk))
     cancel = CancelToken()
@@ -194,7 +204,7 @@ async def _execute_claimed(
                     attempts=consumed,
                     provider_name=run.provider,
                 )
-                result = await run_agent(ctx, request, tools=tools, resume=existing is not None)
+                result = await run_agent(ctx, request, tools=tools, resume=existing is not None, one_turn=bool(proxied))
             finally:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -1,0 +1,41 @@
+"""Error responses in each provider's own shape, so a client's SDK raises its usual exceptions."""
+
+from __future__ import annotations
+
+from django.http import JsonResponse
+
+from .inbound import ANTHROPIC, Format
+
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_OPENAI_TYPES = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "model_not_found"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+def error_type(format: Format, status: int) -> str:
+    """The provider's error type for ``status`` (a mid-stream error event carries it too)."""
+    if format == ANTHROPIC:
+        return _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return _OPENAI_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))[0]
+
+
+def error_response(format: Format, status: int, message: str) -> JsonResponse:
+    if format == ANTHROPIC:
+        body: dict[str, object] = {"type": "error", "error": {"type": error_type(format, status), "message": message}}
+    else:
+        kind, code = _OPENAI_TYPES.get(status, (error_type(format, status), None))
+        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return JsonResponse(body, status=status)
