@@ -27,16 +27,25 @@ def model_allowed(key: ProxyKey, model: str) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(model, str(p)) for p in patterns)
 
 
+def check_limits(key: ProxyKey, request: ProxyRequest) -> None:
+    """Raise ``Refused`` unless ``key`` may ask for this model and ``max_tokens`` (a request that
+    named no ``max_tokens`` gets the key's limit where it is lower than the default)."""
+    if not model_allowed(key, request.model):
+        raise Refused(403, f"This key may not use the model {request.model!r}.")
+    if key.max_tokens is not None:
+        if not request.max_tokens_given:
+            request.max_tokens = min(request.max_tokens, key.max_tokens)
+        elif request.max_tokens > key.max_tokens:
+            raise Refused(400, f"max_tokens: {request.max_tokens} is above this key's limit of {key.max_tokens}.")
+
+
 def admit(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]) -> Run:
     """Check ``key``'s limits and create the run, or raise ``Refused``.
 
     The key's row is locked while its active runs are counted and the new one is created, so
     two requests at once cannot both take the last free stream.
     """
-    if not model_allowed(key, request.model):
-        raise Refused(403, f"This key may not use the model {request.model!r}.")
-    if key.max_tokens is not None and request.max_tokens > key.max_tokens:
-        raise Refused(400, f"max_tokens: {request.max_tokens} is above this key's limit of {key.max_tokens}.")
+    check_limits(key, request)
     with transaction.atomic():
         locked = ProxyKey.objects.select_for_update().get(pk=key.pk)
         if locked.max_concurrent is not None:

@@ -37,6 +37,7 @@ class ProxyRequest:
     thinking_budget: int | None = None
     structured: bool = False
     include_usage: bool = False  # OpenAI: the client asked for the usage chunk
+    max_tokens_given: bool = True  # False: an OpenAI request without one (the default applies)
     extra: dict[str, Any] = field(default_factory=dict)
     body: dict[str, Any] = field(default_factory=dict)  # as sent (a non-streamed request passes it on)
 
@@ -182,6 +183,7 @@ def _openai(body: dict[str, Any], model: str, messages: list[Any], default_max_t
         temperature=_temperature(body),
         structured=structured,
         include_usage=include_usage,
+        max_tokens_given=raw_max is not None,
         extra=_extra(body, "temperature", "n"),
         body=body,
     )

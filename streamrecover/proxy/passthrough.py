@@ -29,6 +29,8 @@ async def forward(request: ProxyRequest, provider: str) -> HttpResponse:
     built = adapter.build_request(ModelRequest(model=request.model, messages=request.messages, max_tokens=1))
     headers = {**built.headers, "accept": "application/json"}
     body = dict(request.body)
+    if not request.max_tokens_given:  # an OpenAI request without one: the default (or the key's limit)
+        body["max_tokens"] = request.max_tokens
     engine = app_settings.engine_config()
     attempts = engine.max_request_retries + 1
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=config.connect_timeout_s)) as client:

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 from ..conf import app_settings
 from ..models import ProxyKey
 from ..testing import is_fake
-from .admission import Refused, admit
+from .admission import Refused, admit, check_limits
 from .errors import error_response
 from .inbound import ANTHROPIC, OPENAI, BadRequest, Format, parse
 from .keys import find_key
@@ -31,12 +31,12 @@ FAULTS_HEADER = "x-streamrecover-faults"
 
 
 def _raw_key(request: HttpRequest, format: Format) -> str:
+    """The key as each SDK sends it: ``x-api-key`` (Anthropic; its ``auth_token`` sends a bearer
+    token, also taken) or ``Authorization: Bearer`` (OpenAI)."""
     if format == ANTHROPIC and request.headers.get("x-api-key"):
         return request.headers["x-api-key"].strip()
     authorization = request.headers.get("authorization", "")
-    if authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    return request.headers.get("x-api-key", "").strip() if format == OPENAI else ""
+    return authorization[7:].strip() if authorization.lower().startswith("bearer ") else ""
 
 
 def _provider(format: Format) -> str:
@@ -62,12 +62,10 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
         return error_response(format, 400, str(exc))
     provider = _provider(format)
     if not parsed.stream:
-        from .admission import model_allowed
-
-        if not model_allowed(key, parsed.model):
-            return error_response(format, 403, f"This key may not use the model {parsed.model!r}.")
-        if key.max_tokens is not None and parsed.max_tokens > key.max_tokens:
-            return error_response(format, 400, f"max_tokens: {parsed.max_tokens} is above this key's limit.")
+        try:
+            check_limits(key, parsed)
+        except Refused as refused:
+            return error_response(format, refused.status, refused.message)
         return await forward(parsed, provider)
     try:
         run = await sync_to_async(admit)(key, parsed, provider, _faults(request, provider))
