@@ -29,6 +29,7 @@ from .proxy_helpers import daphne_url, proxy_settings
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PROVIDER_KEY = "sk-provider-secret-4c1d9e"
+LONG = "Tell me about rivers [[words=400]]"
 TOOLS_ANTHROPIC = [
     {
         "name": "get_weather",
@@ -272,6 +273,15 @@ def test_a_restart_that_cannot_be_spliced_ends_with_an_openai_error_chunk(site: 
     assert "could not be continued in place" in raised.value.message
     run = Run.objects.get()
     wait_for(run.pk)  # the run itself still completes and is stored
+
+
+def test_a_client_that_goes_away_leaves_the_run_to_finish_and_be_stored(site: str, raw_key: str) -> None:
+    body = {"model": "claude-x", "max_tokens": 2000, "stream": True, "messages": [{"role": "user", "content": LONG}]}
+    with httpx.stream("POST", site + "/v1/messages", json=body, headers={"x-api-key": raw_key}, timeout=30) as response:
+        run_id = response.headers["x-streamrecover-run"]
+        next(response.iter_lines())  # the first line, then the client hangs up
+    clean = anthropic_answer(anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0), LONG, max_tokens=2000)
+    assert stored_assistant(run_id) == [b.model_dump(exclude_none=True) for b in clean["final"].content]
 
 
 # ---- keys and limits ----------------------------------------------------------------------

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import structlog
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -25,6 +27,8 @@ from .keys import find_key
 from .passthrough import forward
 from .relay import Item, ProxyStream, RelaySink, RunEnded, start_run_thread
 from .wire import AnthropicWriter, OpenAIWriter, Writer
+
+log = structlog.get_logger("streamrecover")
 
 # Faults for the built-in fake provider only (tests and demos): ignored for any real provider.
 FAULTS_HEADER = "x-streamrecover-faults"
@@ -45,7 +49,7 @@ def _provider(format: Format) -> str:
 
 def _faults(request: HttpRequest, provider: str) -> list[str]:
     specs = request.headers.get(FAULTS_HEADER, "")
-    if not specs or not is_fake(app_settings.provider_config(provider)):
+    if not is_fake(app_settings.provider_config(provider)) or not specs:
         return []
     return [s.strip() for s in specs.split(";") if s.strip()]
 
@@ -61,6 +65,11 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
     except BadRequest as exc:
         return error_response(format, 400, str(exc))
     provider = _provider(format)
+    try:
+        faults = _faults(request, provider)  # reads the provider's settings: a missing API key raises
+    except ImproperlyConfigured as exc:
+        log.error("proxy_provider_not_configured", provider=provider, error=str(exc))
+        return error_response(format, 500, "The endpoint's provider is not configured.")
     if not parsed.stream:
         try:
             check_limits(key, parsed)
@@ -68,7 +77,7 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
             return error_response(format, refused.status, refused.message)
         return await forward(parsed, provider)
     try:
-        run = await sync_to_async(admit)(key, parsed, provider, _faults(request, provider))
+        run = await sync_to_async(admit)(key, parsed, provider, faults)
     except Refused as refused:
         return error_response(format, refused.status, refused.message)
     queue: asyncio.Queue[Item] = asyncio.Queue()
