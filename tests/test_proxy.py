@@ -190,6 +190,43 @@ def test_nothing_salvageable_after_text_was_sent_ends_with_the_providers_error_e
     assert wait_for(Run.objects.get().pk).status == "exhausted"
 
 
+@pytest.mark.parametrize(
+    ("faults", "reason"),
+    [
+        pytest.param("cut:events=8;cut:events=6", "exhausted", id="budget-exhausted"),
+        pytest.param("error:events=8,type=invalid_request_error", "invalid_request", id="permanent-mid-answer"),
+    ],
+)
+def test_failover_continues_the_answer_on_the_fallback_provider(
+    site: str, raw_key: str, faults: str, reason: str
+) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    prompt = "Tell me about rivers [[words=30]]"
+    expected = comparable(anthropic_answer(client, prompt)["final"])
+    backup = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover"}
+    configured = {
+        **settings.STREAMRECOVER,
+        "MAX_CONTINUATIONS": 1,
+        "PROVIDERS": {**settings.STREAMRECOVER["PROVIDERS"], "fake-backup": backup},
+        "PROXY_FAILOVER": {"anthropic": {"PROVIDER": "fake-backup", "MODEL": "claude-backup"}},
+    }
+    with override_settings(STREAMRECOVER=configured):
+        seen = anthropic_answer(client, prompt, faults)
+    assert comparable(seen["final"]) == expected  # one stream, the same answer
+    stored = stored_assistant(seen["run_id"])
+    assert seen["texts"] == {i: b["text"] for i, b in enumerate(stored) if b["type"] == "text"}
+    run = Run.objects.get(pk=seen["run_id"])
+    failover = run.events.get(name="llm_stream_failover").payload
+    assert (failover["reason"], failover["to_provider"], failover["to_model"]) == (
+        reason,
+        "fake-backup",
+        "claude-backup",
+    )
+    last = Attempt.objects.filter(run=run).order_by("index").last()
+    assert last is not None
+    assert last.request["json"]["model"] == "claude-backup"
+
+
 def test_a_failure_before_anything_streamed_is_the_providers_http_error(site: str, raw_key: str) -> None:
     client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
     with pytest.raises(anthropic.BadRequestError):

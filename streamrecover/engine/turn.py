@@ -100,6 +100,8 @@ class TurnRunner:
         self.received_bytes = 0
         self.base_input: int | None = None
         self.joins: list[ev.JoinRecord] = []  # how each continuation joined the kept text
+        self.budget_from = 0  # continuations spent before a failover: the fallback has a budget of its own
+        self.failed_over = False
 
     # ---- public -------------------------------------------------------------------------
 
@@ -155,6 +157,12 @@ class TurnRunner:
                         # The pre-stream budget of this continuation ran out: try the next one.
                         # same kept blocks again (the failed call never streamed)
                         outcome = await self._next_continuation(error.retry_after_s, plan(self.acc.snapshot()))
+                        if outcome is not None:
+                            return outcome
+                        continue
+                    kept = plan(self.acc.snapshot())
+                    if await self._fail_over(error.kind, kept):
+                        outcome = await self._next_continuation(None, kept)
                         if outcome is not None:
                             return outcome
                         continue
@@ -255,6 +263,10 @@ class TurnRunner:
             return await self._finish_with(recovery.keep, snapshot.stop_reason)
         if permanent:
             assert provider_error is not None
+            if recovery.kind is not PlanKind.SYNTHESIZE_TOOL_USE and await self._fail_over(
+                provider_error.kind, recovery
+            ):
+                return await self._next_continuation(None, recovery)
             return await self._fail(provider_error.kind, provider_error.message)
         if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
             result = await self._finish_with(recovery.keep, "tool_use")
@@ -280,7 +292,9 @@ class TurnRunner:
         """Spend one continuation: checkpoint, back off (cancellable), set up the prefix."""
         cfg = self.ctx.config
         await self._write_checkpoint(force=True)
-        if self.continuation >= cfg.max_continuations:
+        if self.continuation - self.budget_from >= cfg.max_continuations:
+            await self._fail_over("exhausted", recovery)  # a fallback brings a budget of its own
+        if self.continuation - self.budget_from >= cfg.max_continuations:
             await self._emit(
                 ev.LLM_STREAM_CONTINUATION_EXHAUSTED,
                 attempts=self.continuation,
@@ -328,6 +342,31 @@ class TurnRunner:
             backoff_s=delay,
         )
         return None
+
+    async def _fail_over(self, reason: str, recovery: RecoveryPlan) -> bool:
+        """Switch to the context's fallback provider and model, once per turn: the next
+        continuation goes there, from the same prefix, with a fresh continuation budget.
+        False when there is none (or it was used)."""
+        fallback = self.ctx.failover
+        if fallback is None or self.failed_over:
+            return False
+        self.failed_over = True
+        await self._emit(
+            ev.LLM_STREAM_FAILOVER,
+            continuation_attempt=self.continuation,
+            reason=reason,
+            from_provider=self.ctx.provider,
+            from_model=self.request.model,
+            to_provider=fallback.provider_name,
+            to_model=fallback.model,
+            plan=recovery.kind.value,
+        )
+        self.ctx.adapter = fallback.adapter
+        self.ctx.provider_name = fallback.provider_name
+        self.request = replace(self.request, model=fallback.model)
+        self.strategy = None
+        self.budget_from = self.continuation
+        return True
 
     def _set_prefix(self, recovery: RecoveryPlan) -> None:
         chosen = continue_from(recovery, self._strategy())
@@ -589,6 +628,8 @@ class TurnRunner:
     async def _emit(self, name: Literal["llm_request_retry"], **fields: Unpack[ev.RequestRetryFields]) -> None: ...
     @overload
     async def _emit(self, name: Literal["llm_run_resumed"], **fields: Unpack[ev.RunResumedFields]) -> None: ...
+    @overload
+    async def _emit(self, name: Literal["llm_stream_failover"], **fields: Unpack[ev.FailoverFields]) -> None: ...
 
     async def _emit(self, name: str, **fields: object) -> None:
         attempt = self._current_attempt

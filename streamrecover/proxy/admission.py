@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from ..conf import app_settings
 from ..models import Message, ProxyKey, Run, Thread
 from ..redaction import cut_secrets
 from .inbound import ProxyRequest
@@ -59,6 +60,11 @@ def admit(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]
         return _create_run(key, request, provider, faults)
 
 
+def _failover(request: ProxyRequest) -> dict[str, str] | None:
+    target = (app_settings.PROXY_FAILOVER or {}).get(request.format)
+    return {"provider": target["PROVIDER"], "model": target["MODEL"]} if target else None
+
+
 def _create_run(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]) -> Run:
     messages: list[dict[str, Any]] = cut_secrets(request.messages)
     thread = Thread.objects.create(owner=key.user, title=request.last_user_text()[:80])
@@ -80,6 +86,7 @@ def _create_run(key: ProxyKey, request: ProxyRequest, provider: str, faults: lis
                 "temperature": request.temperature,
                 "structured": request.structured,
                 "extra": request.extra,
+                "failover": _failover(request),
             },
         },
     )
