@@ -119,7 +119,7 @@ def comparable(message: anthropic.types.Message) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("prompt", "tools"),
     [
-        pytest.param("Tell me about rivers [[words=5]]", None, id="text"),
+        pytest.param("Tell me about rivers [[words=4]]", None, id="text"),
         pytest.param("Check [[words=2]] [[tool]]", TOOLS_ANTHROPIC, id="text-then-tool"),
     ],
 )
@@ -146,6 +146,29 @@ def test_anthropic_client_sees_one_uninterrupted_answer_at_every_break(
         attempts = Attempt.objects.filter(run_id=seen["run_id"])
         assert seen["final"].usage.output_tokens == sum(a.output_tokens or 0 for a in attempts)
         assert attempts.count() >= 2 or cut >= events - 2  # the break was real (late cuts lose only the end)
+
+
+def test_extended_thinking_arrives_whole_with_its_signature(site: str, raw_key: str) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    prompt = "Tell me about rivers [[words=6]]"
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    expected = comparable(anthropic_answer(client, prompt, thinking=thinking, max_tokens=3000)["final"])
+    assert [b["type"] for b in expected["content"]] == ["thinking", "text"]
+    assert expected["content"][0]["signature"]
+    body = {"model": "claude-x", "max_tokens": 3000, "messages": [{"role": "user", "content": prompt}]}
+    events = upstream_events("/v1/messages", {**body, "thinking": thinking})
+    cuts = range(3, events, 9)  # in the thinking, in the text, near the end (every boundary: a slow sweep)
+    for cut, seen in zip(
+        cuts,
+        sweep(lambda faults: anthropic_answer(client, prompt, faults, thinking=thinking, max_tokens=3000), cuts),
+        strict=True,
+    ):
+        assert comparable(seen["final"]) == expected, f"cut:events={cut}"
+        thinking_deltas = [
+            e for e in seen["events"] if e.type == "content_block_delta" and e.delta.type == "thinking_delta"
+        ]
+        assert len(thinking_deltas) == 1  # held back: whole, then its signature
+        stored_assistant(seen["run_id"])
 
 
 def test_the_uninterrupted_answer_is_the_providers_own(site: str, raw_key: str) -> None:
@@ -269,7 +292,7 @@ def openai_answer(client: openai.OpenAI, prompt: str, faults: str = "", **kw: An
 @pytest.mark.parametrize(
     ("prompt", "tools"),
     [
-        pytest.param("Tell me about rivers [[words=5]]", None, id="text"),
+        pytest.param("Tell me about rivers [[words=4]]", None, id="text"),
         pytest.param("Check [[words=2]] [[tool]]", TOOLS_OPENAI, id="text-then-tool"),
     ],
 )
