@@ -21,6 +21,7 @@ from django.test import override_settings
 from streamrecover.models import Attempt, Message, Run
 from streamrecover.proxy.keys import issue_key
 from streamrecover.proxy.views import FAULTS_HEADER
+from streamrecover.testing import DEFAULT_SCENARIO, parse_faults
 from streamrecover.testing.fake.local import local_fake_server
 from streamrecover.testing.host import wait_for
 
@@ -421,13 +422,20 @@ def test_the_provider_key_reaches_neither_the_client_nor_storage(site: str, raw_
     assert len(received) == 2  # the answer and its continuation, sent with the provider's key, not the client's
 
 
-def test_a_non_streamed_request_passes_through(site: str, raw_key: str) -> None:
+def test_a_non_streamed_request_passes_through_with_pre_stream_retries_only(site: str, raw_key: str) -> None:
+    fake = local_fake_server()
+    before = len(fake.log_for(DEFAULT_SCENARIO))
+    fake.set_faults(DEFAULT_SCENARIO, parse_faults(["status:529", "ok", "status:400"]))
     client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
-    message = client.messages.create(
-        model="claude-x", max_tokens=400, messages=[{"role": "user", "content": "Tell me about rivers [[words=9]]"}]
-    )
+    hello = [{"role": "user", "content": "Tell me about rivers [[words=9]]"}]
+    message = client.messages.create(model="claude-x", max_tokens=400, messages=hello)
     assert message.content[0].type == "text"
     assert message.stop_reason == "end_turn"
+    assert len(fake.log_for(DEFAULT_SCENARIO)) - before == 2  # the 529, then the answer
+    with pytest.raises(anthropic.BadRequestError):  # a permanent error is the client's at once
+        client.messages.create(model="claude-x", max_tokens=400, messages=hello)
+    assert len(fake.log_for(DEFAULT_SCENARIO)) - before == 3
     oa = openai.OpenAI(base_url=site + "/v1", api_key=raw_key, max_retries=0)
     completion = oa.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Hi [[words=4]]"}])
     assert completion.choices[0].message.content
+    assert not Run.objects.exists()
