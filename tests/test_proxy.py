@@ -177,8 +177,10 @@ def test_the_uninterrupted_answer_is_the_providers_own(site: str, raw_key: str) 
     direct = anthropic.Anthropic(base_url=local_fake_server().base_url, api_key="k", max_retries=0)
     with direct.messages.stream(model="claude-x", max_tokens=400, messages=[{"role": "user", "content": prompt}]) as s:
         provider = s.get_final_message()
-    proxied = anthropic_answer(anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0), prompt)["final"]
+    seen = anthropic_answer(anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0), prompt)
+    proxied = seen["final"]
     assert comparable(proxied) == comparable(provider)
+    assert seen["events"][0].message.usage.input_tokens == provider.usage.input_tokens  # message_start has it
     assert proxied.usage.input_tokens == provider.usage.input_tokens
     assert proxied.usage.output_tokens == provider.usage.output_tokens
 

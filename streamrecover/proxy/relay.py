@@ -54,19 +54,30 @@ class RelaySink(BaseSink):
     def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Item]) -> None:
         self.loop = loop
         self.queue = queue
+        self.current: AttemptRecord | None = None  # the attempt streaming now: its usage grows as it goes
+        self.usage_sent: dict[str, int | None] = {}
 
     def put(self, item: Item) -> None:
         with suppress(RuntimeError):  # the request's loop is gone: the run goes on without it
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
     async def on_frame(self, frame: Frame) -> None:
+        # the attempt's usage as the provider reported it so far (its input tokens arrive with
+        # the stream's start), ahead of the frame: ``message_start`` carries it
+        if self.current is not None and self.current.usage.as_dict() != self.usage_sent:
+            self._seen(self.current)
         self.put(dict(frame))
 
     async def on_attempt(self, attempt: AttemptRecord) -> None:
+        self.current = attempt
+        self._seen(attempt)
+
+    def _seen(self, attempt: AttemptRecord) -> None:
+        self.usage_sent = attempt.usage.as_dict()
         self.put(
             AttemptSeen(
                 attempt.index,
-                attempt.usage.as_dict(),
+                self.usage_sent,
                 attempt.status_code,
                 attempt.error_kind,
                 attempt.error_message,

@@ -102,6 +102,7 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
     response = StreamingHttpResponse(body(), content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Streamrecover-Run"] = str(run.pk)
+    response["request-id" if format == ANTHROPIC else "x-request-id"] = f"req_{run.pk.hex}"
     return response
 
 

@@ -23,7 +23,7 @@ FINISH_REASONS = {
     "max_tokens": "length",
     "tool_use": "tool_calls",
     "content_filter": "content_filter",
-    "refusal": "content_filter",
+    "refusal": "stop",  # OpenAI ends a refusal with "stop"
 }
 
 
