@@ -212,7 +212,7 @@ def test_nothing_salvageable_after_text_was_sent_ends_with_the_providers_error_e
         pytest.raises(anthropic.APIStatusError) as raised,
     ):
         anthropic_answer(client, "Tell me about rivers [[words=30]]", "cut:events=8;cut:events=6")
-    assert raised.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+    assert raised.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]  # given up on
     assert wait_for(Run.objects.get().pk).status == "exhausted"
 
 
@@ -251,6 +251,14 @@ def test_failover_continues_the_answer_on_the_fallback_provider(
     last = Attempt.objects.filter(run=run).order_by("index").last()
     assert last is not None
     assert last.request["json"]["model"] == "claude-backup"
+
+
+def test_a_permanent_error_mid_answer_ends_with_the_providers_own_error_type(site: str, raw_key: str) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        anthropic_answer(client, "Tell me about rivers [[words=30]]", "error:events=8,type=invalid_request_error")
+    assert raised.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert wait_for(Run.objects.get().pk).status == "failed"
 
 
 def test_a_failure_before_anything_streamed_is_the_providers_http_error(site: str, raw_key: str) -> None:

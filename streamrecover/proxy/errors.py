@@ -25,6 +25,29 @@ _OPENAI_TYPES = {
 }
 
 
+# the engine's error kinds (the adapters' classification) -> the HTTP status a provider gives them
+_KIND_STATUS = {
+    "invalid_request": 400,
+    "context_overflow": 400,
+    "unauthorized": 401,
+    "billing": 402,
+    "spend_limit": 429,
+    "permission_denied": 403,
+    "model_not_found": 404,
+    "request_too_large": 413,
+    "rate_limited": 429,
+    "server_error": 500,
+    "timeout": 504,
+    "overloaded": 529,
+}
+
+
+def status_for(format: Format, kind: str | None) -> int:
+    """The status of a run that ended with error ``kind``; an answer given up on is "overloaded"."""
+    status = _KIND_STATUS.get(kind or "", 529)
+    return 503 if status == 529 and format != ANTHROPIC else status
+
+
 def error_type(format: Format, status: int) -> str:
     """The provider's error type for ``status`` (a mid-stream error event carries it too)."""
     if format == ANTHROPIC:

@@ -20,7 +20,7 @@ from django.db import close_old_connections
 from .. import starter
 from ..engine.protocol import TERMINAL_STATUSES, Frame, FrameKind, RunStatus
 from ..engine.sink import AttemptOutcome, AttemptRecord, BaseSink
-from .errors import error_type
+from .errors import error_type, status_for
 from .inbound import Format
 from .splice import Splicer, Unsplicable
 from .wire import TurnUsage, Writer
@@ -184,8 +184,8 @@ class ProxyStream:
             head = b"" if self.started else self.writer.start(self.usage())
             self.started = True
             return head + tail + self.writer.end(self._stop_reason(), self.usage())
+        self.ended = ended
         if not self.started:
-            self.ended = ended
             self.done = True
             return b""
         error = ended.error or {}
@@ -202,9 +202,8 @@ class ProxyStream:
         last = self.attempts[max(self.attempts)] if self.attempts else None
         if last is not None and last.status_code and last.status_code >= 400:
             return last.status_code
-        if self.format == "anthropic":
-            return 529
-        return 503
+        error = (self.ended.error if self.ended else None) or {}
+        return status_for(self.format, error.get("kind"))
 
     def _stop_reason(self) -> str:
         """The turn's stop reason: a salvaged tool call ends it as ``tool_use``; a stream that
