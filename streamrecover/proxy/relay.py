@@ -20,6 +20,7 @@ from django.db import close_old_connections
 from .. import starter
 from ..engine.protocol import TERMINAL_STATUSES, Frame, FrameKind, RunStatus
 from ..engine.sink import AttemptOutcome, AttemptRecord, BaseSink
+from ..redaction import redact_text
 from .errors import error_type, status_for
 from .inbound import Format
 from .splice import Splicer, Unsplicable
@@ -195,7 +196,7 @@ class ProxyStream:
         if self.done:
             return b""
         self.done = True
-        return self.writer.error(kind, message)
+        return self.writer.error(kind, redact_text(message))
 
     def _status(self) -> int:
         """The HTTP status the run's failure maps to: the provider's own, else a 5xx."""
@@ -224,4 +225,4 @@ class ProxyStream:
         error = (ended.error if ended else None) or {}
         last = self.attempts[max(self.attempts)] if self.attempts else None
         message = (last.error_message if last and last.error_message else None) or error.get("message") or "failed"
-        return self._status(), message
+        return self._status(), redact_text(message)
