@@ -127,6 +127,9 @@ STREAMRECOVER = {
     "CHECKPOINT_STORE": "redis" if DISTRIBUTED else "orm",
     "EXECUTION": "celery" if DISTRIBUTED else "inprocess",
     "REDIS_URL": REDIS_URL or "redis://127.0.0.1:6379/0",
+    # the healing endpoint (/streamrecover/proxy/) answers from the built-in fake in the demo
+    "PROXY_ANTHROPIC_PROVIDER": "fake",
+    "PROXY_OPENAI_PROVIDER": "fake",
 }
 
 # --- Auth, i18n, static -------------------------------------------------------------------

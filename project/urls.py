@@ -1,4 +1,4 @@
-"""Demo URLs: the admin, the app's JSON API, the analytics page it opts into, and the demo chat."""
+"""Demo URLs: the admin, the app's JSON API, the analytics page it opts into, the demo chat and the healing endpoint."""
 
 from __future__ import annotations
 
@@ -10,4 +10,5 @@ urlpatterns = [
     path("streamrecover/", include("streamrecover.urls")),
     path("streamrecover/", include("streamrecover.analytics.urls")),
     path("streamrecover/", include("project.demo.urls")),
+    path("streamrecover/proxy/", include("streamrecover.proxy.urls")),
 ]

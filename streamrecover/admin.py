@@ -42,6 +42,7 @@ from .models import (
     ExhaustedRun,
     FailedRun,
     Message,
+    ProxyKey,
     RecoveredRun,
     RecoveryAnalytics,
     RecoveryEvent,
@@ -500,3 +501,36 @@ class AnalyticsRollupAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("recover seconds"))
     def recover_seconds_pretty(self, obj: AnalyticsRollup) -> str:
         return pretty_json(obj.recover_seconds)
+
+
+@admin.register(ProxyKey)
+class ProxyKeyAdmin(admin.ModelAdmin):
+    """Keys of the healing endpoint: limits editable, revocable; the raw key is never here (only its hash
+    is stored). Issue keys with ``manage.py streamrecover_proxy_key USERNAME``."""
+
+    list_display = ("prefix", "name", "user", "created", "last_used_at", "revoked_at")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
+    search_fields = ("prefix", "name", "user__username")
+    readonly_fields = ("prefix", "user", "created", "last_used_at", "revoked_at")
+    fields = (
+        "prefix",
+        "user",
+        "name",
+        "allowed_models",
+        "max_tokens",
+        "max_concurrent",
+        "created",
+        "last_used_at",
+        "revoked_at",
+    )
+    actions = ("revoke",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a key is issued by the command, which shows it once
+
+    @admin.action(description=_("Revoke the selected keys"), permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ProxyKey]) -> None:
+        from django.utils import timezone
+
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, ngettext("%d key revoked.", "%d keys revoked.", count) % count, messages.SUCCESS)

@@ -116,6 +116,12 @@ DEFAULTS: dict[str, Any] = {
     "STALE_AFTER_SECONDS": 30,
     "QUEUED_STALE_AFTER_SECONDS": 300,
     "REPLAY_BUFFER_FRAMES": 2000,
+    # The healing endpoint (streamrecover.proxy): which provider serves each wire format.
+    "PROXY_ANTHROPIC_PROVIDER": "anthropic",
+    "PROXY_OPENAI_PROVIDER": "openai",
+    "PROXY_DEFAULT_MAX_TOKENS": 4096,
+    # format -> {"PROVIDER", "MODEL"}: where a proxied answer goes on when its provider gives up
+    "PROXY_FAILOVER": None,
 }
 
 _INTS = (
@@ -128,6 +134,7 @@ _INTS = (
     "FRAME_MAX_CHARS",
     "MAX_CLAIMS",
     "REPLAY_BUFFER_FRAMES",
+    "PROXY_DEFAULT_MAX_TOKENS",
 )
 _NUMBERS = (
     "BACKOFF_SCALE",
@@ -184,6 +191,25 @@ def _provider_problems(name: str, entry: Any) -> list[str]:
     return problems
 
 
+def _failover_problems(failover: Any, providers: Mapping[str, Any]) -> list[str]:
+    where = f"{SETTINGS_NAME}['PROXY_FAILOVER']"
+    if failover is None:
+        return []
+    if not isinstance(failover, Mapping):
+        return [f"{where} must be None or a dict of wire format ('anthropic', 'openai') -> {{'PROVIDER', 'MODEL'}}."]
+    problems = []
+    for format, target in failover.items():
+        if format not in ("anthropic", "openai"):
+            problems.append(f"{where} has an unknown wire format {format!r}: 'anthropic' or 'openai'.")
+        elif not isinstance(target, Mapping) or set(target) != {"PROVIDER", "MODEL"}:
+            problems.append(f"{where}[{format!r}] must be a dict with exactly 'PROVIDER' and 'MODEL'.")
+        elif target["PROVIDER"] not in providers:
+            problems.append(f"{where}[{format!r}]['PROVIDER'] is {target['PROVIDER']!r}, which is not in PROVIDERS.")
+        elif not isinstance(target["MODEL"], str) or not target["MODEL"]:
+            problems.append(f"{where}[{format!r}]['MODEL'] must be a non-empty string.")
+    return problems
+
+
 def validate(user: Any) -> list[str]:
     """Every problem with a ``STREAMRECOVER`` value, as readable sentences (empty: valid)."""
     if not isinstance(user, Mapping):
@@ -226,6 +252,13 @@ def validate(user: Any) -> list[str]:
         return problems
     for name, entry in providers.items():
         problems.extend(_provider_problems(name, entry))
+    for key in ("PROXY_ANTHROPIC_PROVIDER", "PROXY_OPENAI_PROVIDER"):
+        if merged[key] not in providers:
+            problems.append(
+                f"{SETTINGS_NAME}[{key!r}] is {merged[key]!r}, which is not in PROVIDERS "
+                f"({', '.join(sorted(providers))})."
+            )
+    problems.extend(_failover_problems(merged["PROXY_FAILOVER"], providers))
     if merged["DEFAULT_PROVIDER"] not in providers:
         problems.append(
             f"{SETTINGS_NAME}['DEFAULT_PROVIDER'] is {merged['DEFAULT_PROVIDER']!r}, which is not in PROVIDERS "

@@ -582,3 +582,46 @@ class AnalyticsRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}/{self.model} @ {self.slot:%Y-%m-%d %H:%M}"
+
+
+class ProxyKey(models.Model):
+    """A key the healing endpoint (``streamrecover.proxy``) accepts: one user's, revocable.
+
+    Only the key's SHA-256 is stored (a key is 256 random bits: a fast hash is enough), with
+    its first characters to tell keys apart; the raw key is shown once, when it is issued.
+    The limits are per key: models it may ask for, its ``max_tokens`` and its concurrent streams.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("user"), on_delete=models.CASCADE, related_name="proxy_keys"
+    )
+    name = models.CharField(verbose_name=_("name"), max_length=100, blank=True)
+    prefix = models.CharField(verbose_name=_("prefix"), max_length=16, help_text=_("The key's first characters."))
+    hashed = models.CharField(verbose_name=_("hashed key"), max_length=64, unique=True, editable=False)
+    allowed_models = models.JSONField(
+        verbose_name=_("allowed models"),
+        default=list,
+        blank=True,
+        help_text=_("Model names (shell-style patterns allowed) this key may use; empty: any."),
+    )
+    max_tokens = models.PositiveIntegerField(
+        verbose_name=_("max tokens"), null=True, blank=True, help_text=_("The largest max_tokens a request may ask.")
+    )
+    max_concurrent = models.PositiveIntegerField(
+        verbose_name=_("max concurrent streams"), null=True, blank=True, help_text=_("Empty: no limit.")
+    )
+    created = models.DateTimeField(verbose_name=_("created"), default=timezone.now)
+    last_used_at = models.DateTimeField(verbose_name=_("last used at"), null=True, blank=True)
+    revoked_at = models.DateTimeField(verbose_name=_("revoked at"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        verbose_name = _("proxy key")
+        verbose_name_plural = _("proxy keys")
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None

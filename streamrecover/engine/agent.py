@@ -97,6 +97,7 @@ async def run_agent(
     *,
     tools: ToolRegistry | None = None,
     resume: bool = False,
+    one_turn: bool = False,
 ) -> RunResult:
     """Run turns until the model stops asking for tools, a turn fails, or ``max_turns``.
 
@@ -105,6 +106,8 @@ async def run_agent(
     ``request.messages`` is the committed thread (ending with the user's message, or with
     an assistant message whose tool calls still need results, or a tool-result message).
     With ``resume``, a fresh checkpoint for the run continues the turn it belongs to.
+    With ``one_turn`` the caller runs the tools (a proxied request: the client does): one
+    assistant turn, and no tool call is executed here.
     """
     config, sink, checkpoints, cancel = ctx.config, ctx.sink, ctx.checkpoints, ctx.cancel
     cancel.bind()
@@ -145,7 +148,7 @@ async def run_agent(
                 result.error = {"kind": cancel.kind or "cancel", "message": cancel.reason}
                 break
             pending = _pending_tool_calls(messages)
-            if pending:
+            if pending and not one_turn:
                 await commit(await _execute_tools(pending, tools, notices))
                 notices = []
                 continue
@@ -178,7 +181,7 @@ async def run_agent(
             if config.notify_model_of_discarded_tools:
                 notices.extend(outcome.discarded_tools)
             turn += 1
-            if outcome.stop_reason != "tool_use" or not _pending_tool_calls(messages):
+            if one_turn or outcome.stop_reason != "tool_use" or not _pending_tool_calls(messages):
                 break
         await ctx.frame(FrameKind.RUN_STATUS, status=result.status, error=result.error)
     finally:

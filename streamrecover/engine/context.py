@@ -24,6 +24,16 @@ class RunCancelled(Exception):
     """The cancel token fired; carries what stopped the run."""
 
 
+@dataclass(frozen=True, slots=True)
+class Failover:
+    """Where a turn goes on when its provider gives up mid-answer (continuations exhausted, or a
+    permanent error after the answer started): another provider and model, from the same prefix."""
+
+    adapter: ProviderAdapter
+    model: str
+    provider_name: str
+
+
 @dataclass(slots=True)
 class RunContext:
     """Identity and shared services of one run, handed to every turn."""
@@ -41,6 +51,7 @@ class RunContext:
     provider_name: str = ""  # the configured provider's name for events (default: the adapter's)
     # models that refused a prefill in this run: every later continuation uses continue_message
     prefill_refused: set[str] = field(default_factory=set)
+    failover: Failover | None = None  # used at most once per turn
 
     @property
     def provider(self) -> str:

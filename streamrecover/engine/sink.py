@@ -26,6 +26,7 @@ DISCARDED_PARTIAL_TOOL_USE: Final = "discarded_partial_tool_use"
 DISCARDED_THINKING: Final = "discarded_thinking"
 LLM_REQUEST_RETRY: Final = "llm_request_retry"
 LLM_RUN_RESUMED: Final = "llm_run_resumed"
+LLM_STREAM_FAILOVER: Final = "llm_stream_failover"
 
 
 # ---- event payloads: every event carries EventContext plus its own fields -----------------
@@ -131,6 +132,16 @@ class RunResumedFields(TypedDict):
     committed: BlockSummary
     checkpoint_attempt: int
     checkpoint_continuation: int
+
+
+class FailoverFields(TypedDict):
+    continuation_attempt: int
+    reason: str  # exhausted, or the permanent error's kind
+    from_provider: str
+    from_model: str
+    to_provider: str
+    to_model: str
+    plan: str
 
 
 @dataclass(frozen=True, slots=True)

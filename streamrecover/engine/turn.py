@@ -103,6 +103,8 @@ class TurnRunner:
         self.base_input: int | None = None
         self.joins: list[ev.JoinRecord] = []  # how each continuation joined the kept text
         self.native: ResumePoint | None = None  # where the current attempt re-attaches (native resume)
+        self.budget_from = 0  # continuations spent before a failover: the fallback has a budget of its own
+        self.failed_over = False
 
     # ---- public -------------------------------------------------------------------------
 
@@ -165,6 +167,12 @@ class TurnRunner:
                         # The pre-stream budget of this continuation ran out: try the next one.
                         # same kept blocks again (the failed call never streamed)
                         outcome = await self._next_continuation(error.retry_after_s, plan(self.acc.snapshot()))
+                        if outcome is not None:
+                            return outcome
+                        continue
+                    kept = plan(self.acc.snapshot())
+                    if await self._fail_over(error.kind, kept):
+                        outcome = await self._next_continuation(None, kept)
                         if outcome is not None:
                             return outcome
                         continue
@@ -283,6 +291,10 @@ class TurnRunner:
             return await self._finish_with(recovery.keep, snapshot.stop_reason)
         if permanent:
             assert provider_error is not None
+            if recovery.kind is not PlanKind.SYNTHESIZE_TOOL_USE and await self._fail_over(
+                provider_error.kind, recovery
+            ):
+                return await self._next_continuation(None, recovery)
             return await self._fail(provider_error.kind, provider_error.message)
         if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
             result = await self._finish_with(recovery.keep, "tool_use")
@@ -311,7 +323,9 @@ class TurnRunner:
         native resume at ``point`` when the plan is one)."""
         cfg = self.ctx.config
         await self._write_checkpoint(force=True)
-        if self.continuation >= cfg.max_continuations:
+        if self.continuation - self.budget_from >= cfg.max_continuations:
+            await self._fail_over("exhausted", recovery)  # a fallback brings a budget of its own
+        if self.continuation - self.budget_from >= cfg.max_continuations:
             await self._emit(
                 ev.LLM_STREAM_CONTINUATION_EXHAUSTED,
                 attempts=self.continuation,
@@ -439,6 +453,31 @@ class TurnRunner:
         if self.native is not None:
             return NATIVE_RESUME
         return self.strategy.value if (self.strategy and self.prefix) else None
+
+    async def _fail_over(self, reason: str, recovery: RecoveryPlan) -> bool:
+        """Switch to the context's fallback provider and model, once per turn: the next
+        continuation goes there, from the same prefix, with a fresh continuation budget.
+        False when there is none (or it was used)."""
+        fallback = self.ctx.failover
+        if fallback is None or self.failed_over:
+            return False
+        self.failed_over = True
+        await self._emit(
+            ev.LLM_STREAM_FAILOVER,
+            continuation_attempt=self.continuation,
+            reason=reason,
+            from_provider=self.ctx.provider,
+            from_model=self.request.model,
+            to_provider=fallback.provider_name,
+            to_model=fallback.model,
+            plan=recovery.kind.value,
+        )
+        self.ctx.adapter = fallback.adapter
+        self.ctx.provider_name = fallback.provider_name
+        self.request = replace(self.request, model=fallback.model)
+        self.strategy = None
+        self.budget_from = self.continuation
+        return True
 
     def _set_prefix(self, recovery: RecoveryPlan) -> None:
         self.native = None
@@ -733,6 +772,8 @@ class TurnRunner:
     async def _emit(self, name: Literal["llm_request_retry"], **fields: Unpack[ev.RequestRetryFields]) -> None: ...
     @overload
     async def _emit(self, name: Literal["llm_run_resumed"], **fields: Unpack[ev.RunResumedFields]) -> None: ...
+    @overload
+    async def _emit(self, name: Literal["llm_stream_failover"], **fields: Unpack[ev.FailoverFields]) -> None: ...
 
     async def _emit(self, name: str, **fields: object) -> None:
         attempt = self._current_attempt

@@ -22,7 +22,7 @@ from django.db import connections
 from ..conf import app_settings
 from ..engine.agent import RunResult, ToolRegistry, run_agent
 from ..engine.cancel import CancelToken
-from ..engine.context import RunContext
+from ..engine.context import Failover, RunContext
 from ..engine.contract import ModelRequest, ProviderConfig
 from ..engine.sink import (
     LLM_STREAM_CONTINUATION_COMPLETED,
@@ -84,6 +84,15 @@ def provider_for_run(run: Run, consumed_attempts: int, override: ProviderConfig 
         faults = list(run.options.get("faults") or [])[consumed_attempts:]
         config = fake_provider(config, run.model, scenario=f"run-{run.pk}", faults=faults)
     return config
+
+
+def failover_for_run(run: Run) -> Failover | None:
+    """A proxied run's fallback provider and model (``PROXY_FAILOVER``, fixed when it was admitted)."""
+    target = (run.options.get("proxy") or {}).get("failover")
+    if not target:
+        return None
+    config = fake_provider(app_settings.provider_config(target["provider"]), target["model"])
+    return Failover(get_adapter(config), target["model"], target["provider"])
 
 
 def tools_for_run(run: Run) -> ToolRegistry:
@@ -169,6 +178,16 @@ async def _execute_claimed(
         thinking_budget=options.get("thinking_budget"),
         tools=tools.specs(),
     )
+    proxied = options.get("proxy")
+    if proxied:
+        # a proxied request (streamrecover.proxy): the client's own fields pass through, and its
+        # tools are the client's to run (in ``extra``, as the client sent them)
+        request = replace(
+            request,
+            temperature=proxied.get("temperature"),
+            structured=bool(proxied.get("structured")),
+            extra=dict(proxied.get("extra") or {}),
+        )
     checkpoints = checkpoint_store_from_settings()
     existing = await checkpoints.get(str(run.pk))
     cancel = CancelToken()
@@ -193,8 +212,9 @@ async def _execute_claimed(
                     seq=start_seq,
                     attempts=consumed,
                     provider_name=run.provider,
+                    failover=await sync_to_async(failover_for_run)(run),
                 )
-                result = await run_agent(ctx, request, tools=tools, resume=existing is not None)
+                result = await run_agent(ctx, request, tools=tools, resume=existing is not None, one_turn=bool(proxied))
             finally:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

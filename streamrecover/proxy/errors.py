@@ -1,0 +1,64 @@
+"""Error responses in each provider's own shape, so a client's SDK raises its usual exceptions."""
+
+from __future__ import annotations
+
+from django.http import JsonResponse
+
+from .inbound import ANTHROPIC, Format
+
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_OPENAI_TYPES = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "model_not_found"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+# the engine's error kinds (the adapters' classification) -> the HTTP status a provider gives them
+_KIND_STATUS = {
+    "invalid_request": 400,
+    "context_overflow": 400,
+    "unauthorized": 401,
+    "billing": 402,
+    "spend_limit": 429,
+    "permission_denied": 403,
+    "model_not_found": 404,
+    "request_too_large": 413,
+    "rate_limited": 429,
+    "server_error": 500,
+    "timeout": 504,
+    "overloaded": 529,
+}
+
+
+def status_for(format: Format, kind: str | None) -> int:
+    """The status of a run that ended with error ``kind``; an answer given up on is "overloaded"."""
+    status = _KIND_STATUS.get(kind or "", 529)
+    return 503 if status == 529 and format != ANTHROPIC else status
+
+
+def error_type(format: Format, status: int) -> str:
+    """The provider's error type for ``status`` (a mid-stream error event carries it too)."""
+    if format == ANTHROPIC:
+        return _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return _OPENAI_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))[0]
+
+
+def error_response(format: Format, status: int, message: str) -> JsonResponse:
+    if format == ANTHROPIC:
+        body: dict[str, object] = {"type": "error", "error": {"type": error_type(format, status), "message": message}}
+    else:
+        kind, code = _OPENAI_TYPES.get(status, (error_type(format, status), None))
+        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return JsonResponse(body, status=status)

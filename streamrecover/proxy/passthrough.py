@@ -1,0 +1,63 @@
+"""A non-streamed request: passed to the provider as the client sent it, retried only before any answer.
+
+Nothing streams, so there is nothing to continue: a 429, 529, 5xx or a connection error is
+retried (``MAX_REQUEST_RETRIES``, the pre-stream backoff, ``Retry-After`` honoured and capped),
+and the provider's answer, or its last error, is the client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from django.http import HttpResponse
+
+from ..conf import app_settings
+from ..engine.contract import ModelRequest
+from ..engine.retry import parse_retry_after
+from ..providers.registry import get_adapter
+from ..testing import fake_provider
+from .errors import error_response
+from .inbound import ProxyRequest
+
+RETRIED = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+async def forward(request: ProxyRequest, provider: str) -> HttpResponse:
+    config = fake_provider(app_settings.provider_config(provider), request.model)
+    adapter = get_adapter(config)
+    built = adapter.build_request(ModelRequest(model=request.model, messages=request.messages, max_tokens=1))
+    headers = {**built.headers, "accept": "application/json"}
+    body = dict(request.body)
+    if not request.max_tokens_given:  # an OpenAI request without one: the default (or the key's limit)
+        body["max_tokens"] = request.max_tokens
+    engine = app_settings.engine_config()
+    attempts = engine.max_request_retries + 1
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=config.connect_timeout_s)) as client:
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                response = await client.post(built.url, json=body, headers=headers)
+            except httpx.TransportError as exc:
+                if last:
+                    return error_response(
+                        request.format, 502, f"The provider could not be reached: {type(exc).__name__}"
+                    )
+                await asyncio.sleep(_delay(attempt, None))
+                continue
+            if response.status_code in RETRIED and not last:
+                await asyncio.sleep(_delay(attempt, parse_retry_after(response.headers)))
+                continue
+            return HttpResponse(
+                response.content,
+                status=response.status_code,
+                content_type=response.headers.get("content-type", "application/json"),
+            )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _delay(attempt: int, retry_after: float | None) -> float:
+    engine = app_settings.engine_config()
+    if retry_after is not None:
+        return min(retry_after, engine.max_retry_after_s)
+    return min(engine.request_retry_base_s * (2**attempt), 8.0) * engine.backoff_scale

@@ -1,0 +1,181 @@
+"""From the engine's client frames to the blocks a proxied client may be shown: text at once,
+every other block only once it is complete, never anything that a recovery later takes back.
+
+The engine numbers a turn's blocks across its attempts (a continuation's text goes on in the
+kept block) and tells live clients when it drops one (``tool_call_cancel``, ``block_cancel``,
+``stream_reset``). A provider's wire format cannot take anything back, so ``Splicer`` holds a
+tool call until a later block shows it ended, and thinking and other blocks until the turn's
+message is committed (their signatures and final content arrive only with it); blocks after a
+held one wait behind it, so the client sees them in order. What it releases is numbered
+contiguously. A drop of something already released is ``Unsplicable``: the stream cannot go on
+truthfully and ends with the provider's error event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.protocol import FrameKind
+
+TEXT = "text"
+TOOL_USE = "tool_use"
+THINKING = "thinking"
+
+
+class Unsplicable(Exception):
+    """Something the client already received was dropped by the recovery."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenText:
+    index: int  # downstream block index
+
+
+@dataclass(frozen=True, slots=True)
+class TextPiece:
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloseBlock:
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class WholeBlock:
+    """A complete non-text block, opened and closed at once (canonical content)."""
+
+    index: int
+    content: dict[str, Any]
+
+
+Op = OpenText | TextPiece | CloseBlock | WholeBlock
+
+
+@dataclass(slots=True)
+class _Held:
+    kind: str
+    text: str = ""
+    sent: int = 0  # characters of ``text`` released
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    content: dict[str, Any] | None = None
+    released: bool = False
+    down: int | None = None  # the downstream block carrying its text
+
+    def whole(self) -> dict[str, Any]:
+        if self.content is not None:
+            return self.content
+        if self.kind == TOOL_USE:
+            try:
+                arguments = json.loads(self.arguments) if self.arguments.strip() else {}
+            except ValueError:
+                arguments = {}
+            return {"type": TOOL_USE, "id": self.id, "name": self.name, "input": arguments}
+        if self.kind == THINKING:
+            return {"type": THINKING, "thinking": self.text, "signature": ""}
+        return {"type": self.kind}
+
+
+@dataclass(slots=True)
+class Splicer:
+    blocks: dict[int, _Held] = field(default_factory=dict)  # by the engine's block index
+    next_index: int = 0
+    open_index: int | None = None
+    released_any: bool = False
+
+    def apply(self, frame: Mapping[str, Any]) -> list[Op]:
+        """The ops one frame releases; raises ``Unsplicable``."""
+        kind = frame.get("type")
+        index: int = frame.get("block", -1)
+        if kind == FrameKind.TEXT_DELTA:
+            self._at(index, TEXT).text += frame.get("text", "")
+        elif kind == FrameKind.THINKING_DELTA:
+            self._at(index, THINKING).text += frame.get("thinking", "")
+        elif kind == FrameKind.TOOL_CALL_DELTA:
+            held = self._at(index, TOOL_USE)
+            held.id, held.name = held.id or frame.get("id"), held.name or frame.get("name")
+            held.arguments += frame.get("arguments_delta", "")
+        elif kind == FrameKind.BLOCK:
+            content = dict(frame.get("content") or {})
+            earlier = self.blocks.get(index)
+            if earlier is not None and earlier.released:
+                raise Unsplicable(f"block {index} changed after it was sent")
+            self.blocks[index] = _Held(str(content.get("type", "block")), content=content)
+        elif kind in (FrameKind.TOOL_CALL_CANCEL, FrameKind.BLOCK_CANCEL):
+            dropped = self.blocks.pop(index, None)
+            if dropped is not None and dropped.released:
+                raise Unsplicable(f"block {index} was dropped after it was sent ({frame.get('reason')})")
+        elif kind == FrameKind.STREAM_RESET:
+            if self.released_any:
+                raise Unsplicable(f"the answer started over ({frame.get('reason')}) after part of it was sent")
+            self.blocks.clear()
+        else:
+            return []
+        return self._pump(final=False)
+
+    def finish(self, committed: list[dict[str, Any]]) -> list[Op]:
+        """The turn's message is committed: what is still held goes out, as committed, then the open block closes."""
+        live = [
+            self.blocks[i] for i in sorted(self.blocks) if not (self.blocks[i].kind == TEXT and not self.blocks[i].text)
+        ]
+        if len(live) == len(committed):
+            for held, content in zip(live, committed, strict=True):
+                if not held.released and held.kind != TEXT and content.get("type") == held.kind:
+                    held.content = content
+        ops = self._pump(final=True)
+        ops.extend(self._close())
+        return ops
+
+    def released_tools(self) -> int:
+        return sum(1 for h in self.blocks.values() if h.released and h.kind == TOOL_USE)
+
+    # ---- internals --------------------------------------------------------------------
+
+    def _at(self, index: int, kind: str) -> _Held:
+        held = self.blocks.get(index)
+        if held is None:
+            held = self.blocks[index] = _Held(kind)
+        return held
+
+    def _close(self) -> list[Op]:
+        if self.open_index is None:
+            return []
+        index, self.open_index = self.open_index, None
+        return [CloseBlock(index)]
+
+    def _pump(self, *, final: bool) -> list[Op]:
+        ops: list[Op] = []
+        order = sorted(self.blocks)
+        for position, index in enumerate(order):
+            held = self.blocks[index]
+            if held.kind == TEXT:
+                if len(held.text) > held.sent:
+                    if held.down is None or held.down != self.open_index:
+                        ops.extend(self._close())
+                        held.down = self.open_index = self._next()
+                        ops.append(OpenText(held.down))
+                    ops.append(TextPiece(held.down, held.text[held.sent :]))
+                    held.sent = len(held.text)
+                    held.released = self.released_any = True
+                continue
+            if held.released:
+                continue
+            # a tool call is complete once a later block started (blocks arrive one after another)
+            complete = final or (held.kind == TOOL_USE and position < len(order) - 1)
+            if not complete:
+                break
+            ops.extend(self._close())
+            ops.append(WholeBlock(self._next(), held.whole()))
+            held.released = self.released_any = True
+        return ops
+
+    def _next(self) -> int:
+        index = self.next_index
+        self.next_index += 1
+        return index

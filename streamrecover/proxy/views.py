@@ -1,0 +1,120 @@
+"""The healing endpoint's views: ``v1/messages`` (Anthropic Messages) and ``v1/chat/completions`` (OpenAI Chat).
+
+A streamed request becomes a run executed in this process; its answer streams back in the
+client's own wire format, recovered in place when the upstream breaks. A non-streamed request
+passes to the provider whole, with the pre-stream retries only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from ..conf import app_settings
+from ..models import ProxyKey
+from ..testing import is_fake
+from .admission import Refused, admit, check_limits
+from .errors import error_response
+from .inbound import ANTHROPIC, OPENAI, BadRequest, Format, parse
+from .keys import find_key
+from .passthrough import forward
+from .relay import Item, ProxyStream, RelaySink, RunEnded, start_run_thread
+from .wire import AnthropicWriter, OpenAIWriter, Writer
+
+log = structlog.get_logger("streamrecover")
+
+# Faults for the built-in fake provider only (tests and demos): ignored for any real provider.
+FAULTS_HEADER = "x-streamrecover-faults"
+
+
+def _raw_key(request: HttpRequest, format: Format) -> str:
+    """The key as each SDK sends it: ``x-api-key`` (Anthropic; its ``auth_token`` sends a bearer
+    token, also taken) or ``Authorization: Bearer`` (OpenAI)."""
+    if format == ANTHROPIC and request.headers.get("x-api-key"):
+        return request.headers["x-api-key"].strip()
+    authorization = request.headers.get("authorization", "")
+    return authorization[7:].strip() if authorization.lower().startswith("bearer ") else ""
+
+
+def _provider(format: Format) -> str:
+    return str(app_settings.PROXY_ANTHROPIC_PROVIDER if format == ANTHROPIC else app_settings.PROXY_OPENAI_PROVIDER)
+
+
+def _faults(request: HttpRequest, provider: str) -> list[str]:
+    specs = request.headers.get(FAULTS_HEADER, "")
+    if not is_fake(app_settings.provider_config(provider)) or not specs:
+        return []
+    return [s.strip() for s in specs.split(";") if s.strip()]
+
+
+async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
+    key: ProxyKey | None = await sync_to_async(find_key)(_raw_key(request, format))
+    if key is None:
+        return error_response(
+            format, 401, "invalid x-api-key" if format == ANTHROPIC else "Incorrect API key provided."
+        )
+    try:
+        parsed = parse(format, request.body, int(app_settings.PROXY_DEFAULT_MAX_TOKENS))
+    except BadRequest as exc:
+        return error_response(format, 400, str(exc))
+    provider = _provider(format)
+    try:
+        faults = _faults(request, provider)  # reads the provider's settings: a missing API key raises
+    except ImproperlyConfigured as exc:
+        log.error("proxy_provider_not_configured", provider=provider, error=str(exc))
+        return error_response(format, 500, "The endpoint's provider is not configured.")
+    if not parsed.stream:
+        try:
+            check_limits(key, parsed)
+        except Refused as refused:
+            return error_response(format, refused.status, refused.message)
+        return await forward(parsed, provider)
+    try:
+        run = await sync_to_async(admit)(key, parsed, provider, faults)
+    except Refused as refused:
+        return error_response(format, refused.status, refused.message)
+    queue: asyncio.Queue[Item] = asyncio.Queue()
+    relay = RelaySink(asyncio.get_running_loop(), queue)
+    writer: Writer
+    if format == ANTHROPIC:
+        writer = AnthropicWriter(f"msg_{run.pk.hex}", parsed.model)
+    else:
+        writer = OpenAIWriter(f"chatcmpl-{run.pk.hex}", parsed.model, parsed.include_usage)
+    stream = ProxyStream(format, writer, queue)
+    start_run_thread(str(run.pk), relay)
+    first = await stream.first()
+    if isinstance(first, RunEnded):
+        status, message = stream.failure()
+        return error_response(format, status, message)
+
+    async def body() -> Any:
+        yield first
+        async for chunk in stream.rest():
+            yield chunk
+
+    response = StreamingHttpResponse(body(), content_type="text/event-stream; charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["X-Streamrecover-Run"] = str(run.pk)
+    response["request-id" if format == ANTHROPIC else "x-request-id"] = f"req_{run.pk.hex}"
+    return response
+
+
+@csrf_exempt
+@require_POST
+async def messages(request: HttpRequest) -> HttpResponse:
+    """``POST v1/messages``: the Anthropic Messages API."""
+    return await _serve(request, ANTHROPIC)
+
+
+@csrf_exempt
+@require_POST
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    """``POST v1/chat/completions``: the OpenAI Chat Completions API."""
+    return await _serve(request, OPENAI)

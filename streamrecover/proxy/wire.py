@@ -1,0 +1,222 @@
+"""The downstream stream in each provider's own wire format, written from the splicer's ops.
+
+One writer per response: ``start`` once, ``ops`` as blocks are released, then ``end`` (the
+stop reason and the turn's usage summed over its attempts) or ``error`` (the provider's own
+mid-stream error event). Ids are the run's, so one stream has one id however many upstream
+calls served it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .splice import CloseBlock, Op, OpenText, TextPiece, WholeBlock
+
+# canonical stop reason -> Chat Completions finish_reason
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "content_filter": "content_filter",
+    "refusal": "stop",  # OpenAI ends a refusal with "stop"
+}
+
+
+@dataclass(slots=True)
+class TurnUsage:
+    """Usage summed over a turn's attempts."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+def _json(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+def _event(name: str, payload: Any) -> bytes:
+    return f"event: {name}\ndata: {_json(payload)}\n\n".encode()
+
+
+def _data(payload: Any) -> bytes:
+    return f"data: {_json(payload)}\n\n".encode()
+
+
+class Writer(Protocol):
+    def start(self, usage: TurnUsage) -> bytes: ...
+    def ops(self, ops: Iterable[Op]) -> bytes: ...
+    def end(self, stop_reason: str, usage: TurnUsage) -> bytes: ...
+    def error(self, error_type: str, message: str) -> bytes: ...
+
+
+class AnthropicWriter:
+    """Messages: ``message_start``, content blocks with contiguous indexes, one ``message_delta``, ``message_stop``."""
+
+    def __init__(self, message_id: str, model: str) -> None:
+        self.message_id = message_id
+        self.model = model
+
+    def start(self, usage: TurnUsage) -> bytes:
+        message: dict[str, Any] = {
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": usage.input_tokens,
+                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                "cache_read_input_tokens": usage.cache_read_input_tokens,
+                "output_tokens": 1,
+            },
+        }
+        return _event("message_start", {"type": "message_start", "message": message})
+
+    def ops(self, ops: Iterable[Op]) -> bytes:
+        out: list[bytes] = []
+        for op in ops:
+            if isinstance(op, OpenText):
+                start = {
+                    "type": "content_block_start",
+                    "index": op.index,
+                    "content_block": {"type": "text", "text": ""},
+                }
+                out.append(_event("content_block_start", start))
+            elif isinstance(op, TextPiece):
+                delta = {
+                    "type": "content_block_delta",
+                    "index": op.index,
+                    "delta": {"type": "text_delta", "text": op.text},
+                }
+                out.append(_event("content_block_delta", delta))
+            elif isinstance(op, CloseBlock):
+                out.append(_event("content_block_stop", {"type": "content_block_stop", "index": op.index}))
+            elif isinstance(op, WholeBlock):
+                out.extend(self._whole(op.index, op.content))
+        return b"".join(out)
+
+    def _whole(self, index: int, content: dict[str, Any]) -> list[bytes]:
+        kind = content.get("type")
+        out: list[bytes] = []
+
+        def delta(payload: dict[str, Any]) -> None:
+            out.append(_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": payload}))
+
+        if kind == "tool_use":
+            opening: dict[str, Any] = {
+                "type": "tool_use",
+                "id": content.get("id"),
+                "name": content.get("name"),
+                "input": {},
+            }
+            out.append(
+                _event("content_block_start", {"type": "content_block_start", "index": index, "content_block": opening})
+            )
+            delta({"type": "input_json_delta", "partial_json": _json(content.get("input") or {})})
+        elif kind == "thinking":
+            opening = {"type": "thinking", "thinking": "", "signature": ""}
+            out.append(
+                _event("content_block_start", {"type": "content_block_start", "index": index, "content_block": opening})
+            )
+            delta({"type": "thinking_delta", "thinking": content.get("thinking", "")})
+            delta({"type": "signature_delta", "signature": content.get("signature", "")})
+        else:  # redacted thinking, server tool calls and results: whole in their start
+            out.append(
+                _event("content_block_start", {"type": "content_block_start", "index": index, "content_block": content})
+            )
+        out.append(_event("content_block_stop", {"type": "content_block_stop", "index": index}))
+        return out
+
+    def end(self, stop_reason: str, usage: TurnUsage) -> bytes:
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {
+                "input_tokens": usage.input_tokens,
+                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                "cache_read_input_tokens": usage.cache_read_input_tokens,
+                "output_tokens": usage.output_tokens,
+            },
+        }
+        return _event("message_delta", delta) + _event("message_stop", {"type": "message_stop"})
+
+    def error(self, error_type: str, message: str) -> bytes:
+        return _event("error", {"type": "error", "error": {"type": error_type, "message": message}})
+
+
+class OpenAIWriter:
+    """Chat Completions: chunks of one id, tool calls whole, one ``finish_reason``, the usage chunk
+    when the client asked for it, ``[DONE]``."""
+
+    def __init__(self, completion_id: str, model: str, include_usage: bool) -> None:
+        self.completion_id = completion_id
+        self.model = model
+        self.include_usage = include_usage
+        self.created = int(time.time())
+        self.tool_calls = 0
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        chunk: dict[str, Any] = {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
+        if self.include_usage:
+            chunk["usage"] = None
+        return _data(chunk)
+
+    def start(self, usage: TurnUsage) -> bytes:
+        return self._chunk({"role": "assistant", "content": "", "refusal": None})
+
+    def ops(self, ops: Iterable[Op]) -> bytes:
+        out: list[bytes] = []
+        for op in ops:
+            if isinstance(op, TextPiece):
+                out.append(self._chunk({"content": op.text}))
+            elif isinstance(op, WholeBlock) and op.content.get("type") == "tool_use":
+                call = {
+                    "index": self.tool_calls,
+                    "id": op.content.get("id"),
+                    "type": "function",
+                    "function": {"name": op.content.get("name"), "arguments": _json(op.content.get("input") or {})},
+                }
+                self.tool_calls += 1
+                out.append(self._chunk({"tool_calls": [call]}))
+            # thinking and other blocks have no place in a chat completion
+        return b"".join(out)
+
+    def end(self, stop_reason: str, usage: TurnUsage) -> bytes:
+        out = [self._chunk({}, FINISH_REASONS.get(stop_reason, "stop"))]
+        if self.include_usage:
+            out.append(
+                _data(
+                    {
+                        "id": self.completion_id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": usage.input_tokens,
+                            "completion_tokens": usage.output_tokens,
+                            "total_tokens": usage.input_tokens + usage.output_tokens,
+                        },
+                    }
+                )
+            )
+        out.append(b"data: [DONE]\n\n")
+        return b"".join(out)
+
+    def error(self, error_type: str, message: str) -> bytes:
+        return _data({"error": {"message": message, "type": error_type, "param": None, "code": None}})

@@ -1,0 +1,451 @@
+"""The healing endpoint, seen by the official ``anthropic`` and ``openai`` clients pointed at it
+(Daphne serving the app in a thread), with the built-in fake provider upstream breaking the stream
+at every event boundary: the final message equals the uninterrupted one, the SDKs' stream parsers
+raise nothing, what the client was shown is what was stored, and tool calls arrive whole."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from streamrecover.models import Attempt, Message, Run
+from streamrecover.proxy.keys import issue_key
+from streamrecover.proxy.views import FAULTS_HEADER
+from streamrecover.testing import DEFAULT_SCENARIO, parse_faults
+from streamrecover.testing.fake.local import local_fake_server
+from streamrecover.testing.host import wait_for
+
+from .proxy_helpers import daphne_url, proxy_settings
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROVIDER_KEY = "sk-provider-secret-4c1d9e"
+LONG = "Tell me about rivers [[words=400]]"
+TOOLS_ANTHROPIC = [
+    {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+]
+TOOLS_OPENAI = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    """The proxy's prefix on Daphne, both formats served by the fake (with a provider key of its own)."""
+    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": PROVIDER_KEY}
+    configured = proxy_settings(settings.STREAMRECOVER, PROVIDERS={"fake": fake})
+    with override_settings(STREAMRECOVER=configured):
+        yield daphne_url() + "/streamrecover/proxy"
+
+
+@pytest.fixture
+def raw_key(django_user_model: Any) -> str:
+    user = django_user_model.objects.create_user("proxy-user", password="x")
+    return issue_key(user)[1]
+
+
+def upstream_events(path: str, body: dict[str, Any]) -> int:
+    """How many SSE events the fake sends for ``body`` uninterrupted (each is a boundary to cut at)."""
+    headers = {"x-api-key": "k", "authorization": "Bearer k", "anthropic-version": "2023-06-01"}
+    response = httpx.post(local_fake_server().base_url + path, json={**body, "stream": True}, headers=headers)
+    return sum(1 for line in response.text.splitlines() if line.startswith("data:"))
+
+
+def sweep(answer: Any, cuts: range) -> list[dict[str, Any]]:
+    """``answer(faults)`` for a cut at every boundary, a few at a time (each is one proxied run)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda cut: answer(f"cut:events={cut}"), cuts))
+
+
+def stored_assistant(run_id: str) -> list[dict[str, Any]]:
+    report = wait_for(run_id)
+    assert report.status == "completed", report.error
+    return list(Message.objects.filter(run_id=run_id, role="assistant").get().content)
+
+
+# ---- Anthropic ----------------------------------------------------------------------------
+
+
+def anthropic_answer(client: anthropic.Anthropic, prompt: str, faults: str = "", **kw: Any) -> dict[str, Any]:
+    """One streamed answer through the proxy, checked as a client sees it."""
+    with client.messages.stream(
+        model="claude-x",
+        max_tokens=kw.pop("max_tokens", 400),
+        messages=[{"role": "user", "content": prompt}],
+        extra_headers={FAULTS_HEADER: faults},
+        **kw,
+    ) as stream:
+        events = [event for event in stream]
+        final = stream.get_final_message()
+        run_id = stream.response.headers["x-streamrecover-run"]
+    kinds = Counter(e.type for e in events)
+    assert kinds["message_start"] == kinds["message_delta"] == kinds["message_stop"] == 1, kinds
+    starts = [e.index for e in events if e.type == "content_block_start"]
+    assert starts == list(range(len(starts))), starts  # contiguous block indexes
+    assert [e.index for e in events if e.type == "content_block_stop"] == starts
+    texts: dict[int, str] = {}
+    for event in events:
+        if event.type == "content_block_delta" and event.delta.type == "text_delta":
+            texts[event.index] = texts.get(event.index, "") + event.delta.text
+        if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+            json.loads(event.delta.partial_json)  # held back: the whole call's arguments at once
+    return {"final": final, "texts": texts, "run_id": run_id, "events": events}
+
+
+def comparable(message: anthropic.types.Message) -> dict[str, Any]:
+    return {"content": [b.model_dump() for b in message.content], "stop_reason": message.stop_reason}
+
+
+@pytest.mark.parametrize(
+    ("prompt", "tools"),
+    [
+        pytest.param("Tell me about rivers [[words=4]]", None, id="text"),
+        pytest.param("Check [[words=2]] [[tool]]", TOOLS_ANTHROPIC, id="text-then-tool"),
+    ],
+)
+def test_anthropic_client_sees_one_uninterrupted_answer_at_every_break(
+    site: str, raw_key: str, prompt: str, tools: Any
+) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    extra = {"tools": tools} if tools else {}
+    clean = anthropic_answer(client, prompt, **extra)
+    expected = comparable(clean["final"])
+    events = upstream_events(
+        "/v1/messages",
+        {"model": "claude-x", "max_tokens": 400, "messages": [{"role": "user", "content": prompt}], **extra},
+    )
+    assert events > 8
+    cuts = range(1, events)
+    for cut, seen in zip(
+        cuts, sweep(lambda faults: anthropic_answer(client, prompt, faults, **extra), cuts), strict=True
+    ):
+        assert comparable(seen["final"]) == expected, f"cut:events={cut}"
+        stored = stored_assistant(seen["run_id"])
+        stored_text = {i: b["text"] for i, b in enumerate(stored) if b["type"] == "text"}
+        assert seen["texts"] == stored_text, f"cut:events={cut}"  # what the client was shown was stored
+        attempts = Attempt.objects.filter(run_id=seen["run_id"])
+        assert seen["final"].usage.output_tokens == sum(a.output_tokens or 0 for a in attempts)
+        assert attempts.count() >= 2 or cut >= events - 2  # the break was real (late cuts lose only the end)
+
+
+def test_extended_thinking_arrives_whole_with_its_signature(site: str, raw_key: str) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    prompt = "Tell me about rivers [[words=6]]"
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    expected = comparable(anthropic_answer(client, prompt, thinking=thinking, max_tokens=3000)["final"])
+    assert [b["type"] for b in expected["content"]] == ["thinking", "text"]
+    assert expected["content"][0]["signature"]
+    body = {"model": "claude-x", "max_tokens": 3000, "messages": [{"role": "user", "content": prompt}]}
+    events = upstream_events("/v1/messages", {**body, "thinking": thinking})
+    cuts = range(3, events, 9)  # in the thinking, in the text, near the end (every boundary: a slow sweep)
+    for cut, seen in zip(
+        cuts,
+        sweep(lambda faults: anthropic_answer(client, prompt, faults, thinking=thinking, max_tokens=3000), cuts),
+        strict=True,
+    ):
+        assert comparable(seen["final"]) == expected, f"cut:events={cut}"
+        thinking_deltas = [
+            e for e in seen["events"] if e.type == "content_block_delta" and e.delta.type == "thinking_delta"
+        ]
+        assert len(thinking_deltas) == 1  # held back: whole, then its signature
+        stored_assistant(seen["run_id"])
+
+
+def test_the_uninterrupted_answer_is_the_providers_own(site: str, raw_key: str) -> None:
+    prompt = "Tell me about rivers [[words=9]]"
+    direct = anthropic.Anthropic(base_url=local_fake_server().base_url, api_key="k", max_retries=0)
+    with direct.messages.stream(model="claude-x", max_tokens=400, messages=[{"role": "user", "content": prompt}]) as s:
+        provider = s.get_final_message()
+    seen = anthropic_answer(anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0), prompt)
+    proxied = seen["final"]
+    assert comparable(proxied) == comparable(provider)
+    assert seen["events"][0].message.usage.input_tokens == provider.usage.input_tokens  # message_start has it
+    assert proxied.usage.input_tokens == provider.usage.input_tokens
+    assert proxied.usage.output_tokens == provider.usage.output_tokens
+
+
+def test_a_tool_call_cut_half_way_never_reaches_the_client(site: str, raw_key: str) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    prompt = "Check the weather [[words=3]] [[tool]] [[no_tool_after_break]]"
+    # the cut falls inside the tool call's arguments: the client sees the text, then the answer ends
+    events = upstream_events(
+        "/v1/messages",
+        {
+            "model": "claude-x",
+            "max_tokens": 400,
+            "messages": [{"role": "user", "content": prompt}],
+            "tools": TOOLS_ANTHROPIC,
+        },
+    )
+    seen = anthropic_answer(client, prompt, f"cut:events={events - 5}", tools=TOOLS_ANTHROPIC)
+    assert not any(e.type == "content_block_delta" and e.delta.type == "input_json_delta" for e in seen["events"])
+    assert [b.type for b in seen["final"].content] == ["text"]
+    names = list(Run.objects.get(pk=seen["run_id"]).events.values_list("name", flat=True))
+    assert "discarded_partial_tool_use" in names
+
+
+def test_nothing_salvageable_after_text_was_sent_ends_with_the_providers_error_event(site: str, raw_key: str) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    with (
+        override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "MAX_CONTINUATIONS": 1}),
+        pytest.raises(anthropic.APIStatusError) as raised,
+    ):
+        anthropic_answer(client, "Tell me about rivers [[words=30]]", "cut:events=8;cut:events=6")
+    assert raised.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]  # given up on
+    assert wait_for(Run.objects.get().pk).status == "exhausted"
+
+
+@pytest.mark.parametrize(
+    ("faults", "reason"),
+    [
+        pytest.param("cut:events=8;cut:events=6", "exhausted", id="budget-exhausted"),
+        pytest.param("error:events=8,type=invalid_request_error", "invalid_request", id="permanent-mid-answer"),
+    ],
+)
+def test_failover_continues_the_answer_on_the_fallback_provider(
+    site: str, raw_key: str, faults: str, reason: str
+) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    prompt = "Tell me about rivers [[words=30]]"
+    expected = comparable(anthropic_answer(client, prompt)["final"])
+    backup = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover"}
+    configured = {
+        **settings.STREAMRECOVER,
+        "MAX_CONTINUATIONS": 1,
+        "PROVIDERS": {**settings.STREAMRECOVER["PROVIDERS"], "fake-backup": backup},
+        "PROXY_FAILOVER": {"anthropic": {"PROVIDER": "fake-backup", "MODEL": "claude-backup"}},
+    }
+    with override_settings(STREAMRECOVER=configured):
+        seen = anthropic_answer(client, prompt, faults)
+    assert comparable(seen["final"]) == expected  # one stream, the same answer
+    stored = stored_assistant(seen["run_id"])
+    assert seen["texts"] == {i: b["text"] for i, b in enumerate(stored) if b["type"] == "text"}
+    run = Run.objects.get(pk=seen["run_id"])
+    failover = run.events.get(name="llm_stream_failover").payload
+    assert (failover["reason"], failover["to_provider"], failover["to_model"]) == (
+        reason,
+        "fake-backup",
+        "claude-backup",
+    )
+    last = Attempt.objects.filter(run=run).order_by("index").last()
+    assert last is not None
+    assert last.request["json"]["model"] == "claude-backup"
+
+
+def test_a_permanent_error_mid_answer_ends_with_the_providers_own_error_type(site: str, raw_key: str) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        anthropic_answer(client, "Tell me about rivers [[words=30]]", "error:events=8,type=invalid_request_error")
+    assert raised.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert wait_for(Run.objects.get().pk).status == "failed"
+
+
+def test_a_failure_before_anything_streamed_is_the_providers_http_error(site: str, raw_key: str) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    with pytest.raises(anthropic.BadRequestError):
+        anthropic_answer(client, "Hello", "status:400")
+    wait_for(Run.objects.get().pk)
+
+
+# ---- OpenAI -------------------------------------------------------------------------------
+
+
+def openai_answer(client: openai.OpenAI, prompt: str, faults: str = "", **kw: Any) -> dict[str, Any]:
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o",
+        messages=[{"role": "user", "content": prompt}],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={FAULTS_HEADER: faults},
+        **kw,
+    )
+    chunks = list(raw.parse())
+    ids = {c.id for c in chunks}
+    assert len(ids) == 1, ids
+    finishes = [ch.finish_reason for c in chunks for ch in c.choices if ch.finish_reason]
+    assert len(finishes) == 1, finishes
+    text = "".join(ch.delta.content or "" for c in chunks for ch in c.choices)
+    calls: dict[int, dict[str, str]] = {}
+    for c in chunks:
+        for ch in c.choices:
+            for call in ch.delta.tool_calls or []:
+                json.loads(call.function.arguments)  # held back: whole arguments in one chunk
+                calls[call.index] = {"id": call.id, "name": call.function.name, "arguments": call.function.arguments}
+    usage = [c.usage for c in chunks if c.usage is not None]
+    return {
+        "final": {"content": text, "tool_calls": [calls[i] for i in sorted(calls)], "finish_reason": finishes[0]},
+        "usage": usage,
+        "run_id": raw.headers["x-streamrecover-run"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("prompt", "tools"),
+    [
+        pytest.param("Tell me about rivers [[words=4]]", None, id="text"),
+        pytest.param("Check [[words=2]] [[tool]]", TOOLS_OPENAI, id="text-then-tool"),
+    ],
+)
+def test_openai_client_sees_one_uninterrupted_answer_at_every_break(
+    site: str, raw_key: str, prompt: str, tools: Any
+) -> None:
+    client = openai.OpenAI(base_url=site + "/v1", api_key=raw_key, max_retries=0)
+    extra = {"tools": tools} if tools else {}
+    expected = openai_answer(client, prompt, **extra)["final"]
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}], **extra}
+    events = upstream_events("/v1/chat/completions", body)
+    assert events > 8
+    cuts = range(1, events)
+    for cut, seen in zip(cuts, sweep(lambda faults: openai_answer(client, prompt, faults, **extra), cuts), strict=True):
+        assert seen["final"] == expected, f"cut:events={cut}"
+        stored = stored_assistant(seen["run_id"])
+        assert seen["final"]["content"] == "".join(b["text"] for b in stored if b["type"] == "text")
+        attempts = Attempt.objects.filter(run_id=seen["run_id"])
+        assert len(seen["usage"]) == 1
+        assert seen["usage"][0].completion_tokens == sum(a.output_tokens or 0 for a in attempts)
+
+
+def test_openai_stream_ends_once_with_done(site: str, raw_key: str) -> None:
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "Hi [[words=12]]"}]}
+    headers = {"authorization": f"Bearer {raw_key}", FAULTS_HEADER: "cut:events=5"}
+    response = httpx.post(site + "/v1/chat/completions", json=body, headers=headers, timeout=30)
+    lines = [line for line in response.text.splitlines() if line.startswith("data:")]
+    assert lines[-1] == "data: [DONE]"
+    assert lines.count("data: [DONE]") == 1
+    assert PROVIDER_KEY not in response.text
+    wait_for(response.headers["x-streamrecover-run"])
+
+
+def test_a_restart_that_cannot_be_spliced_ends_with_an_openai_error_chunk(site: str, raw_key: str) -> None:
+    client = openai.OpenAI(base_url=site + "/v1", api_key=raw_key, max_retries=0)
+    with pytest.raises(openai.APIError) as raised:
+        openai_answer(client, "Tell me about rivers [[words=30]] [[seam=restart_new]]", "cut:events=22")
+    assert "could not be continued in place" in raised.value.message
+    run = Run.objects.get()
+    wait_for(run.pk)  # the run itself still completes and is stored
+
+
+def test_a_client_that_goes_away_leaves_the_run_to_finish_and_be_stored(site: str, raw_key: str) -> None:
+    body = {"model": "claude-x", "max_tokens": 2000, "stream": True, "messages": [{"role": "user", "content": LONG}]}
+    with httpx.stream("POST", site + "/v1/messages", json=body, headers={"x-api-key": raw_key}, timeout=30) as response:
+        run_id = response.headers["x-streamrecover-run"]
+        next(response.iter_lines())  # the first line, then the client hangs up
+    clean = anthropic_answer(anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0), LONG, max_tokens=2000)
+    assert stored_assistant(run_id) == [b.model_dump(exclude_none=True) for b in clean["final"].content]
+
+
+# ---- keys and limits ----------------------------------------------------------------------
+
+
+def test_keys_are_checked_as_each_sdk_sends_them(site: str, raw_key: str) -> None:
+    from streamrecover.proxy.keys import revoke_key
+
+    message = {"model": "claude-x", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    missing = httpx.post(site + "/v1/messages", json=message)
+    assert missing.status_code == 401
+    assert missing.json()["error"]["type"] == "authentication_error"
+    missing = httpx.post(site + "/v1/chat/completions", json={**message, "model": "gpt-4o"})
+    assert missing.status_code == 401
+    assert missing.json()["error"]["code"] == "invalid_api_key"
+
+    def ask_anthropic(key: str) -> None:
+        anthropic.Anthropic(base_url=site, api_key=key, max_retries=0).messages.create(**message)
+
+    def ask_openai(key: str) -> None:
+        openai.OpenAI(base_url=site + "/v1", api_key=key, max_retries=0).chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "Hi"}], stream=True
+        )
+
+    with pytest.raises(anthropic.AuthenticationError):
+        ask_anthropic("sk-sr-wrong")
+    with pytest.raises(openai.AuthenticationError):
+        ask_openai("sk-sr-wrong")
+    # the OpenAI endpoint takes the key as the OpenAI SDK sends it, not in Anthropic's header
+    assert httpx.post(site + "/v1/chat/completions", json=message, headers={"x-api-key": raw_key}).status_code == 401
+    revoke_key(raw_key)
+    with pytest.raises(anthropic.AuthenticationError):
+        ask_anthropic(raw_key)
+    with pytest.raises(openai.AuthenticationError):
+        ask_openai(raw_key)
+    assert not Run.objects.exists()
+
+
+def test_per_key_limits_answer_in_each_providers_error_format(site: str, django_user_model: Any) -> None:
+    from streamrecover.proxy.admission import admit
+    from streamrecover.proxy.inbound import parse
+
+    user = django_user_model.objects.create_user("limited", password="x")
+    key, raw = issue_key(user, allowed_models=["claude-x*", "gpt-4o"], max_tokens=100, max_concurrent=1)
+    client = anthropic.Anthropic(base_url=site, api_key=raw, max_retries=0)
+    oa = openai.OpenAI(base_url=site + "/v1", api_key=raw, max_retries=0)
+    hello = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(anthropic.PermissionDeniedError):
+        client.messages.create(model="claude-other", max_tokens=50, messages=hello, stream=True)
+    with pytest.raises(openai.PermissionDeniedError):
+        oa.chat.completions.create(model="gpt-5", messages=hello, stream=True)
+    with pytest.raises(anthropic.BadRequestError, match="max_tokens"):
+        client.messages.create(model="claude-x", max_tokens=101, messages=hello, stream=True)
+    # one stream open already (a run of this key that has not ended): the second is refused
+    admit(
+        key,
+        parse("anthropic", json.dumps({"model": "claude-x", "max_tokens": 5, "messages": hello}).encode(), 10),
+        "fake",
+        [],
+    )
+    with pytest.raises(anthropic.RateLimitError):
+        client.messages.create(model="claude-x", max_tokens=50, messages=hello, stream=True)
+    with pytest.raises(openai.RateLimitError):
+        oa.chat.completions.create(model="gpt-4o", messages=hello, stream=True)
+    assert Run.objects.count() == 1
+
+
+def test_the_provider_key_reaches_neither_the_client_nor_storage(site: str, raw_key: str) -> None:
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    seen = anthropic_answer(client, "Tell me about rivers [[words=9]]", "cut:events=6")
+    wait_for(seen["run_id"])
+    run = Run.objects.get(pk=seen["run_id"])
+    stored = json.dumps([list(Attempt.objects.filter(run=run).values()), run.options], default=str)
+    assert PROVIDER_KEY not in stored
+    assert raw_key not in stored
+    received = [e for e in local_fake_server().log if e.scenario == f"run-{run.pk}"]
+    assert len(received) == 2  # the answer and its continuation, sent with the provider's key, not the client's
+
+
+def test_a_non_streamed_request_passes_through_with_pre_stream_retries_only(site: str, raw_key: str) -> None:
+    fake = local_fake_server()
+    before = len(fake.log_for(DEFAULT_SCENARIO))
+    fake.set_faults(DEFAULT_SCENARIO, parse_faults(["status:529", "ok", "status:400"]))
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    hello = [{"role": "user", "content": "Tell me about rivers [[words=9]]"}]
+    message = client.messages.create(model="claude-x", max_tokens=400, messages=hello)
+    assert message.content[0].type == "text"
+    assert message.stop_reason == "end_turn"
+    assert len(fake.log_for(DEFAULT_SCENARIO)) - before == 2  # the 529, then the answer
+    with pytest.raises(anthropic.BadRequestError):  # a permanent error is the client's at once
+        client.messages.create(model="claude-x", max_tokens=400, messages=hello)
+    assert len(fake.log_for(DEFAULT_SCENARIO)) - before == 3
+    oa = openai.OpenAI(base_url=site + "/v1", api_key=raw_key, max_retries=0)
+    completion = oa.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Hi [[words=4]]"}])
+    assert completion.choices[0].message.content
+    assert not Run.objects.exists()

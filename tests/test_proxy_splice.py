@@ -1,0 +1,67 @@
+"""The splicer alone: text released at once, a tool call only whole, thinking only with its signature,
+nothing after a held block before it, and a drop of anything released refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamrecover.proxy.splice import CloseBlock, OpenText, Splicer, TextPiece, Unsplicable, WholeBlock
+
+
+def f(type_: str, /, **fields: Any) -> dict[str, Any]:
+    return {"type": type_, "run_id": "r", "seq": 0, **fields}
+
+
+def test_text_goes_out_at_once_and_a_tool_call_only_when_a_later_block_shows_it_ended() -> None:
+    s = Splicer()
+    assert s.apply(f("text_delta", block=0, text="Hi")) == [OpenText(0), TextPiece(0, "Hi")]
+    assert s.apply(f("tool_call_delta", block=1, id="t1", name="get", arguments_delta='{"ci')) == []
+    assert s.apply(f("tool_call_delta", block=1, id="t1", name="get", arguments_delta='ty": "Oslo"}')) == []
+    ops = s.apply(f("text_delta", block=2, text="then"))
+    call = {"type": "tool_use", "id": "t1", "name": "get", "input": {"city": "Oslo"}}
+    assert ops == [CloseBlock(0), WholeBlock(1, call), OpenText(2), TextPiece(2, "then")]
+
+
+def test_a_cut_tool_call_is_dropped_unseen_and_the_continuation_numbers_on() -> None:
+    s = Splicer()
+    s.apply(f("text_delta", block=0, text="Let me check"))
+    s.apply(f("tool_call_delta", block=1, id="t1", name="get", arguments_delta='{"ci'))
+    assert s.apply(f("tool_call_cancel", block=1, id="t1", name="get", reason="partial")) == []
+    assert s.apply(f("text_delta", block=0, text=" the weather.")) == [TextPiece(0, " the weather.")]
+    s.apply(f("tool_call_delta", block=1, id="t2", name="get", arguments_delta='{"city": "Oslo"}'))
+    committed = [
+        {"type": "text", "text": "Let me check the weather."},
+        {"type": "tool_use", "id": "t2", "name": "get", "input": {"city": "Oslo"}},
+    ]
+    assert s.finish(committed) == [
+        CloseBlock(0),
+        WholeBlock(1, committed[1]),
+    ]
+
+
+def test_thinking_waits_for_the_commit_and_holds_what_follows_it() -> None:
+    s = Splicer()
+    assert s.apply(f("thinking_delta", block=0, thinking="hmm")) == []
+    assert s.apply(f("text_delta", block=1, text="Answer")) == []
+    committed = [{"type": "thinking", "thinking": "hmm", "signature": "sig"}, {"type": "text", "text": "Answer"}]
+    assert s.finish(committed) == [WholeBlock(0, committed[0]), OpenText(1), TextPiece(1, "Answer"), CloseBlock(1)]
+
+
+def test_a_continuations_thinking_after_text_is_dropped_unseen() -> None:
+    s = Splicer()
+    s.apply(f("text_delta", block=0, text="Rivers"))
+    assert s.apply(f("thinking_delta", block=1, thinking="again")) == []
+    assert s.apply(f("block_cancel", block=1, kind="thinking", reason="thinking_after_text")) == []
+    assert s.apply(f("text_delta", block=0, text=" flow")) == [TextPiece(0, " flow")]
+
+
+def test_taking_back_what_was_sent_is_unsplicable() -> None:
+    s = Splicer()
+    s.apply(f("text_delta", block=0, text="Rivers"))
+    with pytest.raises(Unsplicable):
+        s.apply(f("stream_reset", reason="continuation_restart"))
+    quiet = Splicer()
+    quiet.apply(f("thinking_delta", block=0, thinking="hmm"))
+    assert quiet.apply(f("stream_reset", reason="whole_restart")) == []  # nothing was sent: start over unseen
