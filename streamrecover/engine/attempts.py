@@ -177,14 +177,26 @@ async def _consume(ctx: RunContext, opened: OpenedStream, record: AttemptRecord,
 async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator) -> None:
     decoder = SSEDecoder(ctx.config.max_line_bytes)
     parser = ctx.adapter.new_parser()
+    limit = ctx.config.max_stream_seconds
     try:
-        async for chunk in opened.chunks:
-            if record.first_byte_at is None:
-                record.first_byte_at = time.time()
-            record.bytes_received += len(chunk)
-            for sse in decoder.feed(chunk):
-                for event in parser.feed(sse):
-                    await translator.on_event(event, record)
+        # Keep-alives (or a runaway model) can keep a stream alive forever without an idle
+        # stall: the whole stream has a deadline too.
+        deadline = asyncio.timeout(limit)
+        try:
+            async with deadline:
+                async for chunk in opened.chunks:
+                    if record.first_byte_at is None:
+                        record.first_byte_at = time.time()
+                    record.bytes_received += len(chunk)
+                    for sse in decoder.feed(chunk):
+                        for event in parser.feed(sse):
+                            await translator.on_event(event, record)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise StreamInterrupted(
+                InterruptCause.STREAM_DEADLINE, f"the stream did not end within MAX_STREAM_SECONDS ({limit:g} s)"
+            ) from None
         decoder.close()
         raise StreamInterrupted(
             InterruptCause.CONNECTION_RESET,

@@ -30,6 +30,7 @@ from typing import Any
 from ...engine.contract import CONTINUE_INSTRUCTION, SECRET_HEADERS
 from .dialects import ROUTES, Dialect
 from .faults import Delivery, Fault, FaultKind, plan_delivery
+from .hostile import HTML_PAGE
 from .http11 import Request, Responder
 from .interpret import Interpretation, Mode, RequestRejected
 from .log import LogEntry
@@ -37,6 +38,9 @@ from .model import Directives, Plan, continue_plan, input_tokens, limit_plan, pl
 from .recording import Recording
 from .serving import DEFAULT_SCENARIO, JSON_TYPE, SCENARIO_HEADER, ScriptedServer, json_bytes, scenario_of
 from .wire import ErrorSpec, ResponseContext
+
+SSE_TYPE = "text/event-stream; charset=utf-8"
+HTML_TYPE = "text/html; charset=utf-8"
 
 __all__ = ["COUNT_TOKENS_PATH", "DEFAULT_SCENARIO", "SCENARIO_HEADER", "FakeProviderServer"]
 
@@ -164,6 +168,11 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             await writer.full(answer.status, headers, error_body, JSON_TYPE)
             return
         interpretation, plan, ctx = answer
+        if fault is not None and fault.kind is FaultKind.HTML:  # a proxy's page, status 200
+            outcome.status, outcome.bytes_sent, outcome.fault_triggered = 200, len(HTML_PAGE), True
+            record()
+            await writer.full(200, dialect.response_headers(request_id), HTML_PAGE, fault.content_type or HTML_TYPE)
+            return
         if not interpretation.stream:  # stream faults apply to streams only
             whole = json_bytes(dialect.response_json(plan, ctx))
             outcome.status, outcome.bytes_sent, outcome.completed = 200, len(whole), True
@@ -184,7 +193,10 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             events = dialect.stream_events(plan, ctx)
         delivery = plan_delivery(events, fault, injected)
         outcome.fault_triggered = delivery.triggered
-        await self._send_stream(writer, dialect, request_id, delivery, outcome, record)
+        content_type = SSE_TYPE
+        if fault is not None and fault.kind is FaultKind.MISLABEL:
+            content_type, outcome.fault_triggered = fault.content_type or JSON_TYPE, True
+        await self._send_stream(writer, dialect, request_id, delivery, outcome, record, content_type)
 
     async def _send_stream(
         self,
@@ -194,9 +206,10 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         delivery: Delivery,
         outcome: _Outcome,
         record: Callable[[], None],
+        content_type: str = SSE_TYPE,
     ) -> None:
         headers = [
-            ("content-type", "text/event-stream; charset=utf-8"),
+            ("content-type", content_type),
             ("cache-control", "no-cache"),
             *dialect.response_headers(request_id),
         ]
@@ -209,6 +222,9 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             return delivery.clean_end
 
         pieces = delivery.pieces
+        if delivery.endless is not None:
+            await self._send_endless(writer, delivery, outcome, record)
+            return
         last = len(pieces) - 1 if delivery.stall_before != len(pieces) else -1
         for index, piece in enumerate(pieces):
             if index == delivery.stall_before:
@@ -227,6 +243,25 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             await writer.data(b"", end_stream=finish())
         if delivery.goaway:
             await writer.goaway()
+
+    async def _send_endless(
+        self, writer: Responder, delivery: Delivery, outcome: _Outcome, record: Callable[[], None]
+    ) -> None:
+        """The pieces, then ``delivery.endless`` again and again until the client goes away."""
+        assert delivery.endless is not None
+        record()  # the log entry exists while the stream goes on (its counts are those at its start)
+        for piece in itertools.chain(delivery.pieces, itertools.repeat(delivery.endless)):
+            if writer.closing():
+                return
+            outcome.bytes_sent += len(piece.data)
+            outcome.billed_output_tokens += piece.tokens
+            outcome.billed_text.append(piece.text)
+            try:
+                await writer.data(piece.data)
+            except (ConnectionError, OSError):
+                return
+            if piece is delivery.endless:
+                await asyncio.sleep(delivery.endless_every)
 
     def _record(
         self,
