@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from . import dispatch
 from .conf import app_settings
 from .models import Attempt, Message, Run, Thread
+from .providers.common import LONE_SURROGATE
 from .runs import lifecycle
 from .testing import is_fake, parse_faults
 
@@ -114,6 +115,8 @@ def _run_options(body: dict[str, Any]) -> dict[str, Any]:
         raise BadRequest("'prompt' is required: a non-empty string.")
     if "\x00" in prompt:  # PostgreSQL stores no NUL in text (the chat form refuses it too)
         raise BadRequest("'prompt' cannot contain NUL (\\u0000) characters.")
+    if LONE_SURROGATE.search(prompt):  # no UTF-8 form: it could be neither stored nor sent
+        raise BadRequest("'prompt' is not valid Unicode (a lone surrogate escape).")
     provider = _optional(body, "provider", str, "a provider name") or app_settings.DEFAULT_PROVIDER
     if provider not in app_settings.PROVIDERS:
         raise BadRequest(f"Unknown provider {provider!r}. Configured: {', '.join(sorted(app_settings.PROVIDERS))}.")

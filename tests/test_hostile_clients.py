@@ -126,6 +126,7 @@ def _client(user: Any) -> Client:
         (json.dumps({"prompt": "Hi", "thread_id": 10**30}).encode(), "'thread_id' is too large"),
         (json.dumps({"prompt": "Hi", "thread_id": -1}).encode(), "No thread -1 of yours"),
         (json.dumps({"prompt": "Hi\x00there"}).encode(), "NUL"),
+        (b'{"prompt": "half an emoji \\ud83d"}', "lone surrogate"),
     ],
 )
 @pytest.mark.django_db  # no transaction needed: a plain test database is faster

@@ -28,12 +28,20 @@ from ..engine.events import (
 )
 from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
-from .common import as_int, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
+from .common import (
+    as_int,
+    decode_event_json,
+    excerpt,
+    read_error_body,
+    status_policy,
+    strategy_override,
+    with_should_retry,
+)
 
 __all__ = ["FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStreamParser"]
 
 # Bound once: json.loads re-checks its arguments on every call, and this runs per token.
-_decode = json.JSONDecoder().decode
+_decode = decode_event_json
 TEXT_INDEX = 0  # the message's text (content or refusal) is block 0; tool call i is block 1 + i
 
 # finish_reason -> normalized stop reason; unknown values pass through unchanged.
