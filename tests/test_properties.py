@@ -185,8 +185,12 @@ def _with_text(event: Any, text: str) -> Any:
 _SSE_PIECES = st.sampled_from(
     [b"data: ", b"data:", b"event: ", b"id: ", b"retry: 10", b": comment", b"\n", b"\r\n", b"\r", b"\n\n", b"{", b"}"]
 )
+# any text, with the characters that are valid JSON escapes but awkward everywhere else (NUL,
+# lone surrogates, line separators, a BOM), which hypothesis does not draw by default
+_ODD = st.sampled_from(["\x00", "\ud800", "\udc00", "\ud83d", "\u2028", "\ufeff", "\r\n", "é"])
+_ANY_TEXT = st.lists(st.one_of(_ODD, st.text(max_size=3)), min_size=1, max_size=4).map("".join)
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _ANY_TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
     max_leaves=6,
 )
@@ -255,7 +259,24 @@ _KEYS = ["type", "index", "delta", "content_block", "message", "usage", "error",
 
 @st.composite
 def _hostile_payload(draw: Any) -> Any:
-    """JSON shaped like a provider event, with any field missing or of any type."""
+    """JSON shaped like a provider event: any field missing or of any type, or a well-formed
+    delta carrying any string."""
+    shape = draw(st.sampled_from(["any", "shaped", "anthropic_delta", "openai_delta"]))
+    if shape == "any":
+        return draw(_JSON)
+    if shape == "anthropic_delta":
+        field = draw(st.sampled_from(["text", "thinking", "partial_json"]))
+        kind = "input_json_delta" if field == "partial_json" else f"{field}_delta"
+        return {
+            "type": "content_block_delta",
+            "index": draw(st.integers(0, 2)),
+            "delta": {"type": kind, field: draw(_ANY_TEXT)},
+        }
+    if shape == "openai_delta":
+        delta = draw(
+            st.sampled_from([{"content": draw(_ANY_TEXT)}, {"reasoning_content": draw(_ANY_TEXT)}, draw(_JSON)])
+        )
+        return {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
     payload = draw(st.dictionaries(st.sampled_from(_KEYS), _JSON, max_size=4))
     if draw(st.booleans()):
         payload["type"] = draw(st.sampled_from(_TYPES))
@@ -267,18 +288,20 @@ def _hostile_payload(draw: Any) -> Any:
         payload["choices"] = [{"index": draw(st.integers(-2, 3)), "delta": draw(_JSON), "finish_reason": draw(_JSON)}]
     if draw(st.booleans()):
         payload["index"] = draw(st.integers(-3, 5))
-    return payload if draw(st.booleans()) else draw(_JSON)
+    return payload
 
 
 @PROFILE
 @given(wire=st.sampled_from(WIRES), payloads=st.lists(_hostile_payload(), min_size=1, max_size=8))
 def test_arbitrary_json_in_well_framed_events_raises_only_the_engines_errors(wire: str, payloads: list[Any]) -> None:
-    body = "".join(
+    events = [
         (f"event: {p['type']}\n" if isinstance(p, dict) and isinstance(p.get("type"), str) else "")
         + f"data: {json.dumps(p)}\n\n"
         for p in payloads
-    )
-    _feed_everything(wire, [body.encode()])
+    ]
+    for event in events:  # each on its own (in a sequence, the first bad one ends the stream)
+        _feed_everything(wire, [event.encode()])
+    _feed_everything(wire, ["".join(events).encode()])
 
 
 # ---- join(prefix, continuation) is what the client rebuilds ------------------------------------------
