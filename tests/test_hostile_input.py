@@ -35,6 +35,7 @@ def _history() -> list[dict[str, object]]:
     [
         ("html", "text/html"),
         ("html:content_type=text/plain", "<!DOCTYPE html>"),
+        ("html:content_type=text/event-stream", "not an event stream"),
         ("mislabel", "application/json"),
         ("mislabel:content_type=text/plain", "text/plain"),
     ],

@@ -77,6 +77,11 @@ class BodyDecodeError(StreamRecoverError):
     """Bytes that are not UTF-8."""
 
 
+class NotAnEventStream(StreamRecoverError):
+    """A 200 body labelled ``text/event-stream`` that held no event and does not start like one
+    (a proxy's HTML page): a failed call, not a stream that broke."""
+
+
 class StreamInterrupted(StreamRecoverError):
     """A stream that had started ended before its terminator."""
 
