@@ -45,6 +45,7 @@ ENGINE_KEYS: dict[str, str] = {
     "NOTIFY_MODEL_OF_DISCARDED_TOOLS": "notify_model_of_discarded_tools",
     "MAX_TURNS": "max_turns",
     "MAX_LINE_BYTES": "max_line_bytes",
+    "MAX_STREAM_SECONDS": "max_stream_seconds",
 }
 
 DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {
@@ -101,6 +102,7 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFY_MODEL_OF_DISCARDED_TOOLS": False,
     "MAX_TURNS": 8,
     "MAX_LINE_BYTES": 1048576,
+    "MAX_STREAM_SECONDS": 1800,
     "FRAME_COALESCE_MS": 25,
     "FRAME_MAX_CHARS": 4096,
     # Providers. A project's PROVIDERS dict is merged over these by name.
@@ -141,6 +143,7 @@ _NUMBERS = (
     "MAX_RETRY_AFTER",
     "REQUEST_RETRY_BASE",
     "IDLE_TIMEOUT",
+    "MAX_STREAM_SECONDS",
     "CONNECT_TIMEOUT",
     "CHECKPOINT_TTL",
     "CHECKPOINT_EVERY_SECONDS",

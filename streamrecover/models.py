@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 from .engine.plan import PlanKind
 from .engine.protocol import RunStatus
 from .engine.sink import LLM_STREAM_CONTINUATION_COMPLETED, LLM_STREAM_INTERRUPTED, AttemptOutcome
+from .fields import TextJSONField
 from .querysets import AttemptQuerySet, MessageQuerySet, RecoveryEventQuerySet, RunQuerySet
 from .redaction import redact
 
@@ -39,7 +40,7 @@ class Thread(models.Model):
     created = models.DateTimeField(verbose_name=_("created"), default=timezone.now)
     # NOTIFY_MODEL_OF_DISCARDED_TOOLS: tool calls cut off in a turn that ended without tools to
     # run ({"id", "name", "reason"}); the thread's next user message carries them, explicitly.
-    pending_notices = models.JSONField(
+    pending_notices = TextJSONField(
         verbose_name=_("pending notices"), default=list, blank=True, encoder=DjangoJSONEncoder
     )
 
@@ -214,7 +215,7 @@ class Message(models.Model):
     )
     position = models.PositiveIntegerField(verbose_name=_("position"))
     role = models.CharField(verbose_name=_("role"), max_length=16, choices=Role.choices)
-    content = models.JSONField(
+    content = TextJSONField(
         verbose_name=_("content"), default=list, encoder=DjangoJSONEncoder, help_text=_("Canonical content blocks.")
     )
     created = models.DateTimeField(verbose_name=_("created"), default=timezone.now)
@@ -273,7 +274,7 @@ class Attempt(models.Model):
     error_message = models.TextField(verbose_name=_("error message"), blank=True)
     stop_reason = models.CharField(verbose_name=_("stop reason"), max_length=64, blank=True)
     outcome = models.CharField(verbose_name=_("outcome"), max_length=32, default=AttemptOutcome.PENDING)
-    request = models.JSONField(
+    request = TextJSONField(
         verbose_name=_("request"),
         default=dict,
         blank=True,
@@ -316,7 +317,7 @@ class StreamCheckpoint(models.Model):
     run = models.OneToOneField(
         Run, verbose_name=_("run"), on_delete=models.CASCADE, primary_key=True, related_name="checkpoint"
     )
-    data = models.JSONField(verbose_name=_("data"), encoder=DjangoJSONEncoder)
+    data = TextJSONField(verbose_name=_("data"), encoder=DjangoJSONEncoder)
     turn = models.PositiveIntegerField(verbose_name=_("turn"), default=0)
     attempt = models.PositiveIntegerField(verbose_name=_("attempt"), default=0)
     continuation = models.PositiveIntegerField(verbose_name=_("continuation"), default=0)
@@ -356,7 +357,7 @@ class RecoveryEvent(models.Model):
     name = models.CharField(verbose_name=_("name"), max_length=64)
     provider = models.CharField(verbose_name=_("provider"), max_length=64, blank=True)
     model = models.CharField(verbose_name=_("model"), max_length=200, blank=True)
-    payload = models.JSONField(verbose_name=_("payload"), default=dict, encoder=DjangoJSONEncoder)
+    payload = TextJSONField(verbose_name=_("payload"), default=dict, encoder=DjangoJSONEncoder)
     created = models.DateTimeField(verbose_name=_("created"), default=timezone.now)
     cause = models.CharField(verbose_name=_("cause"), max_length=32, blank=True)
     plan = models.CharField(verbose_name=_("plan"), max_length=32, blank=True)
@@ -557,6 +558,8 @@ class AnalyticsRollup(models.Model):
     )
     cause_sse_parse = models.BigIntegerField(verbose_name=_("cause sse parse"), default=0)
     cause_body_decode = models.BigIntegerField(verbose_name=_("cause body decode"), default=0)
+    cause_stream_deadline = models.BigIntegerField(verbose_name=_("cause stream deadline"), default=0)
+    cause_max_tokens_exceeded = models.BigIntegerField(verbose_name=_("cause max tokens exceeded"), default=0)
     cause_unknown = models.BigIntegerField(verbose_name=_("cause unknown"), default=0)
     cause_other = models.BigIntegerField(verbose_name=_("cause other"), default=0)
     plan_continue_text = models.BigIntegerField(verbose_name=_("plan continue text"), default=0)

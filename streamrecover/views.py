@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
 from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
@@ -21,10 +21,13 @@ from django.views.decorators.http import require_GET, require_POST
 from . import dispatch
 from .conf import app_settings
 from .models import Attempt, Message, Run, Thread
+from .providers.common import LONE_SURROGATE
 from .runs import lifecycle
 from .testing import is_fake, parse_faults
 
 JsonView = Callable[..., JsonResponse]
+# The database's integer columns hold no more; a larger number is a client's mistake, not a 500.
+MAX_INT = 2**31 - 1
 
 
 class BadRequest(Exception):
@@ -79,8 +82,12 @@ def _json_body(request: HttpRequest) -> dict[str, Any]:
     if request.content_type != "application/json":
         raise BadRequest(f"Send the body as application/json (got {request.content_type or 'no content type'}).")
     try:
-        body = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError):
+        raw = request.body
+    except RequestDataTooBig:
+        raise BadRequest("The body is too large (see DATA_UPLOAD_MAX_MEMORY_SIZE).") from None
+    try:
+        body = json.loads(raw or b"")
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         raise BadRequest("The body is not valid JSON.") from None
     if not isinstance(body, dict):
         raise BadRequest("The body must be a JSON object.")
@@ -94,6 +101,10 @@ def _optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...], wha
         return None
     if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
         raise BadRequest(f"{key!r} must be {what}.")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise BadRequest(f"{key!r} is too large.")
+    if isinstance(value, str) and "\x00" in value:
+        raise BadRequest(f"{key!r} cannot contain NUL (\\u0000) characters.")
     return value
 
 
@@ -102,6 +113,10 @@ def _run_options(body: dict[str, Any]) -> dict[str, Any]:
     prompt = body.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise BadRequest("'prompt' is required: a non-empty string.")
+    if "\x00" in prompt:  # PostgreSQL stores no NUL in text (the chat form refuses it too)
+        raise BadRequest("'prompt' cannot contain NUL (\\u0000) characters.")
+    if LONE_SURROGATE.search(prompt):  # no UTF-8 form: it could be neither stored nor sent
+        raise BadRequest("'prompt' is not valid Unicode (a lone surrogate escape).")
     provider = _optional(body, "provider", str, "a provider name") or app_settings.DEFAULT_PROVIDER
     if provider not in app_settings.PROVIDERS:
         raise BadRequest(f"Unknown provider {provider!r}. Configured: {', '.join(sorted(app_settings.PROVIDERS))}.")

@@ -351,9 +351,9 @@ def test_run_list_shows_a_short_id_with_the_whole_id_on_hover_and_in_the_link(su
     cells = row.group(0)
     full, short = str(run.pk), str(run.pk)[:8]
     link = _url(Run, "change", run.pk)
-    assert f'<a href="{link}"><code title="{full}" style="white-space: nowrap">{short}…</code></a>' in cells
+    assert f'<a href="{link}"><code title="{full}" style="white-space: nowrap">{short}…</code><br><small>' in cells
     visible = re.sub(r"<[^>]*>", " ", cells)
     assert full not in visible  # the whole UUID is no longer text that wraps
     assert short in visible
-    # Sorting by the column still sorts by id.
+    # The column sorts by when the run was created (shown under its id).
     assert superuser_client.get(_url(Run, "changelist"), {"o": "1"}).status_code == 200

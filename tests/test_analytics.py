@@ -366,6 +366,8 @@ CAUSES_TOTAL = {
     "provider_error_mid_stream": 2,  # 6, 10
     "sse_parse": 1,
     "body_decode": 1,
+    "stream_deadline": 0,
+    "max_tokens_exceeded": 0,
     "unknown": 0,
     "other": 0,
 }

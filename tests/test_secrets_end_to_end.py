@@ -1,5 +1,6 @@
 """An API key given in settings reaches no log line, no event row, no stored request, no
-checkpoint and no page, through a whole run with an interruption and a provider error."""
+checkpoint and no page (API, chat page, admin), through a whole run with an interruption and a
+provider error."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import json
 import pytest
 import structlog
 from django.core import serializers
-from django.test import override_settings
+from django.test import Client, override_settings
+from django.urls import reverse
 
 from streamrecover import starter
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run, StreamCheckpoint
 from streamrecover.runs import lifecycle
 from streamrecover.runs.checkpoints import DjangoCheckpointStore
+
+from .factories import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,7 +48,10 @@ def test_api_key_never_reaches_logs_rows_requests_or_checkpoints(fake_server, se
         override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "PROVIDERS": providers}),
         structlog.testing.capture_logs() as logs,
     ):
-        run = lifecycle.create_run(prompt=f"Say it [[words=80]] {SECRET[:6]}", provider="fake", model="claude-3")
+        owner = make_user()
+        run = lifecycle.create_run(
+            prompt=f"Say it [[words=80]] {SECRET[:6]}", owner=owner, provider="fake", model="claude-3"
+        )
         result = asyncio.run(starter.execute_here(str(run.pk)))
     assert result is not None
     assert result.status == "failed"  # the 401 on the continuation is permanent
@@ -67,3 +74,23 @@ def test_api_key_never_reaches_logs_rows_requests_or_checkpoints(fake_server, se
     assert request["headers"]["x-api-key"] == "[redacted]"
     # the fake provider did receive the key (so it was really sent, just never stored)
     assert any(entry.status == 401 for entry in fake_server.log_for("secrets"))
+    # ... and no page shows it: the owner's API and chat page, every admin page of the run
+    user, staff = Client(), Client()
+    user.force_login(owner)
+    staff.force_login(make_user(is_staff=True, is_superuser=True))
+    attempt = Attempt.objects.filter(run=run).order_by("index").first()
+    event = RecoveryEvent.objects.filter(run=run).first()
+    pages = [
+        user.get(reverse("streamrecover:api-run", args=[run.pk])),
+        user.get(reverse("streamrecover:api-thread", args=[run.thread_id])),
+        user.get(reverse("demo:chat-thread", args=[run.thread_id])),
+        staff.get(reverse("admin:streamrecover_run_change", args=[run.pk])),
+        staff.get(reverse("admin:streamrecover_attempt_changelist")),
+        staff.get(reverse("admin:streamrecover_attempt_change", args=[attempt.pk])),
+        staff.get(reverse("admin:streamrecover_recoveryevent_changelist")),
+        staff.get(reverse("admin:streamrecover_recoveryevent_change", args=[event.pk])),
+    ]
+    for page in pages:
+        assert page.status_code == 200, page
+        assert SECRET not in page.content.decode(), page
+    assert "[redacted]" in pages[5].content.decode()  # the attempt's page shows the request, key redacted

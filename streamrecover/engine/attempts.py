@@ -15,7 +15,16 @@ from typing import Any, TypeVar
 
 from .context import RunCancelled, RunContext
 from .contract import HTTPRequest
-from .errors import BodyDecodeError, ErrorClass, InterruptCause, ParseError, ProviderError, SSEError, StreamInterrupted
+from .errors import (
+    BodyDecodeError,
+    ErrorClass,
+    InterruptCause,
+    NotAnEventStream,
+    ParseError,
+    ProviderError,
+    SSEError,
+    StreamInterrupted,
+)
 from .sink import AttemptOutcome, AttemptRecord
 from .sse import SSEDecoder
 from .translate import AttemptDone, Translator, as_interrupted
@@ -107,7 +116,10 @@ async def _open_and_stream(
                 f"expected text/event-stream, got {content_type or 'no content type'!r}: {excerpt!r}",
                 status=opened.status,
             )
-        await _consume(ctx, opened, record, translator)
+        try:
+            await _consume(ctx, opened, record, translator)
+        except NotAnEventStream as exc:
+            return ProviderError(ErrorClass.PERMANENT, "bad_content_type", str(exc), status=opened.status)
     finally:
         await opened.close()
     raise AssertionError("unreachable")  # _consume always raises
@@ -177,15 +189,34 @@ async def _consume(ctx: RunContext, opened: OpenedStream, record: AttemptRecord,
 async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator) -> None:
     decoder = SSEDecoder(ctx.config.max_line_bytes)
     parser = translator.parser = ctx.adapter.new_parser()
+    limit = ctx.config.max_stream_seconds
+    head = b""  # the body's first bytes, to tell a page from a stream that broke
+    events = 0
     try:
-        async for chunk in opened.chunks:
-            if record.first_byte_at is None:
-                record.first_byte_at = time.time()
-            record.bytes_received += len(chunk)
-            for sse in decoder.feed(chunk):
-                for event in parser.feed(sse):
-                    await translator.on_event(event, record)
+        # Keep-alives (or a runaway model) can keep a stream alive forever without an idle
+        # stall: the whole stream has a deadline too.
+        deadline = asyncio.timeout(limit)
+        try:
+            async with deadline:
+                async for chunk in opened.chunks:
+                    if record.first_byte_at is None:
+                        record.first_byte_at = time.time()
+                    record.bytes_received += len(chunk)
+                    if len(head) < _HEAD_BYTES:
+                        head += chunk[:_HEAD_BYTES]
+                    for sse in decoder.feed(chunk):
+                        events += 1
+                        for event in parser.feed(sse):
+                            await translator.on_event(event, record)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise StreamInterrupted(
+                InterruptCause.STREAM_DEADLINE, f"the stream did not end within MAX_STREAM_SECONDS ({limit:g} s)"
+            ) from None
         decoder.close()
+        if not events and not _starts_like_sse(head):
+            raise NotAnEventStream(f"the body is not an event stream: {head[:200].decode('utf-8', 'replace')!r}")
         raise StreamInterrupted(
             InterruptCause.CONNECTION_RESET,
             "the body ended without the stream's terminator"
@@ -206,6 +237,16 @@ async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, tr
             error_message=interrupted.message,
         )
         raise interrupted from exc
+
+
+_HEAD_BYTES = 256
+_SSE_STARTS = (b"data", b"event", b"id", b"retry", b":")
+
+
+def _starts_like_sse(head: bytes) -> bool:
+    """True for an empty body (a plain cut) and for one whose first line is an SSE field or comment."""
+    first = head.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
+    return not first or first.startswith(_SSE_STARTS)
 
 
 def _request_id(headers: Mapping[str, str]) -> str | None:

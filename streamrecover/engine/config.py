@@ -25,4 +25,5 @@ class EngineConfig:
     checkpoint_every_seconds: float = 1.0
     notify_model_of_discarded_tools: bool = False
     max_turns: int = 8  # agent loop: assistant turns per run
-    max_line_bytes: int = 1_048_576  # SSE line bound
+    max_line_bytes: int = 1_048_576  # SSE line (and event data) bound
+    max_stream_seconds: float = 1800.0  # one response's stream, however lively, ends by then

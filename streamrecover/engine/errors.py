@@ -19,6 +19,8 @@ class InterruptCause(enum.StrEnum):
     PROVIDER_ERROR_MID_STREAM = "provider_error_mid_stream"
     SSE_PARSE = "sse_parse"
     BODY_DECODE = "body_decode"
+    STREAM_DEADLINE = "stream_deadline"  # bytes kept coming, the stream never ended
+    MAX_TOKENS_EXCEEDED = "max_tokens_exceeded"  # more output than the request's max_tokens allows
     UNKNOWN = "unknown"
 
     @property
@@ -33,6 +35,8 @@ _CAUSE_TO_KIND = {
     InterruptCause.PROVIDER_ERROR_MID_STREAM: "provider_error",
     InterruptCause.SSE_PARSE: "sse_parse",
     InterruptCause.BODY_DECODE: "body_decode",
+    InterruptCause.STREAM_DEADLINE: "stream_deadline",
+    InterruptCause.MAX_TOKENS_EXCEEDED: "max_tokens_exceeded",
     InterruptCause.UNKNOWN: "unknown",
 }
 
@@ -71,6 +75,11 @@ class SSEError(StreamRecoverError):
 
 class BodyDecodeError(StreamRecoverError):
     """Bytes that are not UTF-8."""
+
+
+class NotAnEventStream(StreamRecoverError):
+    """A 200 body labelled ``text/event-stream`` that held no event and does not start like one
+    (a proxy's HTML page): a failed call, not a stream that broke."""
 
 
 class StreamInterrupted(StreamRecoverError):

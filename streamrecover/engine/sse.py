@@ -39,6 +39,7 @@ class SSEDecoder:
         "_bytes_received",
         "_closed",
         "_data",
+        "_data_bytes",
         "_event_retry",
         "_event_type",
         "_had_unterminated",
@@ -64,6 +65,7 @@ class SSEDecoder:
         self._had_unterminated = False
         # Event buffers (spec: data buffer, event type buffer, last event ID buffer).
         self._data: list[str] = []
+        self._data_bytes = 0  # characters of the event's data lines so far: bounded like a line
         self._event_type = ""
         self._event_retry: int | None = None
         self._pending_fields = False  # a field line arrived since the last blank line
@@ -88,7 +90,9 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Events completed by this chunk, in order.
 
-        Raises ``SSEError`` for a line longer than ``max_line_bytes`` and ``BodyDecodeError``
+        Raises ``SSEError`` for a line, or an event's data, longer than ``max_line_bytes``
+        (a stream of short ``data:`` lines without a blank line is as unbounded as one long
+        line) and ``BodyDecodeError``
         for bytes that are not UTF-8. The decoder is then finished, and events completed
         earlier in the same chunk are not returned: the stream is broken either way and the
         runner treats it as cut at its last applied event.
@@ -164,20 +168,26 @@ class SSEDecoder:
             self._had_unterminated = bool(self._partial) or self._pending_fields
             self._partial = b""
             self._data = []
+            self._data_bytes = 0
             self._event_type = ""
             self._event_retry = None
             self._pending_fields = False
         return []
 
-    def _fail_long_line(self) -> None:
+    def _fail_long_line(self, what: str = "line") -> None:
         self._partial = b""
+        self._data = []
         self._closed = True
-        raise SSEError(f"SSE line exceeds {self._max_line_bytes} bytes")
+        # an event's data is counted in characters (no second encode in the hot loop)
+        unit = "characters" if what == "event" else "bytes"
+        raise SSEError(f"SSE {what} exceeds {self._max_line_bytes} {unit}")
 
     def _process(self, lines: list[str]) -> list[SSEEvent]:
         """Interpret complete lines. The hot loop: common lines first, kept flat."""
         out: list[SSEEvent] = []
         data = self._data
+        size = self._data_bytes
+        limit = self._max_line_bytes
         event_type = self._event_type
         pending = self._pending_fields
         for line in lines:
@@ -191,12 +201,16 @@ class SSEDecoder:
                     _set_retry(event, self._event_retry)
                     out.append(event)
                     data = []
+                    size = 0
                 event_type = ""
                 self._event_retry = None
                 pending = False
             elif line[:6] == "data: ":
                 data.append(line[6:])
                 pending = True
+                size += len(line)
+                if size > limit:
+                    self._fail_long_line("event")
             elif line[:7] == "event: ":
                 event_type = line[7:]
                 pending = True
@@ -209,6 +223,9 @@ class SSEDecoder:
                 pending = True
                 if name == "data":
                     data.append(value)
+                    size += len(line)
+                    if size > limit:
+                        self._fail_long_line("event")
                 elif name == "event":
                     event_type = value
                 elif name == "id":
@@ -218,6 +235,7 @@ class SSEDecoder:
                     self._event_retry = self.retry = int(value)
                 # other fields are ignored
         self._data = data
+        self._data_bytes = size
         self._event_type = event_type
         self._pending_fields = pending
         return out

@@ -21,7 +21,7 @@ from typing import TypedDict
 
 from .blocks import REASONING, REDACTED_THINKING, TEXT, THINKING, TOOL_USE, Accumulator, Block
 from .context import RunContext
-from .errors import BodyDecodeError, InterruptCause, StreamInterrupted
+from .errors import BodyDecodeError, InterruptCause, ParseError, StreamInterrupted
 from .events import (
     BlockStart,
     BlockStop,
@@ -135,6 +135,11 @@ class Translator:
         self.received_bytes = 0
         self.text_deltas = 0  # non-empty text deltas received, and their bytes
         self.text_bytes = 0
+        # Non-empty output deltas (text, thinking, tool arguments) of this response: each carries
+        # at least one token, so more of them than the request's max_tokens is a provider that
+        # does not stop; ``max_deltas`` is that max_tokens (None: no bound).
+        self.output_deltas = 0
+        self.max_deltas: int | None = None
 
     def received_tokens(self, text_delta_is_token: bool) -> int:
         """An upper bound on the output tokens received in this response: its bytes, or,
@@ -144,11 +149,17 @@ class Translator:
         return self.received_bytes - self.text_bytes + self.text_deltas
 
     def begin(
-        self, acc: Accumulator, prefix: list[Block], joiner: ContinuationJoiner | None, *, merge: bool = True
+        self,
+        acc: Accumulator,
+        prefix: list[Block],
+        joiner: ContinuationJoiner | None,
+        max_tokens: int | None = None,
+        *,
+        merge: bool = True,
     ) -> None:
-        """Start one response that continues from ``prefix`` (already restored into ``acc``);
-        ``merge=False``: its first text block is a block of its own (a native resume after a
-        closed text block)."""
+        """Start one response that continues from ``prefix`` (already restored into ``acc``),
+        asked for at most ``max_tokens``; ``merge=False``: its first text block is a block of its
+        own (a native resume after a closed text block)."""
         self.acc = acc
         self.mapper = IndexMapper(acc, prefix, merge=merge)
         self.parser = None
@@ -157,6 +168,19 @@ class Translator:
         self.received_bytes = 0
         self.text_deltas = 0
         self.text_bytes = 0
+        self.output_deltas = 0
+        self.max_deltas = max_tokens
+
+    def _count_output(self, text: str) -> None:
+        """One more output delta; past the budget the stream is broken off before it is applied."""
+        if not text:
+            return
+        self.output_deltas += 1
+        if self.max_deltas is not None and self.output_deltas > self.max_deltas:
+            raise StreamInterrupted(
+                InterruptCause.MAX_TOKENS_EXCEEDED,
+                f"the provider streamed more than max_tokens ({self.max_deltas}) deltas without stopping",
+            )
 
     async def on_event(self, event: StreamEvent, record: AttemptRecord) -> None:
         """One normalized event; raises ``AttemptDone`` at the terminator, ``StreamInterrupted``
@@ -165,6 +189,7 @@ class Translator:
         mapper, joiner = self.mapper, self.joiner
         match event:
             case TextDelta(index=i, text=text):
+                self._count_output(text)
                 self.received_bytes += len(text.encode())
                 self.text_bytes += len(text.encode())
                 self.text_deltas += 1 if text else 0
@@ -176,6 +201,7 @@ class Translator:
                 await frame(FrameKind.TEXT_DELTA, block=target, text=text)
                 await self.on_progress(len(text))
             case ToolArgsDelta(index=i, partial_json=part):
+                self._count_output(part)
                 self.received_bytes += len(part.encode())
                 target = mapper.target(i, TOOL_USE)
                 block = self.acc.apply(ToolArgsDelta(target, part))
@@ -186,6 +212,7 @@ class Translator:
                 await frame(FrameKind.TOOL_CALL_DELTA, block=target, id=block.id, name=block.name, arguments_delta=part)
                 await self.on_progress(len(part))
             case ThinkingDelta(index=i, thinking=text):
+                self._count_output(text)
                 self.received_bytes += len(text.encode())
                 target = mapper.target(i, THINKING)
                 self.acc.apply(ThinkingDelta(target, text))
@@ -200,6 +227,9 @@ class Translator:
                 # shown whole when the block closes (a compaction summary arrives in one piece)
                 self.acc.apply(FieldDelta(mapper.target(i, name), name, text))
             case BlockStart(kind=kind):
+                if kind == TOOL_USE and not event.name:
+                    # a call of no tool: it cannot be run, nor sent back (providers refuse it)
+                    raise ParseError(f"a tool call with an empty name (id {event.id!r})")
                 self.received_bytes += len((event.name or "").encode())
                 mapped = mapper.start(event)
                 if mapped is None:

@@ -188,12 +188,14 @@ class TurnRunner:
         """One provider call with its pre-stream retries; raises AttemptDone on the terminator."""
         cfg = self.ctx.config
         native = self.native
+        budgeted: ModelRequest | None = None
         if native is not None:
             assert isinstance(self.ctx.adapter, ResumableAdapter)
             http_request = self.ctx.adapter.resume_request(native)
         else:
             messages = continuation_messages(self.request.messages, self.prefix, self.strategy)
-            http_request = self.ctx.adapter.build_request(self._budgeted(replace(self.request, messages=messages)))
+            budgeted = self._budgeted(replace(self.request, messages=messages))
+            http_request = self.ctx.adapter.build_request(budgeted)
         retries = 0
         kind = self.attempt_kind
         while True:
@@ -211,8 +213,9 @@ class TurnRunner:
                 merge = bool(self.prefix) and not self.prefix[-1].closed
                 self.translator.begin(self.acc, self.prefix, None, merge=merge)
             else:
+                assert budgeted is not None
                 joiner = joiner_for(self.prefix, self.strategy, self.ctx.adapter.echoes_prefix)
-                self.translator.begin(self.acc, self.prefix, joiner)
+                self.translator.begin(self.acc, self.prefix, joiner, budgeted.max_tokens)
             # only pre-stream failures come back here
             error = await run_attempt(self.ctx, http_request, record, self.translator)
             if error.permanent or retries >= cfg.max_request_retries:

@@ -25,6 +25,9 @@ from .delivery import bind_home_loop, group_name
 from .snapshot import RunRecord, build_snapshot
 
 FORBIDDEN_CLOSE_CODE = 4403
+# A client sends only {"type": "cancel"} or {"type": "resync"}: anything much longer is refused
+# before it is parsed, so a client cannot make the consumer parse megabytes.
+MAX_CLIENT_MESSAGE_CHARS = 4096
 T = TypeVar("T")
 log = structlog.get_logger("streamrecover.live")
 
@@ -100,9 +103,12 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if text_data is None:
             await self.send_error("bad_message", "Send JSON text messages.")
             return
+        if len(text_data) > MAX_CLIENT_MESSAGE_CHARS:
+            await self.send_error("too_large", f"Messages are at most {MAX_CLIENT_MESSAGE_CHARS} characters.")
+            return
         try:
             content = json.loads(text_data)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             await self.send_error("bad_json", "The message is not JSON.")
             return
         await self.receive_json(content)

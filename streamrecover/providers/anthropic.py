@@ -33,7 +33,15 @@ from ..engine.events import (
 )
 from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
-from .common import as_int, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
+from .common import (
+    as_int,
+    decode_event_json,
+    excerpt,
+    read_error_body,
+    status_policy,
+    strategy_override,
+    with_should_retry,
+)
 
 __all__ = [
     "NO_PREFILL_MODELS",
@@ -43,7 +51,7 @@ __all__ = [
 ]
 
 # Bound once: json.loads re-checks its arguments on every call, and this runs per token.
-_decode = json.JSONDecoder().decode
+_decode = decode_event_json
 
 # Models that answer a trailing assistant message (a prefill) with a 400, so a
 # continuation must be a user "continue" message instead (prefill was removed from

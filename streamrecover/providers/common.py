@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any
@@ -12,6 +13,31 @@ from ..engine.errors import ErrorClass
 from ..engine.retry import RETRYABLE_STATUSES, should_retry_header
 
 EXCERPT_CHARS = 160
+
+
+_json_decode = json.JSONDecoder().decode
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def decode_event_json(data: str) -> Any:
+    """An event's JSON data. A lone surrogate escape (``\\ud83d`` without its pair, from a
+    server that splits UTF-16 pairs across deltas) decodes to U+FFFD, as a UTF-8 decoder does
+    with broken bytes: a string holding one has no UTF-8 form, so it could be neither counted,
+    sent on nor stored, and the client and the database see the same replacement."""
+    value = _json_decode(data)
+    if "\\ud" in data or "\\uD" in data:  # json.loads already joined every escaped pair
+        value = _without_lone_surrogates(value)
+    return value
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    return value
 
 
 def excerpt(text: str) -> str:

@@ -36,6 +36,7 @@ from ..engine.sse import SSEEvent
 from .azure import CHAT_PATH, azure_headers, azure_url, deployment
 from .common import (
     as_int,
+    decode_event_json,
     excerpt,
     read_error_body,
     status_policy,
@@ -47,7 +48,7 @@ from .common import (
 __all__ = ["FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStreamParser"]
 
 # Bound once: json.loads re-checks its arguments on every call, and this runs per token.
-_decode = json.JSONDecoder().decode
+_decode = decode_event_json
 TEXT_INDEX = 0  # the message's text (content or refusal) is block 0; tool call i is block 1 + i
 REASONING_INDEX = -1  # ``reasoning_content``: before the text, as it streams first
 

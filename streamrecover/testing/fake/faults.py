@@ -31,6 +31,16 @@ Compact string form (a command-line flag; ``;`` separates the faults of a script
                                           an HTTP error before any stream; retry_after_date sends an
                                           HTTP date that many seconds ahead; quota: OpenAI
                                           insufficient_quota / Anthropic spend-limit 429
+    html[:content_type=text/html]         an HTML error page with status 200 (a proxy's or CDN's page)
+    mislabel[:content_type=application/json]
+                                          the answer's stream under a wrong content type
+    long_line:events=3,size=2000000       event 4 is one data line of that many bytes, then a clean end
+    unknown:events=3                      an event of a type no adapter knows before event 4; the
+                                          stream goes on complete
+    noname                                the first tool call's name is sent as ""
+    endless:events=5[,seconds=0.05][,text]
+                                          after 5 events the stream never ends: a keep-alive (or, with
+                                          text, one more text token) every 0.05 s until the client goes
 
 A bare number is the status code (``status``) or ``events`` (other kinds); a bare word is a
 flag set to true. Positions count body bytes (SSE bytes, chunk framing excluded) or whole
@@ -50,6 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from . import hostile
 from .wire import WireEvent
 
 
@@ -65,6 +76,12 @@ class FaultKind(enum.StrEnum):
     STATUS = "status"
     STALL_HEADERS = "stall_headers"
     GOAWAY = "goaway"
+    HTML = "html"
+    MISLABEL = "mislabel"
+    LONG_LINE = "long_line"
+    UNKNOWN = "unknown"
+    NONAME = "noname"
+    ENDLESS = "endless"
 
 
 _EXTERNAL = {"byte_offset": "bytes", "error_type": "type"}  # field name -> dict / string key
@@ -80,13 +97,19 @@ _ALLOWED = {
     FaultKind.BAD_UTF8: {"events"},
     FaultKind.STALL_HEADERS: {"seconds"},
     FaultKind.GOAWAY: {"events", "byte_offset", "mid"},
+    FaultKind.HTML: {"content_type"},
+    FaultKind.MISLABEL: {"content_type"},
+    FaultKind.LONG_LINE: {"events", "size"},
+    FaultKind.UNKNOWN: {"events"},
+    FaultKind.NONAME: set(),
+    FaultKind.ENDLESS: {"events", "seconds", "text"},
     FaultKind.STATUS: {
         "code", "error_type", "message", "retry_after", "retry_after_ms", "retry_after_date", "should_retry", "quota",
     },
 }  # fmt: skip
-_INTS = {"events", "byte_offset", "code", "retry_after_ms", "from_end"}
+_INTS = {"events", "byte_offset", "code", "retry_after_ms", "from_end", "size"}
 _FLOATS = {"seconds", "retry_after", "retry_after_date"}
-_BOOLS = {"mid", "quota", "should_retry"}
+_BOOLS = {"mid", "quota", "should_retry", "text"}
 _THEN = ("cut", "eof", "continue")
 
 
@@ -111,6 +134,9 @@ class Fault:
     should_retry: bool | None = None
     quota: bool = False
     from_end: int | None = None  # a position counted back from the stream's last event
+    content_type: str | None = None  # html, mislabel: the content type sent
+    size: int | None = None  # long_line: the line's bytes
+    text: bool = False  # endless: repeat text tokens, not keep-alives
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", FaultKind(self.kind))
@@ -123,12 +149,15 @@ class Fault:
             raise ValueError(f"{self.kind} fault needs exactly one of events=, bytes= or from_end=")
         if self.mid and self.events is None:
             raise ValueError("mid needs events=")
-        if self.kind in (FaultKind.ERROR, FaultKind.GARBAGE, FaultKind.BAD_UTF8) and self.events is None:
+        needs_events = (FaultKind.ERROR, FaultKind.GARBAGE, FaultKind.BAD_UTF8, FaultKind.LONG_LINE, FaultKind.UNKNOWN)
+        if self.kind in (*needs_events, FaultKind.ENDLESS) and self.events is None:
             raise ValueError(f"{self.kind} fault needs events=")
         if any(v is not None and v < 0 for v in (self.events, self.byte_offset, self.from_end)):
             raise ValueError("positions cannot be negative")
         if self.kind in (FaultKind.STALL, FaultKind.STALL_HEADERS) and self.seconds <= 0:
             raise ValueError(f"{self.kind} fault needs seconds= (positive)")
+        if self.kind is FaultKind.LONG_LINE and (self.size is None or self.size < 1):
+            raise ValueError("long_line fault needs size= (bytes, positive)")
         if self.then not in _THEN:
             raise ValueError(f"then= must be one of {', '.join(_THEN)}")
         if self.kind is FaultKind.STATUS and (self.code is None or not 400 <= self.code <= 599):
@@ -262,6 +291,8 @@ class Delivery:
     stall_seconds: float = 0.0
     complete: bool = True  # every event of the answer is in ``pieces``
     goaway: bool = False  # after ``pieces``, HTTP/2 GOAWAY, then the connection closes
+    endless: Piece | None = None  # after ``pieces``, this piece again and again, never an end
+    endless_every: float = 0.0  # seconds between two endless pieces
 
 
 def plan_delivery(events: Sequence[WireEvent], fault: Fault | None, error_event: WireEvent | None = None) -> Delivery:
@@ -288,12 +319,46 @@ def plan_delivery(events: Sequence[WireEvent], fault: Fault | None, error_event:
         goaway = fault.kind is FaultKind.GOAWAY
         return Delivery(head, clean_end=fault.kind is FaultKind.EOF, triggered=True, complete=not tail, goaway=goaway)
     n = fault.events if fault.events is not None else 0
+    if fault.kind in _HOSTILE:
+        return _hostile_delivery(events, fault, n) or normal
     if fault.kind is FaultKind.ERROR and n <= len(events) and error_event is not None:
         return Delivery((*whole[:n], Piece(error_event.data)), clean_end=True, triggered=True, complete=False)
     if fault.kind in (FaultKind.GARBAGE, FaultKind.BAD_UTF8) and n < len(events):
         corrupt = _truncate_json if fault.kind is FaultKind.GARBAGE else _insert_bad_utf8
         return Delivery((*whole[:n], Piece(corrupt(events[n].data))), clean_end=True, triggered=True, complete=False)
     return normal
+
+
+_HOSTILE = (FaultKind.LONG_LINE, FaultKind.UNKNOWN, FaultKind.NONAME, FaultKind.ENDLESS)
+
+
+def _hostile_delivery(events: Sequence[WireEvent], fault: Fault, n: int) -> Delivery | None:
+    """The stream under a hostile-input fault; None when it does not trigger."""
+    whole = tuple(Piece(e.data, e.tokens, e.text) for e in events)
+    named = hostile.named(events)
+    if fault.kind is FaultKind.NONAME:
+        for index, event in enumerate(events):
+            blanked = hostile.blank_tool_name(event)
+            if blanked is not None:
+                piece = Piece(blanked.data, blanked.tokens, blanked.text)
+                return Delivery((*whole[:index], piece, *whole[index + 1 :]), clean_end=True, triggered=True)
+        return None
+    if n >= len(events):
+        return None
+    if fault.kind is FaultKind.UNKNOWN:
+        return Delivery((*whole[:n], Piece(hostile.unknown_event(named)), *whole[n:]), clean_end=True, triggered=True)
+    if fault.kind is FaultKind.LONG_LINE:
+        line = Piece(hostile.long_line(fault.size or 0))
+        return Delivery((*whole[:n], line), clean_end=True, triggered=True, complete=False)
+    repeated = hostile.endless_text(named) if fault.text else hostile.keepalive(named)
+    return Delivery(
+        whole[:n],
+        clean_end=False,
+        triggered=True,
+        complete=False,
+        endless=Piece(repeated.data, repeated.tokens, repeated.text),
+        endless_every=fault.seconds or 0.05,
+    )
 
 
 def _split(events: Sequence[WireEvent], fault: Fault) -> tuple[tuple[Piece, ...], tuple[Piece, ...]] | None:
@@ -354,7 +419,7 @@ def _insert_bad_utf8(data: bytes) -> bytes:
 
 def _is_set(fault: Fault, name: str) -> bool:
     value = getattr(fault, name)
-    default = {"mid": False, "quota": False, "seconds": 0.0, "then": "cut"}.get(name)
+    default = {"mid": False, "quota": False, "seconds": 0.0, "then": "cut", "text": False}.get(name)
     return value is not None and value != default
 
 

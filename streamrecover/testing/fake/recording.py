@@ -401,4 +401,8 @@ def _billing(payload: dict[str, Any]) -> tuple[int, str]:
 def _sse(name: str, payload: dict[str, Any]) -> WireEvent:
     """One event as the recording frames it: ``event:`` line, compact JSON, blank line."""
     ordered = {"type": payload["type"], **payload} if "type" in payload else payload
-    return WireEvent(f"event: {name}\ndata: {compact(ordered)}\n\n".encode(), *_billing(payload))
+    try:
+        data = f"event: {name}\ndata: {compact(ordered)}\n\n".encode()
+    except UnicodeEncodeError:  # a lone surrogate the recording sent escaped: only its escape has bytes
+        data = f"event: {name}\ndata: {json.dumps(ordered, separators=(',', ':'))}\n\n".encode()
+    return WireEvent(data, *_billing(payload))

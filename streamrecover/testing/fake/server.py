@@ -31,6 +31,7 @@ from typing import Any
 from ...engine.contract import CONTINUE_INSTRUCTION, SECRET_HEADERS
 from .dialects import ROUTES, Dialect, route
 from .faults import Delivery, Fault, FaultKind, plan_delivery
+from .hostile import HTML_PAGE
 from .http11 import Request, Responder
 from .interpret import Interpretation, Mode, RequestRejected
 from .log import LogEntry
@@ -39,6 +40,9 @@ from .recording import Recording
 from .serving import DEFAULT_SCENARIO, JSON_TYPE, SCENARIO_HEADER, ScriptedServer, json_bytes, scenario_of
 from .wire import ErrorSpec, ResponseContext, WireEvent
 from .wire_openai_responses import not_found, response_id
+
+SSE_TYPE = "text/event-stream; charset=utf-8"
+HTML_TYPE = "text/html; charset=utf-8"
 
 __all__ = ["COUNT_TOKENS_PATH", "DEFAULT_SCENARIO", "SCENARIO_HEADER", "FakeProviderServer"]
 
@@ -192,6 +196,11 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             await writer.full(answer.status, headers, error_body, JSON_TYPE)
             return
         interpretation, plan, ctx = answer
+        if fault is not None and fault.kind is FaultKind.HTML:  # a proxy's page, status 200
+            outcome.status, outcome.bytes_sent, outcome.fault_triggered = 200, len(HTML_PAGE), True
+            record()
+            await writer.full(200, dialect.response_headers(request_id), HTML_PAGE, fault.content_type or HTML_TYPE)
+            return
         if not interpretation.stream:  # stream faults apply to streams only
             whole = json_bytes(dialect.response_json(plan, ctx))
             outcome.status, outcome.bytes_sent, outcome.completed = 200, len(whole), True
@@ -218,7 +227,10 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             self._background[(scenario_of(request), response_id(ctx))] = events
             outcome.billed_output_tokens = sum(e.tokens for e in events)
             outcome.billed_text = [e.text for e in events]
-        await self._send_stream(writer, dialect, request_id, delivery, outcome, record, billed=background)
+        content_type = SSE_TYPE
+        if fault is not None and fault.kind is FaultKind.MISLABEL:
+            content_type, outcome.fault_triggered = fault.content_type or JSON_TYPE, True
+        await self._send_stream(writer, dialect, request_id, delivery, outcome, record, content_type, billed=background)
 
     async def _cancel_background(self, dialect: Dialect, request: Request, response: str, writer: Responder) -> None:
         """``POST .../responses/{id}/cancel``: the background response stops; it cannot be
@@ -288,13 +300,14 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         delivery: Delivery,
         outcome: _Outcome,
         record: Callable[[], None],
+        content_type: str = SSE_TYPE,
         *,
         billed: bool = False,
     ) -> None:
         """Write the stream; what it carries is billed as it is written, unless ``billed``
         (a background response's generation was billed when it was made)."""
         headers = [
-            ("content-type", "text/event-stream; charset=utf-8"),
+            ("content-type", content_type),
             ("cache-control", "no-cache"),
             *dialect.response_headers(request_id),
         ]
@@ -307,6 +320,9 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             return delivery.clean_end
 
         pieces = delivery.pieces
+        if delivery.endless is not None:
+            await self._send_endless(writer, delivery, outcome, record)
+            return
         last = len(pieces) - 1 if delivery.stall_before != len(pieces) else -1
         for index, piece in enumerate(pieces):
             if index == delivery.stall_before:
@@ -326,6 +342,25 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             await writer.data(b"", end_stream=finish())
         if delivery.goaway:
             await writer.goaway()
+
+    async def _send_endless(
+        self, writer: Responder, delivery: Delivery, outcome: _Outcome, record: Callable[[], None]
+    ) -> None:
+        """The pieces, then ``delivery.endless`` again and again until the client goes away."""
+        assert delivery.endless is not None
+        record()  # the log entry exists while the stream goes on (its counts are those at its start)
+        for piece in itertools.chain(delivery.pieces, itertools.repeat(delivery.endless)):
+            if writer.closing():
+                return
+            outcome.bytes_sent += len(piece.data)
+            outcome.billed_output_tokens += piece.tokens
+            outcome.billed_text.append(piece.text)
+            try:
+                await writer.data(piece.data)
+            except Exception:  # the client went away (HTTP/1.1 or HTTP/2, however it shows): stop
+                return
+            if piece is delivery.endless:
+                await asyncio.sleep(delivery.endless_every)
 
     def _record(
         self,
