@@ -90,14 +90,18 @@ def _env(config: Config, logs: Path, fake_url: str, profile: bool) -> dict[str, 
         BENCH_LAYER=config.layer,
     )
     env.pop("BENCH_PROFILE", None)
+    env.pop("BENCH_CPROFILE", None)
     env.pop("BENCH_COUNTS", None)
     return env
 
 
-def _worker_env(env: dict[str, str], logs: Path, tag: str, profile: bool) -> dict[str, str]:
+def _worker_env(env: dict[str, str], logs: Path, tag: str, profile: str) -> dict[str, str]:
     worker = {**env, "BENCH_COUNTS": str(logs / f"{tag}-counts-{{pid}}.json")}
-    if profile:
+    if profile == "cprofile":
+        worker["BENCH_CPROFILE"] = str(logs / f"{tag}-cprofile-{{pid}}.pstats")
+    elif profile:
         worker["BENCH_PROFILE"] = str(logs / f"{tag}-profile-{{pid}}.txt")
+        worker["BENCH_PROFILE_THREAD"] = os.environ.get("BENCH_PROFILE_THREAD", "streamrecover-run-loop")
     return worker
 
 
@@ -180,9 +184,9 @@ async def _drive(base: str, cookie: str, run_ids: list[str], on_started: Any) ->
     tasks = []
     for r, e in zip(results, readies, strict=True):  # connect in waves: Daphne's backlog is finite
         tasks.append(asyncio.ensure_future(_client(f"{ws_base}/ws/streamrecover/runs/{r.run_id}/", headers, r, e)))
-        if len(tasks) % 50 == 0:
-            await asyncio.sleep(0.2)
-    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in readies)), 120)
+        if len(tasks) % 25 == 0:
+            await asyncio.sleep(0.5)
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in readies)), 300)
     on_started()
     for run_id in run_ids:  # all clients listen before any run starts
         execute_run_task.delay(run_id)
@@ -282,14 +286,23 @@ def _checkpoint_writes(logs: Path, tag: str) -> int:
 
 
 def _profile_top(logs: Path, tag: str, lines: int = 25) -> str:
+    import io
+    import pstats
+
     out = []
+    for path in sorted(logs.glob(f"{tag}-cprofile-*.pstats")):
+        text = io.StringIO()
+        stats = pstats.Stats(str(path), stream=text)
+        stats.sort_stats("tottime").print_stats(lines)
+        stats.sort_stats("cumulative").print_stats(lines)
+        out.append(text.getvalue())
     for path in sorted(logs.glob(f"{tag}-profile-*.txt")):
         text = path.read_text().splitlines()
         out.append("\n".join(text[: lines + 4]))
     return "\n\n".join(out)
 
 
-def run_config(config: Config, logs: Path, *, nice: int = 0, profile: bool = False) -> dict[str, Any]:
+def run_config(config: Config, logs: Path, *, nice: int = 0, profile: str = "") -> dict[str, Any]:
     """One configuration end to end: start the processes, drive the runs, measure, stop."""
     from django.contrib.auth import get_user_model
     from django.test import Client
@@ -320,7 +333,11 @@ def run_config(config: Config, logs: Path, *, nice: int = 0, profile: bool = Fal
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     daphne = _start(
-        [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port), "project.asgi:application"],
+        [
+            *(sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port)),
+            *("--websocket_connect_timeout", "120"),  # hundreds of sockets connect at once
+            "project.asgi:application",
+        ],
         env,
         logs / f"{tag}-daphne.log",
     )
@@ -459,7 +476,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default="100x30", help=f"comma-separated configurations: {', '.join(CONFIGS)}")
     parser.add_argument("--runs", type=int, default=0, help="override the number of streams")
     parser.add_argument("--words", type=int, default=0, help="override the words per stream")
-    parser.add_argument("--profile", action="store_true", help="sample the workers' threads (bench.sampler)")
+    parser.add_argument(
+        "--profile",
+        choices=("sample", "cprofile"),
+        default="",
+        help="sample the workers' run loop thread (bench.sampler), or cProfile it (slower, deterministic)",
+    )
     parser.add_argument("--nice", type=int, default=0, help="run the workers at this niceness")
     args = parser.parse_args(argv)
     setup()

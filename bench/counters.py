@@ -36,3 +36,30 @@ def install(target: str) -> None:
             out.write_text(json.dumps(COUNTS))
 
     threading.Thread(target=dump, name="bench-counters", daemon=True).start()
+
+
+def profile_run_loop(target: str, every_s: float = 3.0) -> None:
+    """cProfile the worker's shared run loop (``BENCH_CPROFILE``): deterministic, one thread,
+    slower; the stats are dumped to ``target`` every few seconds (``pstats`` format)."""
+    import cProfile
+
+    out = target.replace("{pid}", str(os.getpid()))
+    profiler = cProfile.Profile()
+
+    def dump() -> None:
+        profiler.disable()
+        profiler.dump_stats(out)
+        profiler.enable()
+
+    def attach() -> None:
+        from streamrecover.runs import loop as run_loop
+
+        while run_loop._shared._loop is None:
+            time.sleep(0.2)
+        shared = run_loop._shared._loop
+        shared.call_soon_threadsafe(profiler.enable)
+        while True:
+            time.sleep(every_s)
+            shared.call_soon_threadsafe(dump)
+
+    threading.Thread(target=attach, name="bench-cprofile", daemon=True).start()

@@ -27,3 +27,9 @@ if os.environ.get("BENCH_COUNTS"):
     from bench.counters import install
 
     install(os.environ["BENCH_COUNTS"])
+
+# BENCH_CPROFILE=<file>: cProfile the worker's shared run loop into that file (bench.counters).
+if os.environ.get("BENCH_CPROFILE"):
+    from bench.counters import profile_run_loop
+
+    profile_run_loop(os.environ["BENCH_CPROFILE"])

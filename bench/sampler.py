@@ -51,8 +51,9 @@ def _name(frame: FrameType) -> str:
 
 
 class Sampler:
-    def __init__(self, out: Path, interval_s: float = 0.005, write_every_s: float = 3.0) -> None:
+    def __init__(self, out: Path, interval_s: float = 0.005, write_every_s: float = 3.0, only: str = "") -> None:
         self.out = out
+        self.only = only  # sample only the threads whose name starts with this
         self.interval_s = interval_s
         self.write_every_s = write_every_s
         self.samples = 0
@@ -77,7 +78,10 @@ class Sampler:
 
     def _sample(self) -> None:
         self.samples += 1
-        mine = {t.ident for t in threading.enumerate() if t.name.startswith("bench-")}
+        threads = threading.enumerate()
+        mine = {t.ident for t in threads if t.name.startswith("bench-")}
+        if self.only:
+            mine |= {t.ident for t in threads if not t.name.startswith(self.only)}
         for ident, frame in sys._current_frames().items():
             if ident in mine or frame.f_code.co_name in IDLE_LEAVES:
                 continue
@@ -106,6 +110,7 @@ def start_from_env(variable: str = "BENCH_PROFILE") -> Sampler | None:
     target = os.environ.get(variable)
     if not target:
         return None
-    sampler = Sampler(Path(target.replace("{pid}", str(os.getpid()))))
+    only = os.environ.get(variable + "_THREAD", "")
+    sampler = Sampler(Path(target.replace("{pid}", str(os.getpid()))), only=only)
     sampler.start()
     return sampler
