@@ -68,6 +68,7 @@ class ClientResult:
     run_id: str
     frames: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     snapshot: dict[str, Any] | None = None
+    error: str = ""  # why the socket ended before the run's end (the server closed it...)
 
 
 def _db_name() -> str:
@@ -101,7 +102,7 @@ def _worker_env(env: dict[str, str], logs: Path, tag: str, profile: str) -> dict
         worker["BENCH_CPROFILE"] = str(logs / f"{tag}-cprofile-{{pid}}.pstats")
     elif profile:
         worker["BENCH_PROFILE"] = str(logs / f"{tag}-profile-{{pid}}.txt")
-        worker["BENCH_PROFILE_THREAD"] = os.environ.get("BENCH_PROFILE_THREAD", "streamrecover-run-loop")
+        worker["BENCH_PROFILE_THREAD"] = os.environ.get("BENCH_PROFILE_THREAD", "streamrecover-loop")
     return worker
 
 
@@ -163,15 +164,21 @@ def percentiles(values: list[float]) -> dict[str, float]:
 async def _client(url: str, headers: list[tuple[str, str]], result: ClientResult, ready: asyncio.Event) -> None:
     import websockets
 
-    async with websockets.connect(url, additional_headers=headers, max_size=None, open_timeout=60) as ws:
-        result.snapshot = json.loads(await ws.recv())
-        ready.set()
-        async for raw in ws:
-            received = time.time()
-            frame = json.loads(raw)
-            result.frames.append((received, frame))
-            if frame.get("type") == "run_status" and frame.get("status") in TERMINAL:
-                return
+    try:
+        async with websockets.connect(url, additional_headers=headers, max_size=None, open_timeout=60) as ws:
+            result.snapshot = json.loads(await ws.recv())
+            ready.set()
+            async for raw in ws:
+                received = time.time()
+                frame = json.loads(raw)
+                result.frames.append((received, frame))
+                if frame.get("type") == "run_status" and frame.get("status") in TERMINAL:
+                    return
+        result.error = "closed before the run's end"
+    except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        ready.set()  # a client that failed to connect must not hold the others
 
 
 async def _drive(base: str, cookie: str, run_ids: list[str], on_started: Any) -> list[ClientResult]:
@@ -220,6 +227,7 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
     publish = [(t - f["debug_ts"]["out"]) * 1000 for t, f in frames if "debug_ts" in f]
     first_delta = [(t - f["debug_ts"]["in"]) * 1000 for t, f in delta_frames if "debug_ts" in f]
     mismatches = 0
+    dropped = sum(1 for r in results if r.error)
     statuses: dict[str, int] = {}
     for result in results:
         snapshot = [result.snapshot] if result.snapshot is not None else []
@@ -243,6 +251,8 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
         "publish_ms": percentiles(publish),
         "first_delta_ms": percentiles(first_delta),
         "mismatches": mismatches,
+        "dropped": dropped,
+        "errors": sorted({r.error for r in results if r.error})[:3],
         "text_bytes_per_run": sum(text_chars) / max(1, len(text_chars)),
     }
 
@@ -429,6 +439,7 @@ def row(result: dict[str, Any]) -> str:
     c: Config = result["config"]
     pub, first = result["publish_ms"], result["first_delta_ms"]
     cpu = result["cpu_s"]
+    dropped = f" ({result['dropped']} sockets dropped)" if result["dropped"] else ""
     return (
         f"| {c.name} | {c.runs} x {1 / c.event_delay:.0f}/s | {c.workers} | {c.coalesce_ms:g} ms | {c.layer} "
         f"| {result['received_per_s']:,.0f} / {result['offered_per_s']:,.0f} ({100 * result['completeness']:.0f}%) "
@@ -436,7 +447,8 @@ def row(result: dict[str, Any]) -> str:
         f"| {result['worker_us_per_delta']:.0f} | {result['daphne_us_per_delta']:.0f} "
         f"| {cpu['workers']:.1f} / {cpu['daphne']:.1f} / {cpu['fake provider']:.1f} / {cpu['clients (bench)']:.1f} "
         f"/ {cpu['redis (shared)']:.1f} / {cpu['postgresql (bench db)']:.1f} "
-        f"| {result['mismatches']} | {result['load_before'][0]:.1f} → {result['load_after'][0]:.1f} |"
+        f"| {result['mismatches']}{dropped} "
+        f"| {result['load_before'][0]:.1f} → {result['load_after'][0]:.1f} |"
     )
 
 

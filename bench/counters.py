@@ -33,7 +33,9 @@ def install(target: str) -> None:
     def dump() -> None:
         while True:
             time.sleep(1.0)
-            out.write_text(json.dumps(COUNTS))
+            partial = out.with_suffix(".part")
+            partial.write_text(json.dumps(COUNTS))
+            partial.replace(out)  # atomic: the bench never reads half a file
 
     threading.Thread(target=dump, name="bench-counters", daemon=True).start()
 

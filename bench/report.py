@@ -119,6 +119,8 @@ def delivery(quick: bool) -> str:
         print(f"-- delivery: {config.name} ({config.runs} streams)", flush=True)
         results[key] = bd.run_config(config, logs)
         print(bd.row(results[key]), flush=True)
+        if results[key]["errors"]:
+            print(f"   sockets dropped: {results[key]['errors']}", flush=True)
     main, base, faults = results["100x30"], results["baseline"], results["faults"]
 
     lines = [bd.HEADER, *(bd.row(results[k]) for k in keys), ""]
@@ -151,6 +153,17 @@ def delivery(quick: bool) -> str:
             f"{r['rss_peak_mib']:.0f} MiB |"
         )
     per_delta = main["worker_us_per_delta"] + main["daphne_us_per_delta"]
+    # Every process's CPU per delivered delta (the whole pipeline on this one host), and the
+    # rate two otherwise idle cores could sustain at that cost: an estimate, said as one.
+    capacity = []
+    for key in ("100x30", "500x10"):
+        r = results[key]
+        whole = 1e6 * sum(r["cpu_s"].values()) / max(1, r["deltas"])
+        sustainable = 2e6 / whole if whole else float("nan")
+        capacity.append(
+            f"| {r['config'].name} | {whole:.0f} µs | {sustainable:,.0f} deltas/s "
+            f"| {r['offered_per_s']:,.0f} deltas/s | {_ratio(sustainable, r['offered_per_s'])} |"
+        )
     base_per_delta = base["worker_us_per_delta"] + base["daphne_us_per_delta"]
     baseline = "\n".join(
         [
@@ -193,6 +206,17 @@ its run starts and reads to the final `run_status`.
   worse than on a quiet host; the CPU per delta figures are the ones that transfer.
 
 {chr(10).join(lines)}
+### What two idle cores could carry (estimate)
+
+The CPU every process spent per delivered delta (workers, Daphne, fake provider, clients, Redis,
+PostgreSQL: the whole pipeline on this host), and the delivery rate two otherwise idle cores could
+sustain at that cost (2 CPU-seconds per second over it). An estimate from measured CPU, not a
+measured rate: the measured rates are in the table above and below.
+
+| load | whole-pipeline CPU per delta | sustainable on 2 idle cores | offered | ratio |
+|---|---|---|---|---|
+{chr(10).join(capacity)}
+
 ### Against the goals
 
 | load | received | publish→client p99 | first delta→client p99 | mismatches | load avg |

@@ -85,7 +85,10 @@ class Outbox:
         pipe = self.buffer._redis().pipeline(transaction=False)
         serialize = self.layer.serialize
         for item in batch:
-            self.buffer.stage_append(pipe, item.run_id, item.frame, item.text)
+            try:
+                self.buffer.stage_append(pipe, item.run_id, item.frame, item.text)
+            except KeyError:  # the run's buffer was finished already: publish, keep nothing
+                log.warning("live_outbox_run_finished", run_id=item.run_id, seq=item.frame.get("seq"))
             first = item.frame.get("first_seq", item.frame.get("seq"))
             message = {"type": FRAME_EVENT, "text": item.text, "seq": item.frame.get("seq"), "first_seq": first}
             pipe.publish(item.channel, serialize(message))

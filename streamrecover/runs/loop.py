@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-THREAD_NAME = "streamrecover-run-loop"
+THREAD_NAME = "streamrecover-loop"  # not starter.THREAD_PREFIX: no run thread of its own
 
 
 class RunLoop:

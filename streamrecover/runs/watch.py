@@ -72,7 +72,7 @@ class Watcher:
                 await self._tick(loop.time())
             except Exception:  # the database is away: try again at the next tick
                 log.exception("run_watch_failed", runs=len(self.runs))
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(min(POLL_S, float(app_settings.HEARTBEAT_SECONDS)))
 
     async def _tick(self, now: float) -> None:
         if now - self._last_beat >= float(app_settings.HEARTBEAT_SECONDS):
