@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo demo-cli test lint bench venv services
+.PHONY: demo demo-cli test lint bench bench-analytics venv services
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,5 +35,12 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+## Every benchmark but the analytics history: writes BENCHMARKS.md (needs PostgreSQL and Redis).
 bench: venv
-	$(PY) -m bench.bench_parse
+	@bash scripts/ensure_services.sh
+	$(PY) -m bench.report
+
+## The analytics benchmark (generates a history of a million events once): its BENCHMARKS.md section.
+bench-analytics: venv
+	@bash scripts/ensure_services.sh
+	$(PY) -m bench.report --only analytics

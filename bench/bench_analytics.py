@@ -9,8 +9,9 @@ pairs. Rows go in with ``COPY`` in batches; event columns are filled by
 ``RecoveryEvent.from_payload``, the same code ``save()`` runs.
 
 It uses its own database (``streamrecover_analytics_bench``, created when missing, never the test
-database) and keeps the data between runs; ``--regenerate`` starts again. Figures go to
-``bench/ANALYTICS_RESULTS.md``; ``--explain`` adds the query plans (EXPLAIN ANALYZE).
+database) and keeps the data between runs; ``--regenerate`` starts again. Figures go to the
+analytics section of ``BENCHMARKS.md`` (``make bench-analytics``); ``--explain`` adds the query
+plans (EXPLAIN ANALYZE).
 
 Run: ``.venv/bin/python -m bench.bench_analytics`` (``--help`` for sizes).
 No assertion on speed here or in the tests.
@@ -26,6 +27,7 @@ import platform
 import random
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -36,7 +38,8 @@ from typing import Any
 
 BENCH_DB = "streamrecover_analytics_bench"  # its own: other benchmarks use streamrecover_bench
 PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432")
-RESULTS = Path(__file__).resolve().parent / "ANALYTICS_RESULTS.md"
+# Read back by ``bench.report`` into the analytics section of BENCHMARKS.md.
+RESULTS = Path(tempfile.gettempdir()) / "streamrecover-analytics-results.md"
 SPAN_DAYS = 90
 
 PAIRS = (

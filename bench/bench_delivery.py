@@ -1,46 +1,49 @@
-"""Live delivery: many concurrent runs from Celery workers through the Redis pub/sub channel
-layer and Daphne to WebSocket clients.
+"""Live delivery: many concurrent runs from Celery workers through Redis and Daphne to
+WebSocket clients, with the CPU each process spent and where the time went.
 
-Everything is real and separate: PostgreSQL, Redis, a Daphne process, Celery worker
-processes (threads pool, one event loop per run), and this process as N WebSocket clients
-(the ``websockets`` package). Workers run with ``STREAMRECOVER_FRAME_TIMESTAMPS=1``, so each
-frame says when its first delta reached the publisher (``in``: the fake provider's send plus
-loopback and parsing, well under a millisecond) and when it was published (``out``).
-Reported per configuration:
+Everything is real and separate, as in production: PostgreSQL, Redis, the fake provider in
+its own process (``manage.py streamrecover_fake_provider``, reached through
+``STREAMRECOVER_FAKE_URL``), one Daphne process, Celery worker process(es) (threads pool),
+and this process as N WebSocket clients (the ``websockets`` package). Workers run with
+``STREAMRECOVER_FRAME_TIMESTAMPS=1``, so each frame says when its first delta reached the
+publisher (``in``) and when it was published (``out``). Reported per configuration:
 
-* frames/s and deltas/s received by all clients together (a coalesced frame carries several
-  engine deltas: ``first_seq..seq``);
-* latency publish -> client receive (pub/sub + Daphne + WebSocket) and first delta ->
-  client receive (adds the coalescing window), p50/p90/p99/max;
-* that every client rebuilt exactly the committed message (the invariant, under load).
+* deltas/s received by all clients vs offered (streams / the fake's gap between events);
+* publish -> client and first delta -> client latency, p50/p99/max;
+* CPU seconds per process (workers, Daphne, fake provider, clients, Redis, PostgreSQL) over
+  the measured phase, and CPU microseconds per delivered delta in the workers and Daphne;
+* worker memory per active stream (peak RSS growth / streams) against the stream's text;
+* checkpoint writes per second per run;
+* that every client rebuilt exactly the committed messages (the invariant, under load).
 
-Run: ``.venv/bin/python -m bench.bench_delivery`` (``--help``). Needs PostgreSQL and Redis as
-for the tests; uses the database ``streamrecover_bench`` and Redis database 13. Results go
-to bench/DELIVERY_RESULTS.md.
+``--profile`` samples every thread of the workers (``bench.sampler``) and prints the top.
+Run: ``python -m bench.bench_delivery --help``. Needs PostgreSQL and Redis as for the tests;
+the database and Redis db come from ``BENCH_DATABASE_URL`` / ``BENCH_REDIS_URL`` (defaults:
+``streamrecover_bench`` and Redis db 13).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "DELIVERY_RESULTS.md"
-DATABASE_URL = "postgres://postgres@127.0.0.1:5432/streamrecover_bench"
-REDIS_URL = "redis://127.0.0.1:6379/13"
+DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/streamrecover_bench")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 TERMINAL = ("completed", "failed", "exhausted", "cancelled")
+DELTA_TYPES = ("text_delta", "thinking_delta", "tool_call_delta")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +52,15 @@ class Config:
     runs: int
     words: int
     event_delay: float
-    coalesce_ms: float
-    fault_every: int = 2  # every n-th run has its connection cut once (R1)
+    coalesce_ms: float = 25
+    fault_every: int = 0  # every n-th run has its connection cut once (R1); 0: none
+    workers: int = 1
+    concurrency: int = 0  # task slots per worker; 0: runs / workers
+    layer: str = "pubsub"  # "core": the core channels_redis layer (the per-token baseline)
+
+    @property
+    def slots(self) -> int:
+        return self.concurrency or -(-self.runs // self.workers)
 
 
 @dataclass(slots=True)
@@ -58,9 +68,14 @@ class ClientResult:
     run_id: str
     frames: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     snapshot: dict[str, Any] | None = None
+    error: str = ""  # why the socket ended before the run's end (the server closed it...)
 
 
-def _env(config: Config) -> dict[str, str]:
+def _db_name() -> str:
+    return urlparse(DATABASE_URL).path.lstrip("/")
+
+
+def _env(config: Config, logs: Path, fake_url: str, profile: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE",)}
     env.update(
         DJANGO_SETTINGS_MODULE="bench.delivery_settings",
@@ -71,10 +86,24 @@ def _env(config: Config) -> dict[str, str]:
         LOG_LEVEL="WARNING",
         PYTHONUNBUFFERED="1",
         STREAMRECOVER_FRAME_TIMESTAMPS="1",
-        STREAMRECOVER_FAKE_EVENT_DELAY=str(config.event_delay),
+        STREAMRECOVER_FAKE_URL=fake_url,
         BENCH_FRAME_COALESCE_MS=str(config.coalesce_ms),
+        BENCH_LAYER=config.layer,
     )
+    env.pop("BENCH_PROFILE", None)
+    env.pop("BENCH_CPROFILE", None)
+    env.pop("BENCH_COUNTS", None)
     return env
+
+
+def _worker_env(env: dict[str, str], logs: Path, tag: str, profile: str) -> dict[str, str]:
+    worker = {**env, "BENCH_COUNTS": str(logs / f"{tag}-counts-{{pid}}.json")}
+    if profile == "cprofile":
+        worker["BENCH_CPROFILE"] = str(logs / f"{tag}-cprofile-{{pid}}.pstats")
+    elif profile:
+        worker["BENCH_PROFILE"] = str(logs / f"{tag}-profile-{{pid}}.txt")
+        worker["BENCH_PROFILE_THREAD"] = os.environ.get("BENCH_PROFILE_THREAD", "streamrecover-loop")
+    return worker
 
 
 def _free_port() -> int:
@@ -86,10 +115,10 @@ def _free_port() -> int:
 def _ensure_database() -> None:
     import psycopg
 
+    name = _db_name()
     with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'streamrecover_bench'").fetchone()
-        if not exists:
-            conn.execute("CREATE DATABASE streamrecover_bench")
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -114,14 +143,16 @@ def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 30) 
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
+        except urllib.error.HTTPError:
+            return  # it answers
         except OSError:
             time.sleep(0.2)
     raise RuntimeError(f"{url} did not answer")
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+def percentiles(values: list[float]) -> dict[str, float]:
     if not values:
-        return {}
+        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "max": float("nan")}
     ordered = sorted(values)
 
     def pick(q: float) -> float:
@@ -133,33 +164,55 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 async def _client(url: str, headers: list[tuple[str, str]], result: ClientResult, ready: asyncio.Event) -> None:
     import websockets
 
-    async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
-        result.snapshot = json.loads(await ws.recv())
-        ready.set()
-        async for raw in ws:
-            received = time.time()
-            frame = json.loads(raw)
-            result.frames.append((received, frame))
-            if frame.get("type") == "run_status" and frame.get("status") in TERMINAL:
-                return
+    try:
+        async with websockets.connect(url, additional_headers=headers, max_size=None, open_timeout=60) as ws:
+            result.snapshot = json.loads(await ws.recv())
+            ready.set()
+            async for raw in ws:
+                received = time.time()
+                frame = json.loads(raw)
+                result.frames.append((received, frame))
+                if frame.get("type") == "run_status" and frame.get("status") in TERMINAL:
+                    return
+        result.error = "closed before the run's end"
+    except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        ready.set()  # a client that failed to connect must not hold the others
 
 
-async def _drive(config: Config, base: str, cookie: str, run_ids: list[str]) -> list[ClientResult]:
+async def _drive(
+    base: str, cookie: str, run_ids: list[str], on_started: Any, drive_timeout_s: float = 900
+) -> list[ClientResult]:
     from streamrecover.tasks import execute_run_task
 
     ws_base = base.replace("http://", "ws://")
     headers = [("Cookie", f"sessionid={cookie}"), ("Origin", base)]
     results = [ClientResult(run_id) for run_id in run_ids]
     readies = [asyncio.Event() for _ in run_ids]
-    tasks = [
-        asyncio.ensure_future(_client(f"{ws_base}/ws/streamrecover/runs/{r.run_id}/", headers, r, e))
-        for r, e in zip(results, readies, strict=True)
-    ]
-    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in readies)), 30)
+    tasks = []
+    for r, e in zip(results, readies, strict=True):  # connect in waves: Daphne's backlog is finite
+        tasks.append(asyncio.ensure_future(_client(f"{ws_base}/ws/streamrecover/runs/{r.run_id}/", headers, r, e)))
+        if len(tasks) % 25 == 0:
+            await asyncio.sleep(0.5)
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in readies)), 300)
+    on_started()
     for run_id in run_ids:  # all clients listen before any run starts
         execute_run_task.delay(run_id)
-    await asyncio.wait_for(asyncio.gather(*tasks), 600)
+    _, late = await asyncio.wait(tasks, timeout=drive_timeout_s)
+    for task in late:  # a load the pipeline cannot carry: measure what arrived, count the rest
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+    for result, task in zip(results, tasks, strict=True):
+        if task in late:
+            result.error = f"run not over after {drive_timeout_s:.0f} s"
     return results
+
+
+def _deltas(frame: dict[str, Any]) -> int:
+    if frame.get("type") not in DELTA_TYPES:
+        return 0
+    return int(frame["seq"]) - int(frame.get("first_seq", frame["seq"])) + 1
 
 
 def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
@@ -167,12 +220,22 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
     from streamrecover.testing.client import ClientView
 
     frames = [(t, f) for r in results for t, f in r.frames]
-    first = min(t for t, _ in frames)
-    last = max(t for t, _ in frames)
-    deltas = sum(int(f["seq"]) - int(f.get("first_seq", f["seq"])) + 1 for _, f in frames)
+    delta_frames = [(t, f) for t, f in frames if f.get("type") in DELTA_TYPES]
+    deltas = sum(_deltas(f) for _, f in delta_frames)
+    # Received rate: each run's deltas over its own span at the client, summed over the runs.
+    rate = 0.0
+    spans = []
+    text_chars = []
+    for r in results:
+        times = [t for t, f in r.frames if f.get("type") in DELTA_TYPES]
+        count = sum(_deltas(f) for _, f in r.frames)
+        if len(times) > 1:
+            spans.append(times[-1] - times[0])
+            rate += (count - 1) / (times[-1] - times[0])
     publish = [(t - f["debug_ts"]["out"]) * 1000 for t, f in frames if "debug_ts" in f]
-    first_delta = [(t - f["debug_ts"]["in"]) * 1000 for t, f in frames if "debug_ts" in f]
+    first_delta = [(t - f["debug_ts"]["in"]) * 1000 for t, f in delta_frames if "debug_ts" in f]
     mismatches = 0
+    dropped = sum(1 for r in results if r.error)
     statuses: dict[str, int] = {}
     for result in results:
         snapshot = [result.snapshot] if result.snapshot is not None else []
@@ -181,63 +244,162 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
         statuses[run.status] = statuses.get(run.status, 0) + 1
         committed = [m.content for m in Message.objects.filter(run=run, role="assistant").order_by("position")]
         rebuilt = [c for _, c in view.turns]
-        mismatches += int(rebuilt != committed or any(a != b for a, b in view.turns))
+        if not result.error:  # a socket that ended early cannot have rebuilt the whole run
+            mismatches += int(rebuilt != committed or any(a != b for a, b in view.turns))
+        text_chars.append(sum(len(json.dumps(c, ensure_ascii=False).encode()) for c in committed) if committed else 0)
+    offered = config.runs / config.event_delay if config.event_delay else float("nan")
     return {
-        "config": config,
         "runs": len(results),
         "statuses": statuses,
         "frames": len(frames),
         "deltas": deltas,
-        "seconds": last - first,
-        "frames_per_s": len(frames) / (last - first),
-        "deltas_per_s": deltas / (last - first),
-        "publish_ms": _percentiles(publish),
-        "first_delta_ms": _percentiles(first_delta),
+        "received_per_s": rate,
+        "offered_per_s": offered,
+        "completeness": rate / offered if offered == offered and offered else float("nan"),
+        "mean_span_s": sum(spans) / len(spans) if spans else 0.0,
+        "publish_ms": percentiles(publish),
+        "first_delta_ms": percentiles(first_delta),
         "mismatches": mismatches,
+        "dropped": dropped,
+        "errors": sorted({r.error for r in results if r.error})[:3],
+        "text_bytes_per_run": sum(text_chars) / max(1, len(text_chars)),
     }
 
 
-def _bench(config: Config, workers: int, concurrency: int, pool: str, niceness: int, logs: Path) -> dict[str, Any]:
+def _pg_backends() -> list[int]:
+    import psycopg
+
+    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (_db_name(),)).fetchall()
+    return [int(pid) for (pid,) in rows]
+
+
+class _RssPeak:
+    """The workers' RSS, sampled every half second from a thread, and its peak."""
+
+    def __init__(self, pids: list[int]) -> None:
+        from bench.procstats import rss_mib
+
+        self._rss = rss_mib
+        self.pids = pids
+        self.base = rss_mib(pids)
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            self.peak = max(self.peak, self._rss(self.pids))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _checkpoint_writes(logs: Path, tag: str) -> int:
+    total = 0
+    for path in logs.glob(f"{tag}-counts-*.json"):
+        total += int(json.loads(path.read_text()).get("checkpoint_writes", 0))
+    return total
+
+
+def _profile_top(logs: Path, tag: str, lines: int = 25) -> str:
+    import io
+    import pstats
+
+    out = []
+    for path in sorted(logs.glob(f"{tag}-cprofile-*.pstats")):
+        text = io.StringIO()
+        stats = pstats.Stats(str(path), stream=text)
+        stats.sort_stats("tottime").print_stats(lines)
+        stats.sort_stats("cumulative").print_stats(lines)
+        out.append(text.getvalue())
+    for path in sorted(logs.glob(f"{tag}-profile-*.txt")):
+        text = path.read_text().splitlines()
+        out.append("\n".join(text[: lines + 4]))
+    return "\n\n".join(out)
+
+
+def run_config(
+    config: Config, logs: Path, *, nice: int = 0, profile: str = "", drive_timeout_s: float = 900
+) -> dict[str, Any]:
+    """One configuration end to end: start the processes, drive the runs, measure, stop."""
     from django.contrib.auth import get_user_model
     from django.test import Client
 
+    from bench.procstats import CpuMeter, by_name
     from streamrecover.runs import lifecycle
 
-    env = _env(config)
-    load = os.getloadavg()[0]  # the machine may be shared: say how busy it was
+    tag = "".join(ch if ch.isalnum() else "_" for ch in config.name)
+    for old in logs.glob(f"{tag}-*"):
+        old.unlink()
+    load_before = os.getloadavg()
+    fake_port = _free_port()
+    fake_url = f"http://127.0.0.1:{fake_port}"
+    env = _env(config, logs, fake_url, profile)
+    fake = _start(
+        [
+            sys.executable,
+            "manage.py",
+            "streamrecover_fake_provider",
+            "--port",
+            str(fake_port),
+            "--event-delay",
+            str(config.event_delay),
+        ],
+        env,
+        logs / f"{tag}-fake.log",
+    )
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     daphne = _start(
-        [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port), "project.asgi:application"],
+        [
+            *(sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port)),
+            *("--websocket_connect_timeout", "120"),  # hundreds of sockets connect at once
+            "project.asgi:application",
+        ],
         env,
-        logs / f"{config.name}-daphne.log",
+        logs / f"{tag}-daphne.log",
     )
-    worker_processes = [
+    workers = [
         _start(
             [
-                *(["nice", "-n", str(niceness)] if niceness else []),
+                *(["nice", "-n", str(nice)] if nice else []),
                 sys.executable,
                 "-m",
                 "celery",
                 "-A",
                 "project",
                 "worker",
-                f"--pool={pool}",
-                f"--concurrency={concurrency}",
+                "--pool=threads",
+                f"--concurrency={config.slots}",
                 "--loglevel=WARNING",
                 "--without-heartbeat",
                 "--without-gossip",
                 "--without-mingle",
                 "-n",
-                f"bench{i}@%h",
+                f"bench{i}-{os.getpid()}@%h",
             ],
-            env,
-            logs / f"{config.name}-worker{i}.log",
+            _worker_env(env, logs, tag, profile),
+            logs / f"{tag}-worker{i}.log",
         )
-        for i in range(workers)
+        for i in range(config.workers)
     ]
+    meter = CpuMeter(
+        roles={
+            "workers": lambda: [w.pid for w in workers],
+            "daphne": lambda: [daphne.pid],
+            "fake provider": lambda: [fake.pid],
+            "clients (bench)": lambda: [os.getpid()],
+            "redis (shared)": lambda: by_name("redis-server"),
+            "postgresql (bench db)": _pg_backends,
+        },
+        trees={"workers"},
+    )
     try:
         _wait_http(f"{base}/streamrecover/login/", daphne)
+        _wait_http(f"{fake_url}/_fake/faults", fake)
         user, _ = get_user_model().objects.get_or_create(username="bench")
         client = Client()
         client.force_login(user)
@@ -249,116 +411,68 @@ def _bench(config: Config, workers: int, concurrency: int, pool: str, niceness: 
             run = lifecycle.create_run(prompt=prompt, owner=user, faults=faults)
             run_ids.append(str(run.pk))
         time.sleep(3)  # let the workers finish booting
-        results = asyncio.run(_drive(config, base, cookie, run_ids))
-        raw = [
-            {"run": r.run_id, "recv": t, "type": f["type"], "seq": f["seq"], **f.get("debug_ts", {})}
-            for r in results
-            for t, f in r.frames
-        ]
-        (logs / f"{config.name.replace(', ', '-').replace(' ', '_')}-frames.json").write_text(json.dumps(raw))
-        return {**_analyse(config, results), "load": load}
+        rss: list[_RssPeak] = []
+
+        def started() -> None:
+            rss.append(_RssPeak([w.pid for w in workers]))
+            meter.start()
+
+        wall = time.monotonic()
+        results = asyncio.run(_drive(base, cookie, run_ids, started, drive_timeout_s))
+        wall = time.monotonic() - wall
+        cpu = meter.stop()
+        rss[0].stop()
+        time.sleep(1.2)  # the counters are written every second
+        result = _analyse(config, results)
+        writes = _checkpoint_writes(logs, tag)
+        result.update(
+            config=config,
+            load_before=load_before,
+            load_after=os.getloadavg(),
+            wall_s=wall,
+            cpu_s=cpu,
+            worker_us_per_delta=1e6 * cpu["workers"] / max(1, result["deltas"]),
+            daphne_us_per_delta=1e6 * cpu["daphne"] / max(1, result["deltas"]),
+            rss_base_mib=rss[0].base,
+            rss_peak_mib=rss[0].peak,
+            memory_per_stream_bytes=(rss[0].peak - rss[0].base) * 1024 * 1024 / config.runs,
+            checkpoint_writes=writes,
+            checkpoint_writes_per_run_s=writes / max(1e-9, config.runs * max(result["mean_span_s"], 1e-9)),
+            profile=_profile_top(logs, tag) if profile else "",
+        )
+        return result
     finally:
-        for process in [*worker_processes, daphne]:
+        for process in [*workers, daphne, fake]:
             _stop(process)
 
 
-def _row(result: dict[str, Any]) -> str:
+def row(result: dict[str, Any]) -> str:
     c: Config = result["config"]
     pub, first = result["publish_ms"], result["first_delta_ms"]
+    cpu = result["cpu_s"]
+    dropped = f" ({result['dropped']} sockets dropped)" if result["dropped"] else ""
     return (
-        f"| {c.name} | {c.runs} | {c.words} | {c.event_delay * 1000:g} ms | {c.coalesce_ms:g} ms "
-        f"| {result['frames']:,} | {result['deltas']:,} "
-        f"| {result['frames_per_s']:,.0f} | {result['deltas_per_s']:,.0f} "
-        f"| {pub['p50']:.1f} / {pub['p99']:.1f} / {pub['max']:.0f} "
-        f"| {first['p50']:.1f} / {first['p99']:.1f} / {first['max']:.0f} "
-        f"| {result['mismatches']} | {', '.join(f'{k} {v}' for k, v in sorted(result['statuses'].items()))} "
-        f"| {result['load']:.1f} |"
+        f"| {c.name} | {c.runs} x {1 / c.event_delay:.0f}/s | {c.workers} | {c.coalesce_ms:g} ms | {c.layer} "
+        f"| {result['received_per_s']:,.0f} / {result['offered_per_s']:,.0f} ({100 * result['completeness']:.0f}%) "
+        f"| {pub['p50']:.1f} / {pub['p99']:.1f} | {first['p50']:.1f} / {first['p99']:.1f} "
+        f"| {result['worker_us_per_delta']:.0f} | {result['daphne_us_per_delta']:.0f} "
+        f"| {cpu['workers']:.1f} / {cpu['daphne']:.1f} / {cpu['fake provider']:.1f} / {cpu['clients (bench)']:.1f} "
+        f"/ {cpu['redis (shared)']:.1f} / {cpu['postgresql (bench db)']:.1f} "
+        f"| {result['mismatches']}{dropped} "
+        f"| {result['load_before'][0]:.1f} → {result['load_after'][0]:.1f} |"
     )
 
 
-def _write(results: list[dict[str, Any]], workers: int, concurrency: int, pool: str, niceness: int) -> str:
-    import channels
-    import channels_redis
-    import daphne
-
-    header = (
-        "| config | runs | words | fake event gap | coalesce window | frames | deltas | frames/s | deltas/s "
-        "| publish→client ms p50 / p99 / max | first delta→client ms p50 / p99 / max | rebuild mismatches | runs "
-        "| load avg before |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    )
-    text = (
-        f"""# Live delivery benchmark
-
-`python -m bench.bench_delivery` (from the repository root, with the venv). Measured **{datetime.date.today()}**
-on the development VM: **{os.cpu_count()} cores**, {platform.machine()}, CPython {platform.python_version()},
-channels {channels.__version__}, channels-redis {channels_redis.__version__}, Daphne {daphne.__version__}.
-All on one machine: PostgreSQL, Redis, one Daphne process, {workers} Celery worker(s)
-({pool} pool, concurrency {concurrency}, one event loop per run, `nice {niceness}`), and the bench process as the
-WebSocket clients (`websockets`). Every client connects before its run starts and reads until
-the final `run_status`. Every other run has its connection cut once (`cut:bytes=4000`, R1).
-
-* **frames/s, deltas/s**: received by all clients together, from the first frame to the last.
-  A coalesced frame carries several engine deltas (`first_seq..seq`).
-* **publish→client**: the frame's publish time (`debug_ts.out`, set by the publisher just before
-  the buffer write and `group_send`) to the client's receive: Redis stream write + pub/sub +
-  Daphne + WebSocket.
-* **first delta→client**: the time the frame's first delta reached the publisher (`debug_ts.in`,
-  i.e. the fake provider's send plus loopback and parsing) to the client's receive: adds the
-  coalescing wait.
-* **rebuild mismatches**: runs whose client-side reconstruction (streamrecover/testing/client.py on the
-  received frames) differs from the committed assistant messages. Must be 0.
-
-{header}
-"""
-        + "\n".join(_row(r) for r in results)
-        + "\n"
-    )
-    RESULTS.write_text(text + NOTES)
-    return text
+HEADER = (
+    "| config | streams x offered rate | workers | coalesce | layer | deltas/s received / offered "
+    "| publish→client ms p50 / p99 | first delta→client ms p50 / p99 | worker µs/delta | Daphne µs/delta "
+    "| CPU s: workers / Daphne / fake / clients / Redis / PG | rebuild mismatches | load avg (1 min) before → after |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
-NOTES = """
-## Reading the figures
-
-* **Coalescing is what makes a burst cheap.** With the default window (25 ms, up to 4,096
-  characters per frame) a stream that arrives as fast as the provider can send it becomes a
-  handful of frames per run, and the whole pipeline (worker, Redis, Daphne, sockets) moves
-  several times more deltas per second than with one frame per delta (the "per-token
-  `group_send`" that a per-token design would need), at a lower publish latency.
-* **Paced streams** (a token every 20 ms, a fast model) gain less: the window merges only the
-  deltas that arrive within 25 ms, and first delta → client is bounded by the window plus the
-  publish latency.
-* The client's reconstruction equals the committed messages in every configuration
-  (mismatches 0), including the runs whose connection was cut (R1).
-* **CPU placement matters more than anything on 2 cores.** Workers run at `nice 10` here, as if
-  on other machines. Without it, 20 prefork worker processes at normal priority (one per run)
-  took both cores and starved Daphne: publish → client grew to p50 5 s / p99 10 s (paced) in
-  the same bench, although every frame still arrived in order and complete. Give the
-  delivery processes (Daphne, Redis) their own CPU in production.
-* The machine may be shared with other work while the bench runs: the last column is the load
-  average just before each configuration.
-"""
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--words", type=int, default=400)
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--concurrency", type=int, default=20)
-    parser.add_argument("--pool", choices=("prefork", "threads"), default="threads")
-    parser.add_argument(
-        "--nice",
-        type=int,
-        default=10,
-        help="run the workers at this niceness, as if on other machines: the delivery path gets the CPU first",
-    )
-    parser.add_argument("--event-delay", type=float, default=0.02, help="the fake's gap between SSE events (paced)")
-    parser.add_argument("--quick", action="store_true", help="one small configuration (a smoke test)")
-    parser.add_argument("--only", default="", help="run only the configurations whose name contains this")
-    args = parser.parse_args(argv)
-
+def setup() -> None:
+    """Django for this process (the clients and the checks), on the bench database."""
     _ensure_database()
     os.environ.update(DJANGO_SETTINGS_MODULE="bench.delivery_settings", LOG_FORMAT="json")
     os.environ.update(DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL)
@@ -371,27 +485,48 @@ def main(argv: list[str] | None = None) -> None:
     call_command("migrate", verbosity=0)
     import project.celery  # noqa: F401  the Celery app the tasks are sent with
 
-    if args.quick:
-        configs = [Config("quick", 4, 60, 0.005, 25)]
-    else:
-        configs = [
-            Config("paced, coalesced", args.runs, args.words, args.event_delay, 25),
-            Config("paced, no window", args.runs, args.words, args.event_delay, 0),
-            Config("burst, coalesced", args.runs, args.words, 0.0, 25),
-            Config("burst, no window", args.runs, args.words, 0.0, 0),
-        ]
-    configs = [c for c in configs if args.only in c.name]
+
+CONFIGS = {
+    "100x30": Config("100 streams x 30/s", 100, 300, 1 / 30),
+    "500x10": Config("500 streams x 10/s, 2 workers", 500, 100, 1 / 10, workers=2),
+    "baseline": Config("100 streams x 30/s, per-token group_send, core layer", 100, 300, 1 / 30, 0, layer="core"),
+    "faults": Config("100 streams x 30/s, every 2nd cut", 100, 300, 1 / 30, fault_every=2),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="100x30", help=f"comma-separated configurations: {', '.join(CONFIGS)}")
+    parser.add_argument("--runs", type=int, default=0, help="override the number of streams")
+    parser.add_argument("--words", type=int, default=0, help="override the words per stream")
+    parser.add_argument(
+        "--profile",
+        choices=("sample", "cprofile"),
+        default="",
+        help="sample the workers' run loop thread (bench.sampler), or cProfile it (slower, deterministic)",
+    )
+    parser.add_argument("--nice", type=int, default=0, help="run the workers at this niceness")
+    args = parser.parse_args(argv)
+    setup()
     logs = Path("/tmp") / f"streamrecover-bench-{os.getpid()}"
     logs.mkdir(parents=True, exist_ok=True)
-    results = []
-    for config in configs:
-        print(f"-- {config.name}: {config.runs} runs x {config.words} words ...", flush=True)
-        result = _bench(config, args.workers, args.concurrency, args.pool, args.nice, logs)
-        print(_row(result), flush=True)
-        results.append(result)
-    if not args.quick and not args.only:
-        _write(results, args.workers, args.concurrency, args.pool, args.nice)
-        print(f"written to {RESULTS.relative_to(REPO)}")
+    print(HEADER)
+    for key in args.only.split(","):
+        config = CONFIGS[key]
+        if args.runs:
+            config = replace(config, runs=args.runs)
+        if args.words:
+            config = replace(config, words=args.words)
+        result = run_config(config, logs, nice=args.nice, profile=args.profile)
+        print(row(result), flush=True)
+        print(
+            f"   memory/stream {result['memory_per_stream_bytes'] / 1024:.0f} KiB "
+            f"(text {result['text_bytes_per_run']:.0f} B), "
+            f"checkpoint writes/s/run {result['checkpoint_writes_per_run_s']:.2f}, wall {result['wall_s']:.1f} s",
+            flush=True,
+        )
+        if result["profile"]:
+            print(result["profile"])
     print(f"logs in {logs}")
 
 

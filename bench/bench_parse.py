@@ -16,7 +16,7 @@ same chunks and are timed in events per second (SSE events dispatched, ``ping`` 
   data. Nothing is accumulated: no real consumer can be faster than this.
 
 Run: ``.venv/bin/python -m bench.bench_parse`` (``--help`` for sizes and repetitions).
-No assertions on speed here or in tests: figures go to bench/RESULTS.md by hand.
+No assertions on speed here or in tests: ``make bench`` puts the figures in BENCHMARKS.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,35 @@
-"""The demo project in distributed mode for ``bench.bench_delivery``, with the coalescing
-window taken from ``BENCH_FRAME_COALESCE_MS`` so the bench can compare windows."""
+"""The demo project in distributed mode for ``bench.bench_delivery``: the coalescing window
+from ``BENCH_FRAME_COALESCE_MS``, the channel layer from ``BENCH_LAYER`` (``core``: the core
+channels_redis layer, for the per-token baseline), and the bench's probes when asked for."""
 
 from __future__ import annotations
 
 import os
 
 from project.settings import *  # noqa: F403
-from project.settings import STREAMRECOVER
+from project.settings import CHANNEL_LAYERS, STREAMRECOVER
 
 STREAMRECOVER = {**STREAMRECOVER, "FRAME_COALESCE_MS": float(os.environ.get("BENCH_FRAME_COALESCE_MS", "25"))}
+if os.environ.get("BENCH_LAYER") == "core":
+    CHANNEL_LAYERS = {"default": {**CHANNEL_LAYERS["default"], "BACKEND": "channels_redis.core.RedisChannelLayer"}}
 LOGGING["root"]["level"] = "ERROR"  # noqa: F405
 LOGGING["loggers"]["streamrecover"]["level"] = "WARNING"  # noqa: F405
 LOGGING["loggers"]["django_structlog"]["level"] = "WARNING"  # noqa: F405
+
+# BENCH_PROFILE=<file>: sample every thread of this process (bench.sampler) into that file.
+if os.environ.get("BENCH_PROFILE"):
+    from bench.sampler import start_from_env
+
+    start_from_env()
+
+# BENCH_COUNTS=<file>: count this process's checkpoint writes into that file (bench.counters).
+if os.environ.get("BENCH_COUNTS"):
+    from bench.counters import install
+
+    install(os.environ["BENCH_COUNTS"])
+
+# BENCH_CPROFILE=<file>: cProfile the worker's shared run loop into that file (bench.counters).
+if os.environ.get("BENCH_CPROFILE"):
+    from bench.counters import profile_run_loop
+
+    profile_run_loop(os.environ["BENCH_CPROFILE"])

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from celery import shared_task
 from django.db import close_old_connections
 
 from . import starter
 from .analytics import rollup
 from .runs import lifecycle
+from .runs.loop import run_on_shared_loop
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, name="streamrecover.execute_run")
 def execute_run_task(self, run_id: str) -> str | None:
-    """Execute (or resume) one run. A message for a finished run is acknowledged and dropped."""
+    """Execute (or resume) one run. A message for a finished run is acknowledged and dropped.
+
+    The run executes on the process's shared event loop (``runs.loop``) with every other run
+    of this worker; this task's thread waits for it."""
     close_old_connections()
     try:
-        result = asyncio.run(starter.execute_here(run_id))
+        result = run_on_shared_loop(starter.execute_here(run_id))
     finally:
         close_old_connections()
     return result.status if result is not None else None

@@ -8,6 +8,8 @@ error at all; the runner detects that from the events.
 from __future__ import annotations
 
 import contextlib
+import functools
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +57,13 @@ def classify_transport_error(exc: BaseException) -> InterruptCause:
     return InterruptCause.UNKNOWN
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One TLS context per process: building one loads the CA bundle (milliseconds of CPU),
+    and every run's client would build its own at each attempt."""
+    return httpx.create_ssl_context()
+
+
 class HttpxTransport:
     """Opens one streaming POST per attempt. Shares one ``httpx.AsyncClient``.
 
@@ -70,7 +79,7 @@ class HttpxTransport:
 
     async def __aenter__(self) -> HttpxTransport:
         if self._client is None:
-            self._client = httpx.AsyncClient(http2=True, http1=not self._prior_knowledge)
+            self._client = httpx.AsyncClient(http2=True, http1=not self._prior_knowledge, verify=_ssl_context())
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -246,33 +246,47 @@ class RedisFrameBuffer:
             self._unsaved[run_id] = self.save_every  # save with the first frame
         return state
 
-    async def append(self, run_id: str, frame: dict[str, Any]) -> None:
-        state = await self._writer_state(run_id)
+    async def prepare(self, run_id: str) -> None:
+        """Load the run's writer state, so ``stage_append`` can be called without awaiting."""
+        await self._writer_state(run_id)
+
+    def stage_append(self, pipe: Any, run_id: str, frame: dict[str, Any], text: str | None = None) -> bool:
+        """Queue ``frame``'s writes on ``pipe`` (after ``prepare``): the stream entry (``text``, its
+        JSON, when already encoded) and, now and then, the state hash and the keys' expiry.
+        False when the frame is older than the last one kept (dropped)."""
+        state = self._writing[run_id]
         first, seq = frame_span(frame)
         if seq <= state.seq:
-            log.warning("live_frame_out_of_order", run_id=run_id, seq=seq, last_seq=state.seq)
-            return
+            log.warning("live_frame_out_of_order", run_id=run_id, seq=seq, first_seq=first, last_seq=state.seq)
+            return False
         state.apply(frame)
         self._unsaved[run_id] += 1
         state_key, frames_key = self.keys(run_id)
-        pipe = self._redis().pipeline(transaction=True)
         pipe.xadd(
             frames_key,
-            {"f": json.dumps(frame, separators=(",", ":"), ensure_ascii=False)},
+            {"f": text if text is not None else json.dumps(frame, separators=(",", ":"), ensure_ascii=False)},
             id=f"{seq}-0",
             maxlen=self.max_frames,
             approximate=True,
         )
         if self._unsaved[run_id] >= self.save_every or frame.get("type") in _SAVE_AFTER:
             pipe.hset(state_key, mapping={"seq": state.seq, "data": state.to_json()})
+            pipe.expire(frames_key, self.active_ttl_s)
+            pipe.expire(state_key, self.active_ttl_s)
             self._unsaved[run_id] = 0
-        pipe.expire(frames_key, self.active_ttl_s)
-        pipe.expire(state_key, self.active_ttl_s)
+        return True
+
+    async def append(self, run_id: str, frame: dict[str, Any]) -> None:
+        await self._writer_state(run_id)
+        pipe = self._redis().pipeline(transaction=True)
+        if not self.stage_append(pipe, run_id, frame):
+            return
         from redis.exceptions import ResponseError
 
         try:
             await pipe.execute()
         except ResponseError as exc:  # another worker wrote a later seq for this run
+            first, seq = frame_span(frame)
             log.warning("live_buffer_append_refused", run_id=run_id, seq=seq, first_seq=first, error=str(exc))
 
     async def last_seq(self, run_id: str) -> int:
@@ -346,6 +360,22 @@ def writer_buffer() -> FrameBuffer:
     from ..conf import app_settings
 
     return RedisFrameBuffer(app_settings.REDIS_URL) if uses_redis() else _memory
+
+
+_writers: dict[str, RedisFrameBuffer] = {}
+
+
+def shared_writer_buffer() -> FrameBuffer:
+    """For the publishers of every run on one long-lived loop (a worker's shared loop): one
+    Redis client for them all, never closed by a run; or the in-memory buffer."""
+    from ..conf import app_settings
+
+    if not uses_redis():
+        return _memory
+    url = app_settings.REDIS_URL
+    if url not in _writers:
+        _writers[url] = RedisFrameBuffer(url)
+    return _writers[url]
 
 
 def reader_buffer() -> FrameBuffer:

@@ -87,8 +87,17 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     # ---- from the group -----------------------------------------------------------------
 
     async def run_frame(self, event: dict[str, Any]) -> None:
-        """``run.frame``: one published frame."""
-        await self._forward(event["frame"])
+        """``run.frame``: one published frame, as a dict (``frame``) or already encoded by the
+        publisher (``text``, with its ``seq`` and ``first_seq``): then sent as it is."""
+        text = event.get("text")
+        if text is None:
+            await self._forward(event["frame"])
+            return
+        seq = int(event["seq"])
+        if seq <= self.last_seq:
+            return  # already in the snapshot or the replay
+        self.last_seq = seq
+        await self.send(text_data=text)
 
     async def _forward(self, frame: dict[str, Any]) -> None:
         _, seq = frame_span(frame)

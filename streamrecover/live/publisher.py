@@ -7,8 +7,10 @@ seq and says where it starts (``first_seq``), so a client can still tell a gap f
 merge. Strings are joined whole: nothing is ever split, so no character is. Any other frame
 first flushes the pending delta, so the order never changes.
 
-Each frame goes into the replay buffer, then to the run's group: one ``group_send`` per
-frame, from the engine's event loop (one per run).
+Each frame goes into the replay buffer, then to the run's group. On the distributed setup
+(channels_redis' pub/sub layer on the buffer's Redis) a frame is encoded once and handed to
+the loop's ``Outbox``, which sends every run's frames in one pipeline per round trip;
+otherwise each frame is one buffer write and one ``group_send``.
 
 With ``STREAMRECOVER_FRAME_TIMESTAMPS=1`` in the worker's environment every frame carries
 ``debug_ts``: when its first delta reached the publisher (``in``) and when it was published
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from collections.abc import Callable
@@ -29,8 +32,9 @@ from channels.layers import get_channel_layer
 
 from ..engine.protocol import DELTA_FIELDS, Frame
 from ..engine.sink import BaseSink
-from .buffer import FrameBuffer, writer_buffer
+from .buffer import FrameBuffer, RedisFrameBuffer, shared_writer_buffer, writer_buffer
 from .delivery import FRAME_EVENT, group_name, group_send
+from .outbox import Outbox, outbox_for
 
 log = structlog.get_logger("streamrecover.live")
 
@@ -68,8 +72,11 @@ class Publisher(BaseSink):
         own_buffer: bool = False,
         timestamps: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        outbox: Outbox | None = None,
     ) -> None:
         self.run_id = run_id
+        self.outbox = outbox
+        self._channel = outbox.channel(group_name(run_id)) if outbox is not None else ""
         self.group = group_name(run_id)
         self.buffer = buffer
         self.layer = layer
@@ -145,6 +152,10 @@ class Publisher(BaseSink):
             frame = {**frame, "debug_ts": {**frame.get("debug_ts", {}), "out": time.time()}}
         self.last_seq = max(self.last_seq, int(frame.get("seq") or 0))
         self.sent += 1
+        if self.outbox is not None:
+            text = json.dumps(frame, separators=(",", ":"), ensure_ascii=False)  # the one encoding
+            self.outbox.put(self.run_id, self._channel, frame, text)
+            return
         now = self._clock()
         if now >= self._buffer_down_until:
             try:
@@ -173,6 +184,8 @@ class Publisher(BaseSink):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.outbox is not None:
+            await self.outbox.barrier()  # every frame sent before the keys start to expire
         try:
             await self.buffer.finish(self.run_id)
         except Exception:
@@ -186,15 +199,22 @@ async def make_publisher(run_id: str, *, buffer: FrameBuffer | None = None, laye
     """The publisher for ``run_id`` on the configured buffer and channel layer; numbering goes
     on from the highest seq already kept (a run resumed by another worker)."""
     from ..conf import app_settings
+    from ..runs.loop import on_shared_loop
 
-    own = buffer is None
-    buffer = buffer or writer_buffer()
+    shared = buffer is None and on_shared_loop()
+    own = buffer is None and not shared
+    # On the worker's shared loop every run writes through one buffer (one Redis client).
+    buffer = buffer or (shared_writer_buffer() if shared else writer_buffer())
     layer = layer if layer is not None else get_channel_layer()
+    outbox = outbox_for(buffer, layer)
     try:
         last_seq = await buffer.last_seq(run_id)
+        if outbox is not None and isinstance(buffer, RedisFrameBuffer):
+            await buffer.prepare(run_id)
     except Exception:  # no buffer: the run goes on, clients get snapshots
         log.exception("live_buffer_unavailable", run_id=run_id)
         last_seq = 0
+        outbox = None
     return Publisher(
         run_id,
         buffer,
@@ -204,4 +224,5 @@ async def make_publisher(run_id: str, *, buffer: FrameBuffer | None = None, laye
         last_seq=last_seq,
         own_buffer=own,
         timestamps=os.environ.get(TIMESTAMPS_ENV) == "1",
+        outbox=outbox,
     )

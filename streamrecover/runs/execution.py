@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import structlog
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import close_old_connections, connections
 
 from ..conf import app_settings
 from ..engine.agent import RunResult, ToolRegistry, run_agent
@@ -39,7 +39,9 @@ from ..providers.registry import get_adapter
 from ..testing import demo_registry, fake_provider, is_fake
 from . import lifecycle
 from .checkpoints import checkpoint_store_from_settings
+from .loop import on_shared_loop
 from .recorder import RecorderSink
+from .watch import watch
 
 log = structlog.get_logger("streamrecover")
 
@@ -103,24 +105,6 @@ def tools_for_run(run: Run) -> ToolRegistry:
 def _load(run_id: str) -> tuple[Run, list[dict[str, Any]], int]:
     run = Run.objects.select_related("thread").get(pk=run_id)
     return run, Message.objects.of_thread(run.thread_id).canonical(), Attempt.objects.of_run(run.pk).count()
-
-
-async def _watch(run_id: str, cancel: CancelToken, worker: str) -> None:
-    """Beat the heartbeat and notice a cancel request, until the run ends."""
-    beat_every = float(app_settings.HEARTBEAT_SECONDS)
-    poll = min(0.25, beat_every)
-    last_beat = 0.0
-    loop = asyncio.get_running_loop()
-    while True:
-        now = loop.time()
-        if now - last_beat >= beat_every:
-            await lifecycle.heartbeat(run_id, worker)
-            last_beat = now
-        reason = await lifecycle.requested_cancel(run_id)
-        if reason is not None:
-            cancel.cancel(reason)
-            return
-        await asyncio.sleep(poll)
 
 
 @contextlib.asynccontextmanager
@@ -197,7 +181,7 @@ async def _execute_claimed(
             delivering: list[RunSink] = [channel] if channel is not None else []
             start_seq = max(existing.seq if existing else 0, channel.last_seq if channel is not None else 0)
             sink = FanOutSink(RecorderSink.for_run(run), RunStatusSink(str(run.pk)), *delivering, *extra_sinks)
-            watcher = asyncio.ensure_future(_watch(str(run.pk), cancel, worker))
+            watcher = asyncio.ensure_future(watch(str(run.pk), cancel, worker))  # heartbeat, cancel
             log.info(
                 "run_started", run_id=str(run.pk), provider=run.provider, model=run.model, resume=existing is not None
             )
@@ -225,8 +209,9 @@ async def _execute_claimed(
             with contextlib.suppress(Exception):
                 await close()
     await _finish(str(run.pk), result)
-    # The ORM work ran in asgiref's executor thread: release its connections there.
-    await sync_to_async(connections.close_all)()
+    # The ORM work ran in asgiref's executor thread: release its connections there (on the
+    # worker's shared loop that thread serves every run: close only what is too old or broken).
+    await sync_to_async(close_old_connections if on_shared_loop() else connections.close_all)()
     return result
 
 

@@ -1,0 +1,67 @@
+"""Counts of a worker's checkpoint writes, written to a file every second (``BENCH_COUNTS``).
+
+The engine's ``CheckpointWriter.write`` is wrapped in the worker process only (by
+``bench.delivery_settings``); the bench reads the files after the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+COUNTS: dict[str, int] = {"checkpoint_writes": 0}
+
+
+def install(target: str) -> None:
+    from streamrecover.engine.checkpoint import CheckpointWriter
+
+    original = CheckpointWriter.write
+
+    @functools.wraps(original)
+    async def write(self: Any, checkpoint: Any) -> None:
+        COUNTS["checkpoint_writes"] += 1
+        await original(self, checkpoint)
+
+    CheckpointWriter.write = write  # type: ignore[method-assign]
+    out = Path(target.replace("{pid}", str(os.getpid())))
+
+    def dump() -> None:
+        while True:
+            time.sleep(1.0)
+            partial = out.with_suffix(".part")
+            partial.write_text(json.dumps(COUNTS))
+            partial.replace(out)  # atomic: the bench never reads half a file
+
+    threading.Thread(target=dump, name="bench-counters", daemon=True).start()
+
+
+def profile_run_loop(target: str, every_s: float = 3.0) -> None:
+    """cProfile the worker's shared run loop (``BENCH_CPROFILE``): deterministic, one thread,
+    slower; the stats are dumped to ``target`` every few seconds (``pstats`` format)."""
+    import cProfile
+
+    out = target.replace("{pid}", str(os.getpid()))
+    profiler = cProfile.Profile()
+
+    def dump() -> None:
+        profiler.disable()
+        profiler.dump_stats(out)
+        profiler.enable()
+
+    def attach() -> None:
+        from streamrecover.runs import loop as run_loop
+
+        while run_loop._shared._loop is None:
+            time.sleep(0.2)
+        shared = run_loop._shared._loop
+        shared.call_soon_threadsafe(profiler.enable)
+        while True:
+            time.sleep(every_s)
+            shared.call_soon_threadsafe(dump)
+
+    threading.Thread(target=attach, name="bench-cprofile", daemon=True).start()

@@ -1,0 +1,131 @@
+"""The outbox: every run's frames on one event loop leave in one Redis pipeline per round trip.
+
+A frame used to cost two awaited round trips of its own (the replay buffer's ``XADD``, then
+the channel layer's ``PUBLISH``, which channels_redis serialises behind one lock per
+connection). With a hundred runs on one loop they queued behind each other. Here a
+publisher hands over the frame encoded once (its JSON text) and returns at once; one flusher
+task per loop sends whatever has gathered since its last send in one pipeline: per frame the
+buffer's ``XADD`` (the state hash now and then) and the ``PUBLISH`` to the run's group, in
+the order the frames were put. Nothing waits for a window: the next pipeline starts as soon
+as the previous one is answered, so under load a pipeline carries many frames and when idle
+a frame leaves alone.
+
+Used when the channel layer is channels_redis' pub/sub layer on the same Redis as the
+replay buffer (the distributed setup); any other layer keeps one ``group_send`` per frame.
+The pub/sub message is the layer's own (``layer.serialize``, the group's channel name), with
+the frame as text: a consumer sends the text as it is, without encoding it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from .buffer import RedisFrameBuffer
+from .delivery import FRAME_EVENT
+
+log = structlog.get_logger("streamrecover.live")
+
+PAUSE_AFTER_FAILURE_S = 5.0  # after a failed pipeline, drop frames this long (the run goes on)
+
+
+@dataclass(slots=True)
+class _Item:
+    run_id: str
+    channel: str
+    frame: dict[str, Any]
+    text: str
+
+
+class Outbox:
+    """One per event loop and buffer: ``put`` stages a frame, a flusher task sends them."""
+
+    def __init__(self, buffer: RedisFrameBuffer, layer: Any) -> None:
+        self.buffer = buffer
+        self.layer = layer
+        self._pending: list[_Item] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._down_until = 0.0
+        self.pipelines = 0  # pipelines sent
+        self.frames = 0  # frames sent
+
+    def channel(self, group: str) -> str:
+        """The Redis channel the pub/sub layer uses for ``group``."""
+        return str(self.layer._get_layer()._get_group_channel_name(group))
+
+    def put(self, run_id: str, channel: str, frame: dict[str, Any], text: str) -> None:
+        self._pending.append(_Item(run_id, channel, frame, text))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush_all())
+
+    async def barrier(self) -> None:
+        """Return once every frame put so far has been sent (or dropped)."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+
+    async def _flush_all(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            if time.monotonic() < self._down_until:
+                continue
+            try:
+                await self._send(batch)
+            except Exception:
+                # Live delivery must never stall a run: drop for a while. A client that misses
+                # frames sees the gap and gets a snapshot.
+                self._down_until = time.monotonic() + PAUSE_AFTER_FAILURE_S
+                log.exception("live_outbox_failed", frames=len(batch))
+
+    async def _send(self, batch: list[_Item]) -> None:
+        pipe = self.buffer._redis().pipeline(transaction=False)
+        serialize = self.layer.serialize
+        for item in batch:
+            try:
+                self.buffer.stage_append(pipe, item.run_id, item.frame, item.text)
+            except KeyError:  # the run's buffer was finished already: publish, keep nothing
+                log.warning("live_outbox_run_finished", run_id=item.run_id, seq=item.frame.get("seq"))
+            first = item.frame.get("first_seq", item.frame.get("seq"))
+            message = {"type": FRAME_EVENT, "text": item.text, "seq": item.frame.get("seq"), "first_seq": first}
+            pipe.publish(item.channel, serialize(message))
+        results = await pipe.execute(raise_on_error=False)
+        self.pipelines += 1
+        self.frames += len(batch)
+        errors = [r for r in results if isinstance(r, Exception)]
+        if errors:  # e.g. another worker wrote a later seq for a run: its XADD is refused
+            log.warning("live_outbox_refused", count=len(errors), error=str(errors[0]))
+
+
+_outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Outbox]] = weakref.WeakKeyDictionary()
+
+
+def _same_redis(layer: Any, url: str) -> bool:
+    """Whether ``layer`` is the pub/sub layer with one host, the Redis at ``url``."""
+    try:
+        from channels_redis.pubsub import RedisPubSubChannelLayer
+    except ImportError:
+        return False
+    if not isinstance(layer, RedisPubSubChannelLayer):
+        return False
+    hosts = layer._kwargs.get("hosts") or (layer._args[0] if layer._args else None)
+    if not hosts or len(hosts) != 1:
+        return False
+    host = hosts[0]
+    address = host.get("address") if isinstance(host, dict) else host
+    return isinstance(address, str) and address == url
+
+
+def outbox_for(buffer: Any, layer: Any) -> Outbox | None:
+    """This loop's outbox for ``buffer`` and ``layer``, or None when they cannot share one."""
+    if not isinstance(buffer, RedisFrameBuffer) or not _same_redis(layer, buffer.url):
+        return None
+    loop = asyncio.get_running_loop()
+    boxes = _outboxes.setdefault(loop, {})
+    box = boxes.get(id(buffer))
+    if box is None or box.layer is not layer or box.buffer is not buffer:
+        box = boxes[id(buffer)] = Outbox(buffer, layer)
+    return box

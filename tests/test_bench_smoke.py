@@ -1,0 +1,75 @@
+"""Each benchmark still runs and still produces its figures: tiny parameters, no timing asserted.
+
+The benchmarks themselves (``make bench``) stay out of the suite; these smoke runs only prove
+that a change did not break one (a renamed function, a frame shape the bench no longer reads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_recovery_and_billing_bench_produce_their_figures() -> None:
+    from bench import bench_recovery
+
+    result = asyncio.run(bench_recovery.run_all(repeat=1, cut=1500, words=60, points=1))
+    assert {row["strategy"] for row in result["overhead"]} == {"prefill", "prefix_flag", "continue_message"}
+    for row in result["overhead"]:
+        assert row["n"] == 1
+        assert row["p50"] == row["p50"]  # measured, not NaN
+    (billing,) = result["billing"]
+    # a naive retry pays the text before the cut twice; the continuation pays it once
+    assert billing["naive_output"] > billing["ours_output"] >= billing["uninterrupted_output"]
+    assert billing["ours_input"] > billing["naive_input"] > 0
+
+
+def test_parse_bench_produces_its_table() -> None:
+    import random
+
+    from bench import bench_parse
+
+    raw, expected = bench_parse.generate_stream(100, 20)
+    chunks = bench_parse.chunked(raw, random.Random(7), 512, 2048)
+    row = bench_parse.measure("smoke", [chunks], [expected], repeat=1)  # checks every pipeline agrees
+    assert row.events > 120
+    assert set(row.best_s) == {"engine", "sdk", "sdk-direct", "floor"}
+    assert "| smoke |" in bench_parse.table([row])
+
+
+@pytest.mark.services
+def test_delivery_bench_runs_every_process_and_checks_the_rebuild() -> None:
+    """Two streams through a fake provider process, Daphne, a Celery worker and two WebSocket
+    clients, on a database of its own beside the test database."""
+    database = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/streamrecover")
+    name = urlparse(database).path.lstrip("/") or "streamrecover"
+    env = {
+        **os.environ,
+        "BENCH_DATABASE_URL": database.rsplit("/", 1)[0] + f"/{name}_bench_smoke",
+        "BENCH_REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13"),
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_delivery", "--only", "100x30", "--runs", "2", "--words", "10"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = [line for line in proc.stdout.splitlines() if line.startswith("| 100 streams")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "2 x 30/s"
+    assert cells[11] == "0"  # rebuild mismatches
+    assert float(cells[8]) > 0  # worker CPU per delta was measured
+    assert "memory/stream" in proc.stdout
+    assert "checkpoint writes/s/run" in proc.stdout

@@ -1,0 +1,127 @@
+"""A worker serving many runs: one shared event loop, every run's frames leaving in a few Redis
+pipelines (in order, encoded once), one watcher noticing each run's cancel (real Redis, PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from streamrecover.engine.cancel import CancelToken
+from streamrecover.live.buffer import RedisFrameBuffer
+from streamrecover.live.delivery import group_name
+from streamrecover.live.outbox import outbox_for
+from streamrecover.live.publisher import make_publisher
+from streamrecover.models import Run
+from streamrecover.runs import lifecycle
+from streamrecover.runs.loop import on_shared_loop, run_on_shared_loop
+from streamrecover.runs.watch import watch
+
+from .factories import make_user
+
+RUNS = 5
+DELTAS = 20
+
+
+@pytest.mark.services
+async def test_many_runs_frames_leave_in_a_few_pipelines_in_order_and_encoded_once() -> None:
+    layer = get_channel_layer()
+    buffer = RedisFrameBuffer(settings.REDIS_URL, prefix=f"streamrecover:test:{uuid.uuid4().hex}:")
+    run_ids = [uuid.uuid4().hex for _ in range(RUNS)]
+    channels = {}
+    for run_id in run_ids:  # a watcher of each run's group, as a consumer is
+        channels[run_id] = await layer.new_channel()
+        await layer.group_add(group_name(run_id), channels[run_id])
+    publishers = [await make_publisher(run_id, buffer=buffer, layer=layer) for run_id in run_ids]
+    outbox = outbox_for(buffer, layer)
+    assert outbox is not None
+    assert all(p.outbox is outbox for p in publishers)
+    for p in publishers:
+        p.coalesce_s = 0.0  # one frame per delta: the most frames the outbox can be given
+    sent = {run_id: [] for run_id in run_ids}
+    for i in range(DELTAS):  # the runs' deltas interleaved, as on a shared loop
+        for p in publishers:
+            frame = {"type": "text_delta", "run_id": p.run_id, "seq": i + 1, "block": 0, "text": f"w{i} "}
+            sent[p.run_id].append(frame)
+            await p.on_frame(frame)  # type: ignore[arg-type]
+    await outbox.barrier()
+    try:
+        # a hundred frames from five runs left in a handful of pipelines, not a hundred round trips
+        assert outbox.frames == RUNS * DELTAS
+        assert outbox.pipelines <= 5
+        for run_id in run_ids:
+            received = []
+            for _ in range(DELTAS):
+                message = await asyncio.wait_for(layer.receive(channels[run_id]), 5)
+                assert json.loads(message["text"])["seq"] == message["seq"]  # the text is the frame
+                received.append(json.loads(message["text"]))
+            assert received == sent[run_id]  # in order, nothing lost, nothing changed
+            # and the replay buffer kept the very same frames
+            assert await buffer.frames_after(run_id, 0) == sent[run_id]
+    finally:
+        for p in publishers:
+            await p.aclose()
+        client = buffer._redis()
+        keys = [key async for key in client.scan_iter(match=f"{buffer.prefix}*")]
+        if keys:
+            await client.delete(*keys)
+        await buffer.aclose()
+
+
+def test_tasks_in_different_threads_share_one_event_loop() -> None:
+    async def which() -> tuple[int, bool]:
+        await asyncio.sleep(0)
+        return id(asyncio.get_running_loop()), on_shared_loop()
+
+    results: list[tuple[int, bool]] = []
+    threads = [threading.Thread(target=lambda: results.append(run_on_shared_loop(which()))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4
+    assert len({loop for loop, _ in results}) == 1
+    assert all(shared for _, shared in results)
+
+    async def fails() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        run_on_shared_loop(fails())
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_one_watcher_beats_every_run_and_cancels_only_the_run_asked_to_stop() -> None:
+    user = await sync_to_async(make_user)()
+    runs = [await sync_to_async(lifecycle.create_run)(prompt=f"story {i}", owner=user) for i in range(4)]
+    for run in runs:
+        await sync_to_async(lifecycle.claim_run)(str(run.pk), "worker-a")
+    await Run.objects.filter(pk__in=[r.pk for r in runs]).aupdate(heartbeat_at=None)
+    tokens = [CancelToken() for _ in runs]
+    for token in tokens:
+        token.bind()
+    watchers = [asyncio.ensure_future(watch(str(r.pk), t, "worker-a")) for r, t in zip(runs, tokens, strict=True)]
+    try:
+        await sync_to_async(lifecycle.request_cancel)(runs[2].pk, "stop that one")
+        deadline = time.monotonic() + 5
+        while not tokens[2].stopped and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert tokens[2].stopped
+        assert tokens[2].reason == "stop that one"
+        assert [t.stopped for t in tokens] == [False, False, True, False]
+        beats: list[Any] = [
+            r async for r in Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("heartbeat_at", flat=True)
+        ]
+        assert all(beat is not None for beat in beats)
+    finally:
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
