@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo demo-cli test lint bench venv services
+.PHONY: demo demo-cli test lint bench venv services chaos
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,3 +37,9 @@ lint: venv
 
 bench: venv
 	$(PY) -m bench.bench_parse
+
+## The chaos harness: 100 runs through the distributed stack under kills, restarts and faults
+## (docs/chaos.md). Needs PostgreSQL (DATABASE_URL names the server) and redis-server.
+chaos: venv
+	@bash scripts/ensure_services.sh
+	$(PY) -m project.chaos $(CHAOS_ARGS)
