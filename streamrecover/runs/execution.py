@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import structlog
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import close_old_connections, connections
 
 from ..conf import app_settings
 from ..engine.agent import RunResult, ToolRegistry, run_agent
@@ -136,6 +136,10 @@ async def execute_run(
     ``provider_override`` (in-process only) replaces the configured provider; never stored.
     """
     worker = worker or lifecycle.worker_id()  # the executing process's, never the importer's
+    # The ORM calls below run in asgiref's one thread, whose connection outlives a run: one that
+    # broke (a database restart, a terminated backend, a run that crashed mid-query) is closed
+    # here, before this run's first query, instead of failing every later run of this process.
+    await sync_to_async(close_old_connections)()
     run = await sync_to_async(lifecycle.claim_run)(run_id, worker)
     if run is None:
         return None
