@@ -154,7 +154,7 @@ async def _load(
 ) -> dict[str, Any]:
     from asgiref.sync import sync_to_async
 
-    from .load import ChaosLog, Session, monkey, start_run, watch
+    from .load import ChaosLog, Session, Watched, monkey, start_run, watch
 
     session = Session(session_key)
     log = ChaosLog()
@@ -165,10 +165,11 @@ async def _load(
         created = await asyncio.gather(*(start_run(client, stack, session, spec) for spec in plan.runs))
     run_ids = {spec.tag: answer["run_id"] for spec, answer in zip(plan.runs, created, strict=True)}
     print(f"chaos: {len(run_ids)} runs started in {time.monotonic() - began:.1f}s")
-    watchers = {
-        spec.tag: asyncio.ensure_future(watch(stack, session, answer["run_id"], answer["ws_url"], deadline + 20))
+    watched = {spec.tag: Watched(answer["run_id"]) for spec, answer in zip(plan.runs, created, strict=True)}
+    watchers = [
+        asyncio.ensure_future(watch(stack, session, watched[spec.tag], answer["ws_url"], deadline + 20))
         for spec, answer in zip(plan.runs, created, strict=True)
-    }
+    ]
     chaos = asyncio.ensure_future(
         monkey(
             stack, database, log, random.Random(seed), stop,
@@ -202,8 +203,8 @@ async def _load(
     elapsed = time.monotonic() - began
     print(f"chaos: runs ended after {elapsed:.1f}s ({left} still active)")
     # the clients get a moment for the last frames; then those still waiting are given up on
-    done, pending = await asyncio.wait(watchers.values(), timeout=20)
+    _, pending = await asyncio.wait(watchers, timeout=20)
     for task in pending:
         task.cancel()
-    watched = {tag: task.result() for tag, task in watchers.items() if task in done}
+    await asyncio.gather(*pending, return_exceptions=True)
     return {"run_ids": run_ids, "watched": watched, "log": log, "elapsed": elapsed}

@@ -85,9 +85,9 @@ async def start_run(client: httpx.AsyncClient, stack: Stack, session: Session, s
     raise RuntimeError(f"starting {spec.tag}: no answer")
 
 
-async def watch(stack: Stack, session: Session, run_id: str, ws_path: str, deadline: float) -> Watched:
-    """Follow one run over its WebSocket until it ends (or ``deadline``, monotonic)."""
-    watched = Watched(run_id)
+async def watch(stack: Stack, session: Session, watched: Watched, ws_path: str, deadline: float) -> None:
+    """Follow one run over its WebSocket until it ends (or ``deadline``, monotonic); what the
+    client saw is in ``watched`` even when the task is cancelled."""
     ws_base = stack.web_url.replace("http://", "ws://")
     while time.monotonic() < deadline and watched.status not in TERMINAL:
         after = f"?after={watched.view.last_seq}" if watched.view.last_seq else ""
@@ -123,7 +123,6 @@ async def watch(stack: Stack, session: Session, run_id: str, ws_path: str, deadl
                     watched.view.apply(frame)
         except (TimeoutError, OSError, websockets.WebSocketException):
             await asyncio.sleep(0.3)  # silent or broken: reconnect from the last frame applied
-    return watched
 
 
 async def monkey(
