@@ -89,6 +89,7 @@ async def watch(stack: Stack, session: Session, watched: Watched, ws_path: str, 
     """Follow one run over its WebSocket until it ends (or ``deadline``, monotonic); what the
     client saw is in ``watched`` even when the task is cancelled."""
     ws_base = stack.web_url.replace("http://", "ws://")
+    pause = 0.25  # the browser client's reconnect backoff: 0.25 s doubling to 8 s, with jitter
     while time.monotonic() < deadline and watched.status not in TERMINAL:
         after = f"?after={watched.view.last_seq}" if watched.view.last_seq else ""
         try:
@@ -96,15 +97,16 @@ async def watch(stack: Stack, session: Session, watched: Watched, ws_path: str, 
                 ws_base + ws_path + after,
                 additional_headers={"Cookie": session.cookie},
                 origin=stack.web_url,  # type: ignore[arg-type]
-                open_timeout=5,
+                open_timeout=15,
                 close_timeout=1,
                 max_size=None,
             ) as socket:
                 watched.connects += 1
+                pause = 0.25
                 watched.frames.append({"type": "_connected", "after": watched.view.last_seq})
                 waiting_for_snapshot = False
                 while watched.status not in TERMINAL:
-                    raw = await asyncio.wait_for(socket.recv(), timeout=4)
+                    raw = await asyncio.wait_for(socket.recv(), timeout=15)
                     frame = json.loads(raw)
                     watched.frames.append(frame)
                     if frame.get("type") == "error":
@@ -122,7 +124,12 @@ async def watch(stack: Stack, session: Session, watched: Watched, ws_path: str, 
                         continue
                     watched.view.apply(frame)
         except (TimeoutError, OSError, websockets.WebSocketException):
-            await asyncio.sleep(0.3)  # silent or broken: reconnect from the last frame applied
+            pass  # silent or broken: reconnect from the last frame applied
+        except Exception as exc:  # the client's own failure: recorded as evidence, then it starts over
+            watched.errors.append(f"{type(exc).__name__}: {exc}")
+            watched.view = ClientView()
+        await asyncio.sleep(pause * random.uniform(0.5, 1.0))
+        pause = min(pause * 2, 8.0)
 
 
 async def monkey(

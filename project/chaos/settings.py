@@ -9,7 +9,9 @@ harness terminates every backend of its database but its own.
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 
 from project.settings import *  # noqa: F403
 from project.settings import DATABASES, STREAMRECOVER
@@ -17,7 +19,6 @@ from project.settings import DATABASES, STREAMRECOVER
 from .tool import install_recording_tool
 
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-DATABASES["default"]["CONN_MAX_AGE"] = 0  # a terminated connection is replaced at the next request
 DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = f"chaos-{os.environ.get('CHAOS_ROLE', 'stack')}"
 
 _FAKE_URL = os.environ.get("CHAOS_FAKE_URL", "http://127.0.0.1:9")
@@ -48,5 +49,8 @@ CELERY_BEAT_SCHEDULE = {
 CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 280
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# `kill -USR1 <pid>` prints every thread's stack to the process's log: what a stuck process waits on.
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 install_recording_tool(os.environ.get("CHAOS_TOOL_LOG"), float(os.environ.get("CHAOS_TOOL_BLOCK", "0")))
