@@ -167,7 +167,9 @@ async def _load(
     print(f"chaos: {len(run_ids)} runs started in {time.monotonic() - began:.1f}s")
     watched = {spec.tag: Watched(answer["run_id"]) for spec, answer in zip(plan.runs, created, strict=True)}
     watchers = [
-        asyncio.ensure_future(watch(stack, session, watched[spec.tag], answer["ws_url"], deadline + 20))
+        asyncio.ensure_future(
+            watch(stack, session, watched[spec.tag], answer["ws_url"], deadline + 20, delay=0.1 * spec.index)
+        )
         for spec, answer in zip(plan.runs, created, strict=True)
     ]
     chaos = asyncio.ensure_future(

@@ -85,9 +85,13 @@ async def start_run(client: httpx.AsyncClient, stack: Stack, session: Session, s
     raise RuntimeError(f"starting {spec.tag}: no answer")
 
 
-async def watch(stack: Stack, session: Session, watched: Watched, ws_path: str, deadline: float) -> None:
+async def watch(
+    stack: Stack, session: Session, watched: Watched, ws_path: str, deadline: float, delay: float = 0.0
+) -> None:
     """Follow one run over its WebSocket until it ends (or ``deadline``, monotonic); what the
-    client saw is in ``watched`` even when the task is cancelled."""
+    client saw is in ``watched`` even when the task is cancelled. ``delay``: when to connect
+    first (clients arriving together would all queue on the server's one database thread)."""
+    await asyncio.sleep(delay)
     ws_base = stack.web_url.replace("http://", "ws://")
     pause = 0.25  # the browser client's reconnect backoff: 0.25 s doubling to 8 s, with jitter
     while time.monotonic() < deadline and watched.status not in TERMINAL:
@@ -97,7 +101,7 @@ async def watch(stack: Stack, session: Session, watched: Watched, ws_path: str, 
                 ws_base + ws_path + after,
                 additional_headers={"Cookie": session.cookie},
                 origin=stack.web_url,  # type: ignore[arg-type]
-                open_timeout=15,
+                open_timeout=30,
                 close_timeout=1,
                 max_size=None,
             ) as socket:
@@ -106,7 +110,7 @@ async def watch(stack: Stack, session: Session, watched: Watched, ws_path: str, 
                 watched.frames.append({"type": "_connected", "after": watched.view.last_seq})
                 waiting_for_snapshot = False
                 while watched.status not in TERMINAL:
-                    raw = await asyncio.wait_for(socket.recv(), timeout=15)
+                    raw = await asyncio.wait_for(socket.recv(), timeout=30)
                     frame = json.loads(raw)
                     watched.frames.append(frame)
                     if frame.get("type") == "error":

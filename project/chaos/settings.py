@@ -19,6 +19,10 @@ from project.settings import DATABASES, STREAMRECOVER
 from .tool import install_recording_tool
 
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+if os.environ.get("CHAOS_ROLE") == "daphne":
+    # Django under ASGI runs each request's sync code in a thread of its own: persistent
+    # connections would pile up one per request thread (Django's docs: disable them under ASGI).
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
 DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = f"chaos-{os.environ.get('CHAOS_ROLE', 'stack')}"
 
 _FAKE_URL = os.environ.get("CHAOS_FAKE_URL", "http://127.0.0.1:9")
