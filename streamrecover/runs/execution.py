@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import structlog
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from ..conf import app_settings
 from ..engine.agent import RunResult, ToolRegistry, run_agent
@@ -120,6 +120,14 @@ async def _no_live(run_id: str) -> AsyncIterator[None]:
     yield None
 
 
+def _close_broken_connections() -> None:
+    """Close this thread's connections that no longer work (never one inside a transaction:
+    a caller's atomic block is left alone); the next query opens a fresh one."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None and not connection.in_atomic_block and not connection.is_usable():
+            connection.close()
+
+
 async def execute_run(
     run_id: str,
     *,
@@ -139,7 +147,7 @@ async def execute_run(
     # The ORM calls below run in asgiref's one thread, whose connection outlives a run: one that
     # broke (a database restart, a terminated backend, a run that crashed mid-query) is closed
     # here, before this run's first query, instead of failing every later run of this process.
-    await sync_to_async(close_old_connections)()
+    await sync_to_async(_close_broken_connections)()
     run = await sync_to_async(lifecycle.claim_run)(run_id, worker)
     if run is None:
         return None
