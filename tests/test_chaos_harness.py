@@ -28,8 +28,9 @@ def test_a_small_chaos_run_holds_every_promise_and_cleans_up() -> None:
     before = _databases(server)
     done = subprocess.run(
         [
-            sys.executable, "-m", "project.chaos", "--runs", "8", "--kills", "1", "--kill-every", "3",
-            "--redis-restarts", "0", "--pg-every", "0", "--tool-block", "0", "--seed", "8", "--timeout", "60",
+            sys.executable, "-m", "project.chaos", "--runs", "8", "--kills", "1", "--kill-every", "1",
+            "--event-delay", "0.02", "--redis-restarts", "0", "--pg-every", "0", "--tool-block", "0",
+            "--seed", "8", "--timeout", "60",
             "--database-url", server,
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=150,
