@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo demo-cli test lint bench bench-analytics venv services
+.PHONY: demo demo-cli test lint bench bench-analytics venv services chaos
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,3 +44,9 @@ bench: venv
 bench-analytics: venv
 	@bash scripts/ensure_services.sh
 	$(PY) -m bench.report --only analytics
+
+## The chaos harness: 100 runs through the distributed stack under kills, restarts and faults
+## (docs/chaos.md). Needs PostgreSQL (DATABASE_URL names the server) and redis-server.
+chaos: venv
+	@bash scripts/ensure_services.sh
+	$(PY) -m project.chaos $(CHAOS_ARGS)

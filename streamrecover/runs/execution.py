@@ -113,6 +113,14 @@ async def _no_live(run_id: str) -> AsyncIterator[None]:
     yield None
 
 
+def _close_broken_connections() -> None:
+    """Close this thread's connections that no longer work (never one inside a transaction:
+    a caller's atomic block is left alone); the next query opens a fresh one."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None and not connection.in_atomic_block and not connection.is_usable():
+            connection.close()
+
+
 async def execute_run(
     run_id: str,
     *,
@@ -129,6 +137,10 @@ async def execute_run(
     ``provider_override`` (in-process only) replaces the configured provider; never stored.
     """
     worker = worker or lifecycle.worker_id()  # the executing process's, never the importer's
+    # The ORM calls below run in asgiref's one thread, whose connection outlives a run: one that
+    # broke (a database restart, a terminated backend, a run that crashed mid-query) is closed
+    # here, before this run's first query, instead of failing every later run of this process.
+    await sync_to_async(_close_broken_connections)()
     run = await sync_to_async(lifecycle.claim_run)(run_id, worker)
     if run is None:
         return None

@@ -1,0 +1,64 @@
+"""A worker process outlives a lost database connection: PostgreSQL restarted, a failover, an
+idle connection closed by a pooler or ``pg_terminate_backend`` (the chaos harness does that).
+
+The run task executes the run's async code, whose ORM calls run in asgiref's one
+thread-sensitive thread: that thread's connection lives from task to task, so closing the
+task thread's own connection is not enough. Found by the chaos harness: once a worker's
+connection was terminated, every later run on that worker failed with "the connection is
+lost" and the runs went round the sweeper for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from streamrecover.models import Run
+from streamrecover.runs import lifecycle
+from streamrecover.tasks import execute_run_task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _terminate_other_connections() -> int:
+    """Every backend of the test database but this thread's own."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (mine,) = cursor.fetchone()
+    settings = connection.settings_dict
+    with psycopg.connect(
+        host=settings["HOST"] or "127.0.0.1",
+        port=settings["PORT"] or 5432,
+        user=settings["USER"],
+        password=settings.get("PASSWORD") or None,
+        dbname="postgres",
+        autocommit=True,
+    ) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
+            (settings["NAME"], mine),
+        ).fetchall()
+    return len(rows)
+
+
+def _connect_in_the_run_thread() -> None:
+    """What a run that crashed (its connection broke under it) leaves behind: an open connection
+    in the thread the next run's ORM calls use."""
+
+    def connect() -> None:
+        connection.ensure_connection()
+
+    asyncio.run(sync_to_async(connect)())
+
+
+def test_a_run_on_a_worker_whose_connection_was_terminated_completes():
+    _connect_in_the_run_thread()
+    assert _terminate_other_connections() >= 1  # PostgreSQL restarted, or the chaos harness
+
+    run = lifecycle.create_run(prompt="A short one [[words=8]]", provider="fake", model="fake-claude")
+    assert execute_run_task(str(run.pk)) == "completed"
+    assert Run.objects.get(pk=run.pk).status == "completed"
