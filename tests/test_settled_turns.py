@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.utils import timezone
 
-from streamrecover.models import Attempt, Message, Run
+from streamrecover.models import Attempt, Message, Run, ToolCallResult
 from streamrecover.runs import execution, lifecycle
 from streamrecover.testing import demo_registry
 from streamrecover.testing.fake.local import local_fake_server
@@ -91,13 +91,16 @@ def test_a_run_re_claimed_after_its_final_commit_asks_nothing_and_commits_nothin
     assert (run.input_tokens, run.output_tokens) == tokens
 
 
+@pytest.mark.parametrize("result_stored", [False, True], ids=["died_during_the_call", "died_after_the_call"])
 @pytest.mark.parametrize("wire", sorted(MODELS))
-def test_a_run_re_claimed_after_committing_its_tool_calls_runs_them_and_goes_on(wire):
+def test_a_run_re_claimed_after_committing_its_tool_calls_runs_them_and_goes_on(wire, result_stored):
     run = _completed(WEATHER, MODELS[wire], demo_tools=True)
     committed = _thread(run)
     assert [m["role"] for m in committed] == ["user", "assistant", "user", "assistant"]
     assert [b["type"] for b in committed[1]["content"]][-1] == "tool_use"
     _put_back(run, Run.Status.RUNNING, keep_messages=2)  # died before the tool results were committed
+    if not result_stored:
+        ToolCallResult.objects.filter(run=run).delete()
 
     tools = demo_registry()
     calls = _provider_calls()
@@ -105,7 +108,8 @@ def test_a_run_re_claimed_after_committing_its_tool_calls_runs_them_and_goes_on(
 
     assert result is not None
     assert result.status == Run.Status.COMPLETED
-    assert [name for name, _ in tools.calls] == ["get_weather"]  # its result was never stored
+    # a stored result is used as it is; a call that left none is made again
+    assert [name for name, _ in tools.calls] == ([] if result_stored else ["get_weather"])
     assert _provider_calls() == calls + 1  # the next turn only: the tool-calling turn is not redone
     assert _thread(run) == committed
     assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED

@@ -1,7 +1,7 @@
 """The run context: one run's identity and shared services, built once by the code that executes the run.
 
 Every turn of the run gets the same ``RunContext``: the adapter and engine settings, the
-sink the run reports to, the checkpoint store, the cancel token, the HTTP transport, and
+sink the run reports to, the checkpoint and tool result stores, the cancel token, the HTTP transport, and
 the two counters that continue across turns and processes (the client frame ``seq`` and
 the attempt index).
 """
@@ -17,6 +17,7 @@ from .config import EngineConfig
 from .contract import ProviderAdapter
 from .protocol import Frame
 from .sink import RunSink
+from .toolresults import InMemoryToolResultStore, ToolResultStore
 from .transport import HttpxTransport
 
 
@@ -34,6 +35,7 @@ class RunContext:
     sink: RunSink
     checkpoints: CheckpointStore = field(default_factory=InMemoryCheckpointStore)
     cancel: CancelToken = field(default_factory=CancelToken)
+    tool_results: ToolResultStore = field(default_factory=InMemoryToolResultStore)
     # None: ``run_agent`` opens a transport for the run and closes it at the end
     transport: HttpxTransport | None = None
     seq: int = 0  # the last client frame number; a resumed run numbers on from it

@@ -3,7 +3,9 @@
 ``execute_run`` is handed what it does not own: the live channel (``live``, opened and closed
 by the code that starts work) and any further sinks. It adds the recorder and the status
 sink, beats the heartbeat and watches for a cancel while the agent runs, and finishes the
-run through ``lifecycle``.
+run through ``lifecycle``. Everything it writes for the run goes through the claim's
+``Fence``: when the heartbeat finds the claim taken over, the run's task is cancelled and the
+run unwinds without another write (``execute_run`` then returns None).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..engine.agent import RunResult, ToolRegistry, run_agent
 from ..engine.cancel import CancelToken
 from ..engine.context import RunContext
 from ..engine.contract import ModelRequest, ProviderConfig
+from ..engine.errors import ClaimLost
 from ..engine.sink import (
     LLM_STREAM_CONTINUATION_COMPLETED,
     LLM_STREAM_INTERRUPTED,
@@ -38,8 +41,10 @@ from ..models import Attempt, Message, Run
 from ..providers.registry import get_adapter
 from ..testing import demo_registry, fake_provider, is_fake
 from . import lifecycle
-from .checkpoints import checkpoint_store_from_settings
+from .checkpoints import FencedCheckpointStore, checkpoint_store_from_settings
+from .fence import Fence, FencedSink
 from .recorder import RecorderSink
+from .toolresults import DjangoToolResultStore
 
 log = structlog.get_logger("streamrecover")
 
@@ -61,18 +66,19 @@ OpenLive = Callable[[str], AbstractAsyncContextManager[LiveSink | None]]
 class RunStatusSink(BaseSink):
     """Keeps ``Run.status`` telling the truth while the stream is being recovered."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, fence: Fence | None = None) -> None:
         self.run_id = run_id
+        self.fence = fence
 
     async def on_event(self, event: StructuredEvent) -> None:
         if event.name == LLM_STREAM_INTERRUPTED:
-            await lifecycle.mark_recovering(self.run_id)
+            await lifecycle.mark_recovering(self.run_id, self.fence)
         elif event.name == LLM_STREAM_CONTINUATION_COMPLETED:
-            await lifecycle.mark_running(self.run_id)
+            await lifecycle.mark_running(self.run_id, self.fence)
 
     async def on_attempt(self, attempt: AttemptRecord) -> None:
         if attempt.kind in RECOVERY_KINDS and attempt.outcome == AttemptOutcome.PENDING:
-            await lifecycle.mark_running(self.run_id)
+            await lifecycle.mark_running(self.run_id, self.fence)
 
 
 def provider_for_run(run: Run, consumed_attempts: int, override: ProviderConfig | None = None) -> ProviderConfig:
@@ -96,22 +102,33 @@ def _load(run_id: str) -> tuple[Run, list[dict[str, Any]], int]:
     return run, Message.objects.of_thread(run.thread_id).canonical(), Attempt.objects.of_run(run.pk).count()
 
 
-async def _watch(run_id: str, cancel: CancelToken, worker: str) -> None:
-    """Beat the heartbeat and notice a cancel request, until the run ends."""
+async def _watch(fence: Fence, cancel: CancelToken, running: asyncio.Task[Any]) -> None:
+    """Beat the heartbeat and notice a cancel request, until the run ends. A heartbeat that
+    finds the claim taken over cancels the run's task (``running``) at once."""
     beat_every = float(app_settings.HEARTBEAT_SECONDS)
     poll = min(0.25, beat_every)
     last_beat = 0.0
     loop = asyncio.get_running_loop()
-    while True:
-        now = loop.time()
-        if now - last_beat >= beat_every:
-            await lifecycle.heartbeat(run_id, worker)
-            last_beat = now
-        reason = await lifecycle.requested_cancel(run_id)
-        if reason is not None:
-            cancel.cancel(reason)
-            return
-        await asyncio.sleep(poll)
+    try:
+        while True:
+            now = loop.time()
+            if now - last_beat >= beat_every:
+                await fence.beat()
+                last_beat = now
+            reason = await lifecycle.requested_cancel(fence.run_id)
+            if reason is not None:
+                cancel.cancel(reason)
+                return
+            await asyncio.sleep(poll)
+    except ClaimLost:
+        log.warning("run_claim_lost", run_id=fence.run_id, epoch=fence.epoch, noticed_by="heartbeat")
+        running.cancel()
+
+
+def lease_seconds() -> float:
+    """How long a successful heartbeat vouches for the claim: half the stale window (nobody
+    may take the run before its heartbeat is a whole window old)."""
+    return float(app_settings.STALE_AFTER_SECONDS) / 2.0
 
 
 @contextlib.asynccontextmanager
@@ -139,15 +156,29 @@ async def execute_run(
     run = await sync_to_async(lifecycle.claim_run)(run_id, worker)
     if run is None:
         return None
+    fence = Fence(str(run.pk), run.claim_epoch, lease_seconds())
+    running = asyncio.current_task()
+    assert running is not None
     # Every log line while the run executes carries it (the project's structlog configuration
     # merges contextvars; its stdlib formatter does too, for httpx's and the engine's lines).
     with structlog.contextvars.bound_contextvars(run_id=str(run.pk), provider=run.provider, model=run.model):
-        return await _execute_claimed(run_id, worker, live, extra_sinks, tools, provider_override)
+        try:
+            return await _execute_claimed(run_id, fence, running, live, extra_sinks, tools, provider_override)
+        except ClaimLost:
+            fence.lost = True
+        except asyncio.CancelledError:
+            if not fence.lost:
+                raise  # cancelled from outside: not ours to swallow
+            running.uncancel()
+        log.warning("run_fenced_out", run_id=str(run.pk), epoch=fence.epoch)
+        await sync_to_async(connections.close_all)()
+        return None
 
 
 async def _execute_claimed(
     run_id: str,
-    worker: str,
+    fence: Fence,
+    running: asyncio.Task[Any],
     live: OpenLive | None,
     extra_sinks: Sequence[RunSink],
     tools: ToolRegistry | None,
@@ -169,7 +200,7 @@ async def _execute_claimed(
         thinking_budget=options.get("thinking_budget"),
         tools=tools.specs(),
     )
-    checkpoints = checkpoint_store_from_settings()
+    checkpoints = FencedCheckpointStore(checkpoint_store_from_settings(), fence)
     existing = await checkpoints.get(str(run.pk))
     cancel = CancelToken()
     cancel.bind()
@@ -177,8 +208,13 @@ async def _execute_claimed(
         async with (live or _no_live)(str(run.pk)) as channel:
             delivering: list[RunSink] = [channel] if channel is not None else []
             start_seq = max(existing.seq if existing else 0, channel.last_seq if channel is not None else 0)
-            sink = FanOutSink(RecorderSink.for_run(run), RunStatusSink(str(run.pk)), *delivering, *extra_sinks)
-            watcher = asyncio.ensure_future(_watch(str(run.pk), cancel, worker))
+            sink = FencedSink(
+                FanOutSink(
+                    RecorderSink.for_run(run, fence), RunStatusSink(str(run.pk), fence), *delivering, *extra_sinks
+                ),
+                fence,
+            )
+            watcher = asyncio.ensure_future(_watch(fence, cancel, running))
             log.info(
                 "run_started", run_id=str(run.pk), provider=run.provider, model=run.model, resume=existing is not None
             )
@@ -190,29 +226,40 @@ async def _execute_claimed(
                     sink=sink,
                     checkpoints=checkpoints,
                     cancel=cancel,
+                    tool_results=DjangoToolResultStore(fence),
                     seq=start_seq,
                     attempts=consumed,
                     provider_name=run.provider,
                 )
                 result = await run_agent(ctx, request, tools=tools, resume=existing is not None)
+            except BaseException:
+                if fence.lost and channel is not None:
+                    _abandon(channel)
+                raise
             finally:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await watcher
     finally:
-        close = getattr(checkpoints, "aclose", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                await close()
-    await _finish(str(run.pk), result)
+        with contextlib.suppress(Exception):
+            await checkpoints.aclose()
+    await _finish(str(run.pk), result, fence)
     # The ORM work ran in asgiref's executor thread: release its connections there.
     await sync_to_async(connections.close_all)()
     return result
 
 
-async def _finish(run_id: str, result: RunResult) -> None:
+def _abandon(channel: LiveSink) -> None:
+    """The claim is lost: the live channel sends nothing more, not even what it holds back
+    (the run's frames are the new owner's now)."""
+    abandon = getattr(channel, "abandon", None)
+    if abandon is not None:
+        abandon()
+
+
+async def _finish(run_id: str, result: RunResult, fence: Fence) -> None:
     error = result.error or {}
     await sync_to_async(lifecycle.finish)(
-        run_id, result.status, error.get("kind", ""), error.get("message", ""), result.undelivered_notices
+        run_id, result.status, error.get("kind", ""), error.get("message", ""), result.undelivered_notices, fence
     )
     log.info("run_finished", run_id=run_id, status=result.status, error_kind=error.get("kind"))
