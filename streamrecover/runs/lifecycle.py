@@ -25,7 +25,8 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..engine.agent import notice_blocks
-from ..models import Message, Run, Thread
+from ..engine.sink import AttemptOutcome
+from ..models import Attempt, Message, Run, Thread
 from ..redaction import cut_secrets
 from .checkpoints import sweep_settled_checkpoints
 from .fence import Fence
@@ -163,6 +164,11 @@ def claim_run(run_id: str, worker: str | None = None) -> Run | None:
         run.heartbeat_at = now
         run.started_at = run.started_at or now
         run.save()
+        # Attempts an earlier claim left open (its worker died or was fenced out) end here: they
+        # can stream nothing more into this run, and its attempts never overlap the new ones.
+        Attempt.objects.filter(run=run, outcome=AttemptOutcome.PENDING).update(
+            outcome=AttemptOutcome.INTERRUPTED, error_kind="worker_lost", ended_at=now
+        )
     return run
 
 
