@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .context import RunContext
+from .context import RunContext, Settlement
 from .contract import ModelRequest, ToolSpec
 from .protocol import FrameKind, RunStatus
 from .toolresults import ToolCallContext
@@ -113,6 +113,7 @@ class RunResult:
     # (the turn with the discarded call ended without tools to run): they belong in the
     # thread's next user message, which the caller commits.
     undelivered_notices: list[dict[str, Any]] = field(default_factory=list)
+    settled: bool = False  # the run's end (and final answer) were stored through ``RunContext.settle``
 
 
 async def run_agent(
@@ -141,7 +142,8 @@ async def run_agent(
     transport = ctx.transport
     messages = [dict(m) for m in request.messages]
     new_messages: list[dict[str, Any]] = []
-    result = RunResult(RunStatus.COMPLETED, messages)
+    # turns an earlier process of this run committed count against ``max_turns`` too
+    result = RunResult(RunStatus.COMPLETED, messages, turns=ctx.turns)
 
     async def commit(message: dict[str, Any]) -> None:
         messages.append(message)
@@ -160,6 +162,8 @@ async def run_agent(
                 await checkpoints.delete(ctx.run_id)
 
     notices: list[dict[str, Any]] = []
+    final: dict[str, Any] | None = None  # the final answer, committed with the run's end (ctx.settle)
+    settling: TurnRunner | None = None  # the turn whose checkpoint goes once its answer is stored
     try:
         await ctx.frame(FrameKind.RUN_STATUS, status=RunStatus.RUNNING)
         turn = _turn_index(messages)
@@ -192,6 +196,14 @@ async def run_agent(
                 result.status = outcome.status
                 result.error = outcome.error
                 break
+            if config.notify_model_of_discarded_tools:
+                notices.extend(outcome.discarded_tools)
+            last = outcome.stop_reason != "tool_use" or not any(b.get("type") == "tool_use" for b in outcome.blocks)
+            if last and ctx.settle is not None:
+                # The run's last answer is committed with the run's end, in one step (below).
+                final = {"role": "assistant", "content": outcome.blocks} if outcome.blocks else None
+                settling = runner
+                break
             if outcome.blocks:
                 await commit({"role": "assistant", "content": outcome.blocks})
             # else: an answer with no content (a stream that ended with nothing, a refusal before
@@ -199,11 +211,17 @@ async def run_agent(
             # The checkpoint goes only once the answer is committed: a worker dying in between
             # leaves a checkpoint that no longer matches the history, which a resume discards.
             await runner.settled()
-            if config.notify_model_of_discarded_tools:
-                notices.extend(outcome.discarded_tools)
             turn += 1
-            if outcome.stop_reason != "tool_use" or not _pending_tool_calls(messages):
+            if last:
                 break
+        if ctx.settle is not None:
+            await ctx.settle(Settlement(result.status, result.error, final, len(messages), list(notices)))
+            result.settled = True
+            if final is not None:
+                # committed now: every sink hears of it as of any message (a store finds it there)
+                await commit(final)
+            if settling is not None:
+                await settling.settled()
         await ctx.frame(FrameKind.RUN_STATUS, status=result.status, error=result.error)
     finally:
         if own_transport:

@@ -31,6 +31,10 @@ class Checkpoint:
     seq: int = 0  # last client frame sequence number published
     updated_at: float = field(default_factory=time.time)
     epoch: int = 0  # the claim that wrote it (the run's fencing token); 0: not fenced
+    # set once the turn's answer is complete (it ended with this stop reason): a resume commits
+    # ``blocks`` as the answer, asking the provider nothing
+    stop_reason: str | None = None
+    discarded_tools: list[dict[str, Any]] = field(default_factory=list)  # cut-off calls: the model's notices
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

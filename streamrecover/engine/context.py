@@ -8,6 +8,7 @@ the attempt index).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -25,6 +26,22 @@ class RunCancelled(Exception):
     """The cancel token fired; carries what stopped the run."""
 
 
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How a run ended, with its final answer when that is not committed yet: the caller
+    stores both in one step (``RunContext.settle``), so a run is never left with its answer
+    committed and its end not, nor the other way round."""
+
+    status: str
+    error: dict[str, str] | None
+    message: dict[str, Any] | None  # the final assistant message, to commit at ``position``
+    position: int
+    notices: list[dict[str, Any]]  # discarded-tool notices no message of the run carried
+
+
+Settle = Callable[[Settlement], Awaitable[None]]
+
+
 @dataclass(slots=True)
 class RunContext:
     """Identity and shared services of one run, handed to every turn."""
@@ -40,9 +57,13 @@ class RunContext:
     transport: HttpxTransport | None = None
     seq: int = 0  # the last client frame number; a resumed run numbers on from it
     attempts: int = 0  # attempts so far across the run (the first attempt's index), for AttemptRecord.index
+    turns: int = 0  # assistant turns of this run already committed (by an earlier process): MAX_TURNS counts them
     provider_name: str = ""  # the configured provider's name for events (default: the adapter's)
     # models that refused a prefill in this run: every later continuation uses continue_message
     prefill_refused: set[str] = field(default_factory=set)
+    # stores the run's end and its final answer in one step; None: the final answer is committed
+    # through the sink like any message and the caller stores the end (``RunResult``)
+    settle: Settle | None = None
 
     @property
     def provider(self) -> str:

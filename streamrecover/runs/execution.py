@@ -2,16 +2,18 @@
 
 ``execute_run`` is handed what it does not own: the live channel (``live``, opened and closed
 by the code that starts work) and any further sinks. It adds the recorder and the status
-sink, beats the heartbeat and watches for a cancel while the agent runs, and finishes the
-run through ``lifecycle``. Everything it writes for the run goes through the claim's
-``Fence``: when the heartbeat finds the claim taken over, the run's task is cancelled and the
-run unwinds without another write (``execute_run`` then returns None).
+sink, beats the heartbeat and watches for a cancel while the agent runs, and has the agent
+settle the run through ``lifecycle.finish`` (its end and final answer in one transaction).
+Everything it writes for the run goes through the claim's ``Fence``: when the heartbeat
+finds the claim taken over, the run's task is cancelled and the run unwinds without another
+write (``execute_run`` then returns None).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
@@ -24,7 +26,7 @@ from django.db import connections
 from ..conf import app_settings
 from ..engine.agent import RunResult, ToolRegistry, run_agent
 from ..engine.cancel import CancelToken
-from ..engine.context import RunContext
+from ..engine.context import RunContext, Settlement
 from ..engine.contract import ModelRequest, ProviderConfig
 from ..engine.errors import ClaimLost
 from ..engine.sink import (
@@ -97,9 +99,11 @@ def tools_for_run(run: Run) -> ToolRegistry:
     return demo_registry() if run.options.get("demo_tools") else ToolRegistry()
 
 
-def _load(run_id: str) -> tuple[Run, list[dict[str, Any]], int]:
+def _load(run_id: str) -> tuple[Run, list[dict[str, Any]], int, int]:
+    """The run, its thread's committed messages, its attempts and its committed turns so far."""
     run = Run.objects.select_related("thread").get(pk=run_id)
-    return run, Message.objects.of_thread(run.thread_id).canonical(), Attempt.objects.of_run(run.pk).count()
+    turns = Message.objects.filter(run=run, role=Message.Role.ASSISTANT).count()
+    return run, Message.objects.of_thread(run.thread_id).canonical(), Attempt.objects.of_run(run.pk).count(), turns
 
 
 async def _watch(fence: Fence, cancel: CancelToken, running: asyncio.Task[Any]) -> None:
@@ -146,10 +150,11 @@ async def execute_run(
     tools: ToolRegistry | None = None,
     provider_override: ProviderConfig | None = None,
 ) -> RunResult | None:
-    """Claim and execute a run to its end (or to a cancel). Returns None when not claimed.
+    """Claim and execute a run to its end (or to a cancel). Returns None when not claimed, or
+    when the claim was lost to another worker on the way (nothing more was written then).
 
     ``live`` opens the run's live channel once the run is claimed; it is closed (by the
-    context manager it returns) when the agent stops, before the run's end is stored.
+    context manager it returns) when the agent stops, after the run's end is stored.
     ``provider_override`` (in-process only) replaces the configured provider; never stored.
     """
     worker = worker or lifecycle.worker_id()  # the executing process's, never the importer's
@@ -184,7 +189,7 @@ async def _execute_claimed(
     tools: ToolRegistry | None,
     provider_override: ProviderConfig | None,
 ) -> RunResult:
-    run, messages, consumed = await sync_to_async(_load)(run_id)
+    run, messages, consumed, turns = await sync_to_async(_load)(run_id)
     options = run.options
     engine = app_settings.engine_config()
     if options.get("engine"):
@@ -229,6 +234,8 @@ async def _execute_claimed(
                     tool_results=DjangoToolResultStore(fence),
                     seq=start_seq,
                     attempts=consumed,
+                    turns=turns,
+                    settle=functools.partial(_settle, fence),
                     provider_name=run.provider,
                 )
                 result = await run_agent(ctx, request, tools=tools, resume=existing is not None)
@@ -243,7 +250,7 @@ async def _execute_claimed(
     finally:
         with contextlib.suppress(Exception):
             await checkpoints.aclose()
-    await _finish(str(run.pk), result, fence)
+    log.info("run_finished", run_id=str(run.pk), status=result.status, error_kind=(result.error or {}).get("kind"))
     # The ORM work ran in asgiref's executor thread: release its connections there.
     await sync_to_async(connections.close_all)()
     return result
@@ -257,9 +264,16 @@ def _abandon(channel: LiveSink) -> None:
         abandon()
 
 
-async def _finish(run_id: str, result: RunResult, fence: Fence) -> None:
-    error = result.error or {}
+async def _settle(fence: Fence, settlement: Settlement) -> None:
+    """The run's end and its final answer, in one transaction (``lifecycle.finish``)."""
+    error = settlement.error or {}
     await sync_to_async(lifecycle.finish)(
-        run_id, result.status, error.get("kind", ""), error.get("message", ""), result.undelivered_notices, fence
+        fence.run_id,
+        settlement.status,
+        error.get("kind", ""),
+        error.get("message", ""),
+        settlement.notices,
+        fence,
+        settlement.message,
+        settlement.position,
     )
-    log.info("run_finished", run_id=run_id, status=result.status, error_kind=error.get("kind"))

@@ -84,9 +84,8 @@ class Fence:
         """The heartbeat: renews the lease, or raises ``ClaimLost`` when the run is not ours."""
         self.check()
         sent = time.monotonic()
-        updated = await Run.objects.filter(
-            pk=self.run_id, claim_epoch=self.epoch, status__in=Run.CLAIMED_STATUSES
-        ).aupdate(heartbeat_at=timezone.now())
+        # the epoch alone: every takeover raises it (a run this claim settled is still its own)
+        updated = await Run.objects.filter(pk=self.run_id, claim_epoch=self.epoch).aupdate(heartbeat_at=timezone.now())
         if not updated:
             raise self.lose()
         self._lease_until = max(self._lease_until, sent + self.lease_s)

@@ -30,6 +30,7 @@ from ..models import Attempt, Message, Run, Thread
 from ..redaction import cut_secrets
 from .checkpoints import sweep_settled_checkpoints
 from .fence import Fence
+from .recorder import write_message
 from .signals import run_requeued, run_settled
 
 log = structlog.get_logger("streamrecover")
@@ -209,8 +210,12 @@ def finish(
     error_message: str = "",
     notices: Sequence[dict[str, Any]] = (),
     fence: Fence | None = None,
+    message: dict[str, Any] | None = None,
+    position: int = 0,
 ) -> None:
-    """Store how the run ended; ``notices`` wait on the thread for its next user message.
+    """Store how the run ended, with its final answer (``message`` at ``position``) in the same
+    transaction: a run is never completed without its answer, nor its answer committed while
+    the run is not settled. ``notices`` wait on the thread for its next user message.
 
     With a fence, only while its claim is current (else ``ClaimLost``, nothing written).
     """
@@ -218,6 +223,8 @@ def finish(
         if fence is not None:
             fence.hold()
         run = Run.objects.select_for_update().get(pk=run_id)
+        if message is not None:
+            write_message(run.thread_id, run.pk, message, position)
         run.status = status
         run.error_kind = error_kind
         run.error_message = error_message

@@ -167,19 +167,23 @@ class RecorderSink(BaseSink):
 
     async def on_message(self, message: dict[str, Any], position: int) -> None:
         """Write the committed message once; a retried write finds it and changes nothing."""
-        content = cut_secrets(jsonable(message.get("content", [])))
-        row, created = await self._write(
-            lambda: Message.objects.get_or_create(
-                thread_id=self.thread_id,
-                position=position,
-                defaults={"run_id": self.run_id, "role": message["role"], "content": content},
-            )
+        await self._write(lambda: write_message(self.thread_id, self.run_id, message, position))
+
+
+def write_message(thread_id: int, run_id: uuid.UUID | str, message: dict[str, Any], position: int) -> None:
+    """Commit ``message`` at ``position`` of the thread, once: a retried write finds it and
+    changes nothing. Stored as written (the app's own API keys cut out)."""
+    content = cut_secrets(jsonable(message.get("content", [])))
+    row, created = Message.objects.get_or_create(
+        thread_id=thread_id,
+        position=position,
+        defaults={"run_id": run_id, "role": message["role"], "content": content},
+    )
+    if not created and (row.role != message["role"] or row.content != content):
+        logger.warning(
+            "message_position_conflict",
+            run_id=str(run_id),
+            thread_id=thread_id,
+            position=position,
+            stored_run_id=str(row.run_id) if row.run_id else None,
         )
-        if not created and (row.role != message["role"] or row.content != content):
-            logger.warning(
-                "message_position_conflict",
-                run_id=str(self.run_id),
-                thread_id=self.thread_id,
-                position=position,
-                stored_run_id=str(row.run_id) if row.run_id else None,
-            )
