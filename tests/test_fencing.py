@@ -35,14 +35,14 @@ from streamrecover.testing.tools import WEATHER_SCHEMA, get_weather
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
-STALE_S = 1.0
+STALE_S = 2.0  # short, yet long enough for a loaded machine to beat within it
 STORY = "Tell me a story about two lighthouse keepers [[words=40]]"
 MODEL = "claude-3-7-sonnet"
 
 
 @pytest.fixture
 def short_stale_window(settings: Any) -> None:
-    """A stale window of a second (a heartbeat every 0.2 s), so a stale worker takes a second."""
+    """A stale window of two seconds (a heartbeat every 0.2 s): a stale worker is found quickly."""
     settings.STREAMRECOVER = {**settings.STREAMRECOVER, "STALE_AFTER_SECONDS": STALE_S, "HEARTBEAT_SECONDS": 0.2}
 
 
@@ -209,7 +209,7 @@ def _slow_registry(calls: list[float], seconds: float) -> ToolRegistry:
 def test_a_tool_blocking_longer_than_the_stale_window_keeps_its_run(short_stale_window):
     run = lifecycle.create_run(prompt="Weather in Oslo? [[words=20]] [[tool=get_weather]]", model=MODEL)
     calls: list[float] = []
-    tools = _slow_registry(calls, seconds=STALE_S * 2.5)
+    tools = _slow_registry(calls, seconds=STALE_S * 1.5)
     stop = threading.Event()
     swept: list[str] = []
 

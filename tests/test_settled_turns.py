@@ -231,3 +231,22 @@ def test_a_worker_dying_between_the_answer_and_the_runs_end_leaves_nothing_half_
     assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
     assert asyncio.run(execution.checkpoint_store_from_settings().get(str(run.pk))) is None
     _release_orm_thread()
+
+
+@pytest.mark.parametrize("wire", sorted(MODELS))
+def test_a_resumed_run_counts_the_turns_already_committed_against_max_turns(wire):
+    run = lifecycle.create_run(prompt=WEATHER, model=MODELS[wire], demo_tools=True, engine={"max_turns": 1})
+    result = asyncio.run(execution.execute_run(str(run.pk)))
+    assert result is not None
+    assert (result.status, (result.error or {}).get("kind")) == (Run.Status.FAILED, "max_turns")
+    assert [m["role"] for m in _thread(run)] == ["user", "assistant", "user"]  # one turn and its tool results
+    _put_back(run, Run.Status.QUEUED)  # as if its worker had died there
+
+    calls = _provider_calls()
+    again = asyncio.run(execution.execute_run(str(run.pk), worker="next:2"))
+    _release_orm_thread()
+
+    assert again is not None
+    assert (again.status, (again.error or {}).get("kind")) == (Run.Status.FAILED, "max_turns")
+    assert _provider_calls() == calls  # no second turn: MAX_TURNS is the run's, not each worker's
+    assert [m["role"] for m in _thread(run)] == ["user", "assistant", "user"]

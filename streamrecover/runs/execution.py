@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import structlog
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import close_old_connections, connections
 
 from ..conf import app_settings
 from ..engine.agent import RunResult, ToolRegistry, run_agent
@@ -116,10 +116,15 @@ async def _watch(fence: Fence, cancel: CancelToken, running: asyncio.Task[Any]) 
     try:
         while True:
             now = loop.time()
-            if now - last_beat >= beat_every:
-                await fence.beat()
-                last_beat = now
-            reason = await lifecycle.requested_cancel(fence.run_id)
+            try:
+                if now - last_beat >= beat_every:
+                    await fence.beat()
+                    last_beat = now
+                reason = await lifecycle.requested_cancel(fence.run_id)
+            except Exception as exc:  # the database away for a moment: beat again at the next tick
+                log.warning("run_heartbeat_failed", run_id=fence.run_id, error=f"{type(exc).__name__}: {exc}")
+                reason = None
+                await sync_to_async(close_old_connections)()  # a broken connection is not reused
             if reason is not None:
                 cancel.cancel(reason)
                 return
