@@ -90,6 +90,11 @@ class Run(models.Model):
     claims = models.PositiveIntegerField(
         verbose_name=_("claims"), default=0, help_text=_("Times a worker claimed this run.")
     )
+    # The fencing token: every claim (and every sweep or re-queue, which revokes a claim) raises
+    # it; a worker writes for the run only while the epoch it claimed with is still the run's.
+    claim_epoch = models.PositiveBigIntegerField(
+        verbose_name=_("claim epoch"), default=0, help_text=_("Raised by every claim; fences out older claims.")
+    )
     worker = models.CharField(verbose_name=_("worker"), max_length=255, blank=True)
     heartbeat_at = models.DateTimeField(verbose_name=_("heartbeat at"), null=True, blank=True)
     error_kind = models.CharField(verbose_name=_("error kind"), max_length=64, blank=True)
@@ -305,6 +310,34 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"Attempt {self.index} ({self.kind})"
+
+
+class ToolCallResult(models.Model):
+    """The result of one tool call a run executed, stored before the run goes on.
+
+    Keyed by the run, the position of the assistant message that made the call and the call's
+    id (providers may reuse a call id in a later turn): a resumed run finds it here and never
+    executes the call again.
+    """
+
+    run = models.ForeignKey(Run, verbose_name=_("run"), on_delete=models.CASCADE, related_name="tool_results")
+    position = models.PositiveIntegerField(
+        verbose_name=_("position"), help_text=_("Of the assistant message that made the call.")
+    )
+    tool_call_id = models.CharField(verbose_name=_("tool call id"), max_length=255)
+    result = models.JSONField(verbose_name=_("result"), encoder=DjangoJSONEncoder, help_text=_("A tool_result block."))
+    created = models.DateTimeField(verbose_name=_("created"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("tool call result")
+        verbose_name_plural = _("tool call results")
+        ordering = ["run", "position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "position", "tool_call_id"], name="sr_toolresult_call_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Result of {self.tool_call_id}"
 
 
 class StreamCheckpoint(models.Model):

@@ -82,3 +82,52 @@ def test_the_next_user_message_tells_the_model_about_a_cut_off_tool_call(fake_se
 
         third = lifecycle.create_run(prompt="Thanks", provider="fake", model=MODEL, thread=thread)
         assert [b["text"] for b in Message.objects.get(run=third, role="user").content] == ["Thanks"]
+
+
+class WorkerDied(BaseException):
+    """Where the test kills the worker: nothing after it runs."""
+
+
+def test_a_notice_survives_a_worker_dying_as_the_run_settles(fake_server, settings, monkeypatch) -> None:
+    """The notice is stored with the run's end and its answer, in one step: a worker dying
+    between the answer and the run's end loses neither; the next worker settles both."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from streamrecover.models import Run
+
+    scenario = "notices-dying"
+    fake_server.set_faults(scenario, [_cut_inside_the_tool_call(fake_server)])
+    conf = {
+        **settings.STREAMRECOVER,
+        "PROVIDERS": _providers(fake_server, scenario),
+        "NOTIFY_MODEL_OF_DISCARDED_TOOLS": True,
+    }
+    real_write = lifecycle.write_message
+
+    def dies_after_writing(*args: Any) -> None:
+        real_write(*args)
+        raise WorkerDied("the worker died between the answer and the run's end")
+
+    with override_settings(STREAMRECOVER=conf):
+        run_ = lifecycle.create_run(prompt=PROMPT, provider="fake", model=MODEL, demo_tools=True)
+        monkeypatch.setattr(lifecycle, "write_message", dies_after_writing)
+        with pytest.raises(WorkerDied):
+            asyncio.run(starter.execute_here(str(run_.pk)))
+        monkeypatch.setattr(lifecycle, "write_message", real_write)
+        thread = Thread.objects.get(pk=run_.thread_id)
+        assert thread.pending_notices == []
+        assert [m.role for m in Message.objects.filter(thread=thread)] == ["user"]
+        Run.objects.filter(pk=run_.pk).update(
+            status=Run.Status.QUEUED, worker="", heartbeat_at=timezone.now() - timedelta(minutes=10)
+        )
+
+        result = asyncio.run(starter.execute_here(str(run_.pk)))
+        assert result is not None
+        assert result.status == "completed"
+        discarded = RecoveryEvent.objects.get(run=run_, name="discarded_partial_tool_use")
+        assert Thread.objects.get(pk=thread.pk).pending_notices == [
+            {"id": discarded.payload["tool_call_id"], "name": "get_weather", "reason": discarded.payload["reason"]}
+        ]
+        assert [m.role for m in Message.objects.filter(thread=thread)] == ["user", "assistant"]

@@ -19,9 +19,11 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.utils import timezone
 
-from streamrecover.models import Attempt, Message, Run
+from streamrecover.engine.sink import CollectingSink
+from streamrecover.models import Attempt, Message, Run, ToolCallResult
 from streamrecover.runs import execution, lifecycle
 from streamrecover.testing import demo_registry
+from streamrecover.testing.client import ClientView
 from streamrecover.testing.fake.local import local_fake_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -91,13 +93,16 @@ def test_a_run_re_claimed_after_its_final_commit_asks_nothing_and_commits_nothin
     assert (run.input_tokens, run.output_tokens) == tokens
 
 
+@pytest.mark.parametrize("result_stored", [False, True], ids=["died_during_the_call", "died_after_the_call"])
 @pytest.mark.parametrize("wire", sorted(MODELS))
-def test_a_run_re_claimed_after_committing_its_tool_calls_runs_them_and_goes_on(wire):
+def test_a_run_re_claimed_after_committing_its_tool_calls_runs_them_and_goes_on(wire, result_stored):
     run = _completed(WEATHER, MODELS[wire], demo_tools=True)
     committed = _thread(run)
     assert [m["role"] for m in committed] == ["user", "assistant", "user", "assistant"]
     assert [b["type"] for b in committed[1]["content"]][-1] == "tool_use"
     _put_back(run, Run.Status.RUNNING, keep_messages=2)  # died before the tool results were committed
+    if not result_stored:
+        ToolCallResult.objects.filter(run=run).delete()
 
     tools = demo_registry()
     calls = _provider_calls()
@@ -105,7 +110,8 @@ def test_a_run_re_claimed_after_committing_its_tool_calls_runs_them_and_goes_on(
 
     assert result is not None
     assert result.status == Run.Status.COMPLETED
-    assert [name for name, _ in tools.calls] == ["get_weather"]  # its result was never stored
+    # a stored result is used as it is; a call that left none is made again
+    assert [name for name, _ in tools.calls] == ([] if result_stored else ["get_weather"])
     assert _provider_calls() == calls + 1  # the next turn only: the tool-calling turn is not redone
     assert _thread(run) == committed
     assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
@@ -138,7 +144,7 @@ def _release_orm_thread() -> None:
 
 class _DiesAtTheTurnsEnd:
     """A checkpoint store whose first delete is where the worker dies (cancelled at once,
-    nothing after it runs): the turn's answer is in, the run is not settled yet."""
+    nothing after it runs): the run is settled with its answer, its checkpoint not deleted yet."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
@@ -158,7 +164,7 @@ class _DiesAtTheTurnsEnd:
 
 
 @pytest.mark.parametrize("wire", sorted(MODELS))
-def test_a_worker_dying_as_its_turn_ends_leaves_the_answer_committed_not_to_be_asked_again(wire, monkeypatch):
+def test_a_worker_dying_as_its_turn_ends_leaves_the_run_settled_with_its_answer(wire, monkeypatch):
     real = execution.checkpoint_store_from_settings
     dying = _DiesAtTheTurnsEnd(real())
     monkeypatch.setattr(execution, "checkpoint_store_from_settings", lambda: dying)
@@ -168,17 +174,79 @@ def test_a_worker_dying_as_its_turn_ends_leaves_the_answer_committed_not_to_be_a
     assert dying.died
     # the dead worker never released its connections: do it for it
     _release_orm_thread()
-    assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING  # never settled
     monkeypatch.setattr(execution, "checkpoint_store_from_settings", real)
-    _put_back(run, Run.Status.QUEUED)  # what the sweeper does with it
+    assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED  # settled with its answer, in one step
+    assert [m["role"] for m in _thread(run)] == ["user", "assistant"]
+    _assert_no_empty_assistant(_thread(run))
+    assert asyncio.run(real().get(str(run.pk))) is not None  # the delete never happened: the sweep does it
+    lifecycle.sweep_stale_runs()
+    assert asyncio.run(real().get(str(run.pk))) is None
 
     calls = _provider_calls()
+    assert asyncio.run(execution.execute_run(str(run.pk), worker="next:2")) is None  # settled: not run again
+    assert _provider_calls() == calls
+    _release_orm_thread()
+
+
+class WorkerDied(BaseException):
+    """Where the test kills the worker: nothing after it runs."""
+
+
+@pytest.mark.parametrize("wire", sorted(MODELS))
+def test_a_worker_dying_between_the_answer_and_the_runs_end_leaves_nothing_half_settled(wire, monkeypatch):
+    """The answer is written, then the worker dies before the run's status is: the transaction
+    holding both is rolled back, the checkpoint still holds the whole answer, and the next
+    worker commits it (asking the provider nothing) and completes the run."""
+    real_write = lifecycle.write_message
+
+    def dies_after_writing(*args: Any) -> None:
+        real_write(*args)
+        raise WorkerDied("the worker died between the answer and the run's status")
+
+    run = lifecycle.create_run(prompt=STORY, model=MODELS[wire])
+    streamed = CollectingSink()
+    monkeypatch.setattr(lifecycle, "write_message", dies_after_writing)
+    with pytest.raises(WorkerDied):
+        asyncio.run(execution.execute_run(str(run.pk), extra_sinks=[streamed]))
+    _release_orm_thread()
+    monkeypatch.setattr(lifecycle, "write_message", real_write)
+
+    # nothing half-settled: neither the answer nor the run's end
+    assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
+    assert [m["role"] for m in _thread(run)] == ["user"]
+    answer = ClientView(_thread(run)).apply_all(streamed.frames).reconstructed()
+    assert answer  # what the client was streamed
+
+    _put_back(run, Run.Status.QUEUED)
+    calls = _provider_calls()
     result = asyncio.run(execution.execute_run(str(run.pk), worker="next:2"))
+    _release_orm_thread()
 
     assert result is not None
     assert result.status == Run.Status.COMPLETED
-    assert _provider_calls() == calls  # the answer was committed before anything could lose it
-    assert [m["role"] for m in _thread(run)] == ["user", "assistant"]
-    _assert_no_empty_assistant(_thread(run))
-    assert asyncio.run(real().get(str(run.pk))) is None  # no checkpoint left behind
+    assert _provider_calls() == calls  # the whole answer was in the checkpoint: not asked (billed) again
+    stored = _thread(run)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[1]["content"] == answer
+    assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
+    assert asyncio.run(execution.checkpoint_store_from_settings().get(str(run.pk))) is None
     _release_orm_thread()
+
+
+@pytest.mark.parametrize("wire", sorted(MODELS))
+def test_a_resumed_run_counts_the_turns_already_committed_against_max_turns(wire):
+    run = lifecycle.create_run(prompt=WEATHER, model=MODELS[wire], demo_tools=True, engine={"max_turns": 1})
+    result = asyncio.run(execution.execute_run(str(run.pk)))
+    assert result is not None
+    assert (result.status, (result.error or {}).get("kind")) == (Run.Status.FAILED, "max_turns")
+    assert [m["role"] for m in _thread(run)] == ["user", "assistant", "user"]  # one turn and its tool results
+    _put_back(run, Run.Status.QUEUED)  # as if its worker had died there
+
+    calls = _provider_calls()
+    again = asyncio.run(execution.execute_run(str(run.pk), worker="next:2"))
+    _release_orm_thread()
+
+    assert again is not None
+    assert (again.status, (again.error or {}).get("kind")) == (Run.Status.FAILED, "max_turns")
+    assert _provider_calls() == calls  # no second turn: MAX_TURNS is the run's, not each worker's
+    assert [m["role"] for m in _thread(run)] == ["user", "assistant", "user"]

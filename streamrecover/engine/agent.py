@@ -1,25 +1,33 @@
 """The agent loop: a run's assistant turns, and the tools their completed tool calls ask for.
 
-Each completed tool call (including one salvaged by R2) is executed exactly once per
-committed assistant message; its result is committed as the next user message before
-the next turn starts, so a resumed run never executes a call twice.
+Each completed tool call (including one salvaged by R2) is executed at most once per
+committed assistant message: its result is stored (``RunContext.tool_results``) as soon as the
+call returns, and a resumed run reuses a stored result instead of calling the tool again. The
+results are committed as the next user message before the next turn starts. A synchronous
+tool runs in a worker thread, so a tool that blocks never stops the event loop (the run's
+heartbeat goes on); a tool that takes a ``context`` argument gets the call's
+``ToolCallContext`` with its idempotency key, the same however often the call is made (a
+worker that dies during the call leaves no result, and the next one calls it again).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .context import RunContext
+from .context import RunContext, Settlement
 from .contract import ModelRequest, ToolSpec
 from .protocol import FrameKind, RunStatus
+from .toolresults import ToolCallContext
 from .transport import HttpxTransport
 from .turn import TurnResult, TurnRunner
 
-ToolFunc = Callable[[dict[str, Any]], Any] | Callable[[dict[str, Any]], Awaitable[Any]]
+# ``func(input)``, or ``func(input, context=ToolCallContext)`` when it has a ``context`` parameter
+ToolFunc = Callable[..., Any] | Callable[..., Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +40,24 @@ class Tool:
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.input_schema)
+
+    @property
+    def takes_context(self) -> bool:
+        try:
+            return "context" in inspect.signature(self.func).parameters
+        except (TypeError, ValueError):
+            return False
+
+    async def call(self, arguments: dict[str, Any], context: ToolCallContext | None) -> Any:
+        """Call the function: a coroutine function on the event loop, anything else in a thread."""
+        kwargs = {"context": context} if context is not None and self.takes_context else {}
+        if inspect.iscoroutinefunction(self.func):
+            value = await self.func(arguments, **kwargs)
+        else:
+            value = await asyncio.to_thread(self.func, arguments, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
 
 
 class ToolRegistry:
@@ -54,7 +80,7 @@ class ToolRegistry:
     def __contains__(self, name: str) -> bool:
         return name in self._tools
 
-    async def execute(self, call: dict[str, Any]) -> dict[str, Any]:
+    async def execute(self, call: dict[str, Any], context: ToolCallContext | None = None) -> dict[str, Any]:
         """Run one canonical tool_use block; always returns a canonical tool_result block."""
         name = call.get("name") or ""
         tool = self._tools.get(name)
@@ -62,9 +88,7 @@ class ToolRegistry:
         if tool is None:
             return _result(call, f"unknown tool {name!r}; available: {sorted(self._tools)}", True)
         try:
-            value = tool.func(call.get("input") or {})
-            if inspect.isawaitable(value):
-                value = await value
+            value = await tool.call(call.get("input") or {}, context)
         except Exception as exc:  # a tool error is the model's to handle
             return _result(call, f"{type(exc).__name__}: {exc}", True)
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -89,6 +113,7 @@ class RunResult:
     # (the turn with the discarded call ended without tools to run): they belong in the
     # thread's next user message, which the caller commits.
     undelivered_notices: list[dict[str, Any]] = field(default_factory=list)
+    settled: bool = False  # the run's end (and final answer) were stored through ``RunContext.settle``
 
 
 async def run_agent(
@@ -120,7 +145,8 @@ async def run_agent(
     transport = ctx.transport
     messages = [dict(m) for m in request.messages]
     new_messages: list[dict[str, Any]] = []
-    result = RunResult(RunStatus.COMPLETED, messages)
+    # turns an earlier process of this run committed count against ``max_turns`` too
+    result = RunResult(RunStatus.COMPLETED, messages, turns=ctx.turns)
 
     async def commit(message: dict[str, Any]) -> None:
         messages.append(message)
@@ -139,6 +165,8 @@ async def run_agent(
                 await checkpoints.delete(ctx.run_id)
 
     notices: list[dict[str, Any]] = []
+    final: dict[str, Any] | None = None  # the final answer, committed with the run's end (ctx.settle)
+    settling: TurnRunner | None = None  # the turn whose checkpoint goes once its answer is stored
     try:
         await ctx.frame(FrameKind.RUN_STATUS, status=RunStatus.RUNNING)
         turn = _turn_index(messages)
@@ -149,7 +177,7 @@ async def run_agent(
                 break
             pending = _pending_tool_calls(messages)
             if pending and not one_turn:
-                await commit(await _execute_tools(pending, tools, notices))
+                await commit(await _execute_tools(ctx, len(messages) - 1, pending, tools, notices))
                 notices = []
                 continue
             if messages and messages[-1].get("role") == "assistant":
@@ -171,6 +199,19 @@ async def run_agent(
                 result.status = outcome.status
                 result.error = outcome.error
                 break
+            if config.notify_model_of_discarded_tools:
+                notices.extend(outcome.discarded_tools)
+            # one_turn (the healing endpoint): the client runs the tools, the run is this one answer
+            last = (
+                one_turn
+                or outcome.stop_reason != "tool_use"
+                or not any(b.get("type") == "tool_use" for b in outcome.blocks)
+            )
+            if last and ctx.settle is not None:
+                # The run's last answer is committed with the run's end, in one step (below).
+                final = {"role": "assistant", "content": outcome.blocks} if outcome.blocks else None
+                settling = runner
+                break
             if outcome.blocks:
                 await commit({"role": "assistant", "content": outcome.blocks})
             # else: an answer with no content (a stream that ended with nothing, a refusal before
@@ -178,11 +219,17 @@ async def run_agent(
             # The checkpoint goes only once the answer is committed: a worker dying in between
             # leaves a checkpoint that no longer matches the history, which a resume discards.
             await runner.settled()
-            if config.notify_model_of_discarded_tools:
-                notices.extend(outcome.discarded_tools)
             turn += 1
-            if one_turn or outcome.stop_reason != "tool_use" or not _pending_tool_calls(messages):
+            if last:
                 break
+        if ctx.settle is not None:
+            await ctx.settle(Settlement(result.status, result.error, final, len(messages), list(notices)))
+            result.settled = True
+            if final is not None:
+                # committed now: every sink hears of it as of any message (a store finds it there)
+                await commit(final)
+            if settling is not None:
+                await settling.settled()
         await ctx.frame(FrameKind.RUN_STATUS, status=result.status, error=result.error)
     finally:
         if own_transport:
@@ -211,11 +258,20 @@ def _pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def _execute_tools(
-    calls: list[dict[str, Any]], tools: ToolRegistry, notices: list[dict[str, Any]]
+    ctx: RunContext, position: int, calls: list[dict[str, Any]], tools: ToolRegistry, notices: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The user message with every call's result, plus (when enabled) an explicit notice of
-    tool calls that were cut off and never executed."""
-    content: list[dict[str, Any]] = [await tools.execute(call) for call in calls]
+    tool calls that were cut off and never executed. ``position`` is the assistant message's
+    that made the calls. A result already stored (a resumed run) is used as it is; a new one
+    is stored before the next call is made."""
+    content: list[dict[str, Any]] = []
+    for call in calls:
+        call_id = str(call.get("id") or "")
+        result = await ctx.tool_results.get(ctx.run_id, position, call_id)
+        if result is None:
+            result = await tools.execute(call, ToolCallContext.for_call(ctx.run_id, position, call_id))
+            await ctx.tool_results.put(ctx.run_id, position, call_id, result)
+        content.append(result)
     return {"role": "user", "content": content + notice_blocks(notices)}
 
 

@@ -3,6 +3,11 @@
 A checkpoint holds only what recovery may reuse (partial text, completed tool calls, kept
 thinking) plus enough bookkeeping to resume after the process died. Stores are async and
 keyed by run id; ``put`` is an idempotent upsert.
+
+Fencing: a checkpoint carries the ``epoch`` of the claim that wrote it (0: unfenced). A store
+remembers the highest epoch it has seen for a run (a ``get`` or ``delete`` with ``epoch`` counts
+too) and refuses, with ``ClaimLost``, a ``put`` or ``delete`` of an older one: a worker whose
+claim was taken over can neither overwrite nor delete the new owner's checkpoint.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
+
+from .errors import ClaimLost
 
 
 @dataclass(slots=True)
@@ -27,6 +34,11 @@ class Checkpoint:
     # ``open_text``); another worker re-attaches there (None: it continues instead)
     native: dict[str, Any] | None = None
     updated_at: float = field(default_factory=time.time)
+    epoch: int = 0  # the claim that wrote it (the run's fencing token); 0: not fenced
+    # set once the turn's answer is complete (it ended with this stop reason): a resume commits
+    # ``blocks`` as the answer, asking the provider nothing
+    stop_reason: str | None = None
+    discarded_tools: list[dict[str, Any]] = field(default_factory=list)  # cut-off calls: the model's notices
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,17 +64,29 @@ class InMemoryCheckpointStore:
 
     def __init__(self) -> None:
         self._items: dict[str, dict[str, Any]] = {}
+        self._fences: dict[str, int] = {}  # the highest epoch seen per run
         self.writes = 0
 
+    def _fence(self, run_id: str, epoch: int | None) -> None:
+        if not epoch:
+            return
+        if self._fences.get(run_id, 0) > epoch:
+            raise ClaimLost(f"run {run_id}: checkpoint of claim {epoch} refused, a newer claim holds the run")
+        self._fences[run_id] = epoch
+
     async def put(self, checkpoint: Checkpoint) -> None:
+        self._fence(checkpoint.run_id, checkpoint.epoch)
         self.writes += 1
         self._items[checkpoint.run_id] = checkpoint.to_dict()
 
-    async def get(self, run_id: str) -> Checkpoint | None:
+    async def get(self, run_id: str, *, epoch: int | None = None) -> Checkpoint | None:
+        if epoch:
+            self._fences[run_id] = max(self._fences.get(run_id, 0), epoch)
         data = self._items.get(run_id)
         return Checkpoint.from_dict(data) if data is not None else None
 
-    async def delete(self, run_id: str) -> None:
+    async def delete(self, run_id: str, *, epoch: int | None = None) -> None:
+        self._fence(run_id, epoch)
         self._items.pop(run_id, None)
 
 

@@ -1,13 +1,14 @@
 """The run context: one run's identity and shared services, built once by the code that executes the run.
 
 Every turn of the run gets the same ``RunContext``: the adapter and engine settings, the
-sink the run reports to, the checkpoint store, the cancel token, the HTTP transport, and
+sink the run reports to, the checkpoint and tool result stores, the cancel token, the HTTP transport, and
 the two counters that continue across turns and processes (the client frame ``seq`` and
 the attempt index).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -17,6 +18,7 @@ from .config import EngineConfig
 from .contract import ProviderAdapter
 from .protocol import Frame
 from .sink import RunSink
+from .toolresults import InMemoryToolResultStore, ToolResultStore
 from .transport import HttpxTransport
 
 
@@ -34,6 +36,22 @@ class Failover:
     provider_name: str
 
 
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How a run ended, with its final answer when that is not committed yet: the caller
+    stores both in one step (``RunContext.settle``), so a run is never left with its answer
+    committed and its end not, nor the other way round."""
+
+    status: str
+    error: dict[str, str] | None
+    message: dict[str, Any] | None  # the final assistant message, to commit at ``position``
+    position: int
+    notices: list[dict[str, Any]]  # discarded-tool notices no message of the run carried
+
+
+Settle = Callable[[Settlement], Awaitable[None]]
+
+
 @dataclass(slots=True)
 class RunContext:
     """Identity and shared services of one run, handed to every turn."""
@@ -44,14 +62,19 @@ class RunContext:
     sink: RunSink
     checkpoints: CheckpointStore = field(default_factory=InMemoryCheckpointStore)
     cancel: CancelToken = field(default_factory=CancelToken)
+    tool_results: ToolResultStore = field(default_factory=InMemoryToolResultStore)
     # None: ``run_agent`` opens a transport for the run and closes it at the end
     transport: HttpxTransport | None = None
     seq: int = 0  # the last client frame number; a resumed run numbers on from it
     attempts: int = 0  # attempts so far across the run (the first attempt's index), for AttemptRecord.index
+    turns: int = 0  # assistant turns of this run already committed (by an earlier process): MAX_TURNS counts them
     provider_name: str = ""  # the configured provider's name for events (default: the adapter's)
     # models that refused a prefill in this run: every later continuation uses continue_message
     prefill_refused: set[str] = field(default_factory=set)
     failover: Failover | None = None  # used at most once per turn
+    # stores the run's end and its final answer in one step; None: the final answer is committed
+    # through the sink like any message and the caller stores the end (``RunResult``)
+    settle: Settle | None = None
 
     @property
     def provider(self) -> str:

@@ -102,3 +102,12 @@ class RequestFailed(StreamRecoverError):
 
 class ParseError(StreamRecoverError):
     """An adapter could not understand an event's data (not JSON, wrong shape)."""
+
+
+class ClaimLost(BaseException):
+    """This worker's claim of the run is no longer current (the run was swept or claimed again).
+
+    A ``BaseException``, like ``asyncio.CancelledError``: no ``except Exception`` on the way
+    (a sink fan-out, a checkpoint writer, a tool) may swallow it. It unwinds the run without
+    any further write; the worker that holds the claim now owns everything the run writes.
+    """

@@ -571,6 +571,13 @@ class TurnRunner:
             checkpoint_continuation=checkpoint.continuation,
         )
         self.continuation = checkpoint.continuation  # a resume spends no continuation
+        self.discarded_tools = list(checkpoint.discarded_tools)
+        if checkpoint.stop_reason is not None:
+            # The answer was complete (the worker died before it was committed): it is the answer.
+            self.acc.restore(blocks)
+            result = await self._finish_with(blocks, checkpoint.stop_reason)
+            result.recovered = True
+            return result
         if native is not None:
             # the response went on generating while no worker read it: re-attach where the
             # checkpoint's blocks end (a failure falls back to continuing from them)
@@ -641,7 +648,9 @@ class TurnRunner:
         await self.writer.delete(self.ctx.run_id)
 
     async def _finish_with(self, blocks: list[Block], stop_reason: str | None) -> TurnResult:
-        # the checkpoint stays until the caller has committed the answer (``settled``)
+        # The checkpoint now holds the whole answer and stays until the caller has committed it
+        # (``settled``): a worker dying in between leaves it for the next one, paid for once.
+        await self._write_checkpoint(force=True, blocks=blocks, stop_reason=stop_reason or "end_turn")
         return TurnResult(
             RunStatus.COMPLETED,
             blocks=[b.to_content() for b in blocks],
@@ -712,10 +721,15 @@ class TurnRunner:
     async def _checkpoint_now(self) -> None:
         await self._write_checkpoint(force=True)
 
-    async def _write_checkpoint(self, force: bool = False) -> None:
-        point = self._resume_point()
-        keep = native_plan(self.acc.snapshot()).keep if point is not None else plan(self.acc.snapshot()).keep
-        in_flight = self.translator.in_flight_tool
+    async def _write_checkpoint(
+        self, force: bool = False, blocks: list[Block] | None = None, stop_reason: str | None = None
+    ) -> None:
+        point = self._resume_point() if stop_reason is None else None
+        if blocks is not None:
+            keep = blocks
+        else:
+            keep = native_plan(self.acc.snapshot()).keep if point is not None else plan(self.acc.snapshot()).keep
+        in_flight = self.translator.in_flight_tool if stop_reason is None else None
         checkpoint = Checkpoint(
             run_id=self.ctx.run_id,
             turn=self.turn,
@@ -726,6 +740,8 @@ class TurnRunner:
             continuation=self.continuation,
             seq=self.ctx.seq,
             native={**point.as_dict(), "open_text": _open_text(keep)} if point is not None else None,
+            stop_reason=stop_reason,
+            discarded_tools=list(self.discarded_tools),
         )
         await self.writer.write(checkpoint)
 

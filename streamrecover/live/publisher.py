@@ -94,6 +94,7 @@ class Publisher(BaseSink):
         self._tasks: set[asyncio.Task[None]] = set()
         self._buffer_down_until = 0.0
         self._layer_down_until = 0.0
+        self._abandoned = False
 
     # ---- RunSink ------------------------------------------------------------------------
 
@@ -148,6 +149,8 @@ class Publisher(BaseSink):
             await self._send(pending)
 
     async def _send(self, frame: dict[str, Any]) -> None:
+        if self._abandoned:
+            return
         if self.timestamps:
             frame = {**frame, "debug_ts": {**frame.get("debug_ts", {}), "out": time.time()}}
         self.last_seq = max(self.last_seq, int(frame.get("seq") or 0))
@@ -177,8 +180,24 @@ class Publisher(BaseSink):
         async with self._lock:
             await self._flush()
 
+    def abandon(self) -> None:
+        """The worker lost its claim of the run: send nothing more, not even the held-back delta,
+        and leave the replay buffer to the run's new owner (``aclose`` then only lets go)."""
+        self._abandoned = True
+        self._pending = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     async def aclose(self) -> None:
         """Flush, let the buffered frames expire in a while, release the connections."""
+        if self._abandoned:
+            for task in list(self._tasks):
+                task.cancel()
+            if self._own_buffer:
+                with contextlib.suppress(Exception):
+                    await self.buffer.aclose()
+            return
         await self.flush()
         for task in list(self._tasks):
             task.cancel()

@@ -8,24 +8,34 @@ checkpoints of settled runs). Blocks are
 stored byte for byte as streamed (a resume sends them back as the prefix), with one
 exception: configured API keys are cut out (exact values, never patterns; a tool's own
 ``password`` argument is the user's data and survives).
+
+Fencing (``engine.checkpoint``): with an ``epoch``, the ORM store writes only in a transaction
+that holds the run's row at that epoch; the Redis store keeps the highest epoch seen in a key
+beside the checkpoint and compares it in the same Lua script as the write.
+``FencedCheckpointStore`` is what a worker hands the engine: its claim's epoch on every call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import math
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
+from asgiref.sync import sync_to_async
+from django.db import transaction
 
 from ..conf import app_settings
 from ..engine.checkpoint import Checkpoint, CheckpointStore, InMemoryCheckpointStore
+from ..engine.errors import ClaimLost
 from ..models import Run, StreamCheckpoint
 from ..redaction import cut_secrets
+from .fence import Fence
 
 if TYPE_CHECKING:  # redis is the distributed extra: imported only where a Redis store is used
     from redis.asyncio import Redis
@@ -35,6 +45,17 @@ log = structlog.get_logger("streamrecover")
 REDIS_KEY_PREFIX = "streamrecover:checkpoint:"
 SWEEP_LIMIT = 1000  # checkpoints looked at per sweep: one sweep never runs for long
 DELETE_RETRY_DELAYS_S = (0.2, 0.5, 1.0)  # a Redis outage of a second or two does not leave a key behind
+FENCE_TTL_S = 7 * 24 * 3600  # a run's highest epoch outlives its checkpoint: a late writer stays refused
+
+
+def _refused(run_id: str, epoch: int) -> ClaimLost:
+    return ClaimLost(f"run {run_id}: checkpoint write of claim {epoch} refused, the claim is no longer current")
+
+
+def _hold(run_uuid: uuid.UUID, epoch: int) -> None:
+    """Inside a transaction: lock the run's row at ``epoch`` (a claim takes the same lock)."""
+    if not Run.objects.select_for_update().filter(pk=run_uuid, claim_epoch=epoch).exists():
+        raise _refused(str(run_uuid), epoch)
 
 
 def _scrubbed(checkpoint: Checkpoint) -> dict[str, Any]:
@@ -64,19 +85,25 @@ class DjangoCheckpointStore:
         run_uuid = _run_uuid(checkpoint.run_id)
         if run_uuid is None:
             raise ValueError(f"checkpoint run_id is not a run UUID: {checkpoint.run_id!r}")
-        await StreamCheckpoint.objects.aupdate_or_create(
-            run_id=run_uuid,
-            defaults={
-                "data": _scrubbed(checkpoint),
-                "turn": checkpoint.turn,
-                "attempt": checkpoint.attempt,
-                "continuation": checkpoint.continuation,
-                "seq": checkpoint.seq,
-                "updated_at": datetime.fromtimestamp(checkpoint.updated_at, tz=UTC),
-            },
-        )
+        await sync_to_async(self._put)(run_uuid, checkpoint)
 
-    async def get(self, run_id: str) -> Checkpoint | None:
+    def _put(self, run_uuid: uuid.UUID, checkpoint: Checkpoint) -> None:
+        with transaction.atomic():
+            if checkpoint.epoch:
+                _hold(run_uuid, checkpoint.epoch)
+            StreamCheckpoint.objects.update_or_create(
+                run_id=run_uuid,
+                defaults={
+                    "data": _scrubbed(checkpoint),
+                    "turn": checkpoint.turn,
+                    "attempt": checkpoint.attempt,
+                    "continuation": checkpoint.continuation,
+                    "seq": checkpoint.seq,
+                    "updated_at": datetime.fromtimestamp(checkpoint.updated_at, tz=UTC),
+                },
+            )
+
+    async def get(self, run_id: str, *, epoch: int | None = None) -> Checkpoint | None:
         run_uuid = _run_uuid(run_id)
         if run_uuid is None:
             return None
@@ -87,10 +114,16 @@ class DjangoCheckpointStore:
         checkpoint = Checkpoint.from_dict(row.data)
         return checkpoint if checkpoint.is_fresh(self.ttl_s) else None
 
-    async def delete(self, run_id: str) -> None:
+    async def delete(self, run_id: str, *, epoch: int | None = None) -> None:
         run_uuid = _run_uuid(run_id)
         if run_uuid is not None:
-            await StreamCheckpoint.objects.filter(run_id=run_uuid).adelete()
+            await sync_to_async(self._delete)(run_uuid, epoch)
+
+    def _delete(self, run_uuid: uuid.UUID, epoch: int | None) -> None:
+        with transaction.atomic():
+            if epoch:
+                _hold(run_uuid, epoch)
+            StreamCheckpoint.objects.filter(run_id=run_uuid).delete()
 
     def sweep_settled(self, limit: int = SWEEP_LIMIT) -> int:
         """Delete the rows of settled runs (a ``delete`` that failed when the run ended)."""
@@ -113,6 +146,10 @@ class RedisCheckpointStore:
     same transaction as the value and removed with it: the sweeper reads the set, not the
     keyspace, to find the checkpoints of settled runs. ``delete`` retries for a second or
     two (``DELETE_RETRY_DELAYS_S``) before it gives up.
+
+    Fenced calls (an ``epoch``) run as Lua scripts that compare and raise the run's highest
+    epoch (``fence_key``) and write in one step, so no write of an older claim can land after
+    a newer claim's first read or write.
     """
 
     def __init__(
@@ -138,6 +175,10 @@ class RedisCheckpointStore:
     def key(self, run_id: str) -> str:
         return f"{self.prefix}{run_id}"
 
+    def fence_key(self, run_id: str) -> str:
+        """The highest claim epoch seen for the run."""
+        return f"{self.prefix}fence:{run_id}"
+
     @property
     def index_key(self) -> str:
         """The set of run ids that have (or had, until their TTL) a checkpoint."""
@@ -161,23 +202,39 @@ class RedisCheckpointStore:
 
     async def put(self, checkpoint: Checkpoint) -> None:
         value = json.dumps(_scrubbed(checkpoint), separators=(",", ":"))
+        ttl = max(1, math.ceil(self.ttl_s))
+        run_id = checkpoint.run_id
+        if checkpoint.epoch:
+            keys = [self.key(run_id), self.fence_key(run_id), self.index_key]
+            done = await self._redis().eval(_PUT, 3, *keys, checkpoint.epoch, value, ttl, run_id, FENCE_TTL_S)
+            if not done:
+                raise _refused(run_id, checkpoint.epoch)
+            return
         async with self._redis().pipeline(transaction=True) as pipe:
-            pipe.set(self.key(checkpoint.run_id), value, ex=max(1, math.ceil(self.ttl_s)))
-            pipe.sadd(self.index_key, checkpoint.run_id)
+            pipe.set(self.key(run_id), value, ex=ttl)
+            pipe.sadd(self.index_key, run_id)
             await pipe.execute()
 
-    async def get(self, run_id: str) -> Checkpoint | None:
-        raw = await self._redis().get(self.key(run_id))
+    async def get(self, run_id: str, *, epoch: int | None = None) -> Checkpoint | None:
+        if epoch:
+            raw = await self._redis().eval(_GET, 2, self.key(run_id), self.fence_key(run_id), epoch, FENCE_TTL_S)
+        else:
+            raw = await self._redis().get(self.key(run_id))
         if raw is None:
             return None
         checkpoint = Checkpoint.from_dict(json.loads(raw))
         return checkpoint if checkpoint.is_fresh(self.ttl_s) else None
 
-    async def delete(self, run_id: str) -> None:
+    async def delete(self, run_id: str, *, epoch: int | None = None) -> None:
         from redis.exceptions import ConnectionError, TimeoutError
 
         for delay in (*DELETE_RETRY_DELAYS_S, None):
             try:
+                if epoch:
+                    keys = [self.key(run_id), self.fence_key(run_id), self.index_key]
+                    if not await self._redis().eval(_DELETE, 3, *keys, epoch, run_id, FENCE_TTL_S):
+                        raise _refused(run_id, epoch)
+                    return
                 async with self._redis().pipeline(transaction=True) as pipe:
                     pipe.delete(self.key(run_id))
                     pipe.srem(self.index_key, run_id)
@@ -222,6 +279,83 @@ class RedisCheckpointStore:
             await self._client.aclose()
             self._client = None
             self._loop = None
+
+
+# KEYS: checkpoint, fence, index. ARGV: epoch, value, ttl, run id, fence ttl. 0: an older claim.
+_PUT = """
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+local epoch = tonumber(ARGV[1])
+if seen > epoch then return 0 end
+if epoch > seen then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[5]) end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[4])
+return 1
+"""
+
+# KEYS: checkpoint, fence. ARGV: epoch, fence ttl. Raises the fence, returns the checkpoint.
+_GET = """
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) > seen then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2]) end
+return redis.call('GET', KEYS[1])
+"""
+
+# KEYS: checkpoint, fence, index. ARGV: epoch, run id, fence ttl. 0: an older claim.
+_DELETE = """
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+local epoch = tonumber(ARGV[1])
+if seen > epoch then return 0 end
+if epoch > seen then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[3]) end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[3], ARGV[2])
+return 1
+"""
+
+
+class FencedCheckpointStore:
+    """The store a worker hands the engine: every call carries its claim's epoch, and nothing
+    is written once the claim is lost or past its lease (``runs.fence``)."""
+
+    def __init__(self, store: CheckpointStore, fence: Fence) -> None:
+        self.store = store
+        self.fence = fence
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        await self.fence.ensure()
+        checkpoint.epoch = self.fence.epoch
+        try:
+            await self.store.put(checkpoint)
+        except ClaimLost:
+            raise self.fence.lose() from None
+
+    async def get(self, run_id: str) -> Checkpoint | None:
+        self.fence.check()
+        getter: Any = self.store.get
+        if _takes_epoch(getter):
+            return cast(Checkpoint | None, await getter(run_id, epoch=self.fence.epoch))
+        return await self.store.get(run_id)  # a store of the host's own that knows no epochs
+
+    async def delete(self, run_id: str) -> None:
+        await self.fence.ensure()
+        deleter: Any = self.store.delete
+        try:
+            if _takes_epoch(deleter):
+                await deleter(run_id, epoch=self.fence.epoch)
+            else:
+                await self.store.delete(run_id)
+        except ClaimLost:
+            raise self.fence.lose() from None
+
+    async def aclose(self) -> None:
+        close = getattr(self.store, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _takes_epoch(method: Callable[..., Any]) -> bool:
+    try:
+        return "epoch" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _settled_run_ids(run_ids: Iterable[str]) -> Iterable[str]:

@@ -2,14 +2,18 @@
 
 ``execute_run`` is handed what it does not own: the live channel (``live``, opened and closed
 by the code that starts work) and any further sinks. It adds the recorder and the status
-sink, beats the heartbeat and watches for a cancel while the agent runs, and finishes the
-run through ``lifecycle``.
+sink, beats the heartbeat and watches for a cancel while the agent runs, and has the agent
+settle the run through ``lifecycle.finish`` (its end and final answer in one transaction).
+Everything it writes for the run goes through the claim's ``Fence``: when the heartbeat
+finds the claim taken over, the run's task is cancelled and the run unwinds without another
+write (``execute_run`` then returns None).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
@@ -22,8 +26,9 @@ from django.db import close_old_connections, connections
 from ..conf import app_settings
 from ..engine.agent import RunResult, ToolRegistry, run_agent
 from ..engine.cancel import CancelToken
-from ..engine.context import Failover, RunContext
+from ..engine.context import Failover, RunContext, Settlement
 from ..engine.contract import ModelRequest, ProviderConfig
+from ..engine.errors import ClaimLost
 from ..engine.sink import (
     LLM_STREAM_CONTINUATION_COMPLETED,
     LLM_STREAM_INTERRUPTED,
@@ -38,9 +43,11 @@ from ..models import Attempt, Message, Run
 from ..providers.registry import get_adapter
 from ..testing import demo_registry, fake_provider, is_fake
 from . import lifecycle
-from .checkpoints import checkpoint_store_from_settings
+from .checkpoints import FencedCheckpointStore, checkpoint_store_from_settings
+from .fence import Fence, FencedSink
 from .loop import on_shared_loop
 from .recorder import RecorderSink
+from .toolresults import DjangoToolResultStore
 from .watch import watch
 
 log = structlog.get_logger("streamrecover")
@@ -63,18 +70,19 @@ OpenLive = Callable[[str], AbstractAsyncContextManager[LiveSink | None]]
 class RunStatusSink(BaseSink):
     """Keeps ``Run.status`` telling the truth while the stream is being recovered."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, fence: Fence | None = None) -> None:
         self.run_id = run_id
+        self.fence = fence
 
     async def on_event(self, event: StructuredEvent) -> None:
         if event.name == LLM_STREAM_INTERRUPTED:
-            await lifecycle.mark_recovering(self.run_id)
+            await lifecycle.mark_recovering(self.run_id, self.fence)
         elif event.name == LLM_STREAM_CONTINUATION_COMPLETED:
-            await lifecycle.mark_running(self.run_id)
+            await lifecycle.mark_running(self.run_id, self.fence)
 
     async def on_attempt(self, attempt: AttemptRecord) -> None:
         if attempt.kind in RECOVERY_KINDS and attempt.outcome == AttemptOutcome.PENDING:
-            await lifecycle.mark_running(self.run_id)
+            await lifecycle.mark_running(self.run_id, self.fence)
 
 
 def provider_for_run(run: Run, consumed_attempts: int, override: ProviderConfig | None = None) -> ProviderConfig:
@@ -102,9 +110,17 @@ def tools_for_run(run: Run) -> ToolRegistry:
     return demo_registry() if run.options.get("demo_tools") else ToolRegistry()
 
 
-def _load(run_id: str) -> tuple[Run, list[dict[str, Any]], int]:
+def _load(run_id: str) -> tuple[Run, list[dict[str, Any]], int, int]:
+    """The run, its thread's committed messages, its attempts and its committed turns so far."""
     run = Run.objects.select_related("thread").get(pk=run_id)
-    return run, Message.objects.of_thread(run.thread_id).canonical(), Attempt.objects.of_run(run.pk).count()
+    turns = Message.objects.filter(run=run, role=Message.Role.ASSISTANT).count()
+    return run, Message.objects.of_thread(run.thread_id).canonical(), Attempt.objects.of_run(run.pk).count(), turns
+
+
+def lease_seconds() -> float:
+    """How long a successful heartbeat vouches for the claim: half the stale window (nobody
+    may take the run before its heartbeat is a whole window old)."""
+    return float(app_settings.STALE_AFTER_SECONDS) / 2.0
 
 
 @contextlib.asynccontextmanager
@@ -130,10 +146,11 @@ async def execute_run(
     tools: ToolRegistry | None = None,
     provider_override: ProviderConfig | None = None,
 ) -> RunResult | None:
-    """Claim and execute a run to its end (or to a cancel). Returns None when not claimed.
+    """Claim and execute a run to its end (or to a cancel). Returns None when not claimed, or
+    when the claim was lost to another worker on the way (nothing more was written then).
 
     ``live`` opens the run's live channel once the run is claimed; it is closed (by the
-    context manager it returns) when the agent stops, before the run's end is stored.
+    context manager it returns) when the agent stops, after the run's end is stored.
     ``provider_override`` (in-process only) replaces the configured provider; never stored.
     """
     worker = worker or lifecycle.worker_id()  # the executing process's, never the importer's
@@ -144,21 +161,41 @@ async def execute_run(
     run = await sync_to_async(lifecycle.claim_run)(run_id, worker)
     if run is None:
         return None
+    fence = Fence(str(run.pk), run.claim_epoch, lease_seconds())
+    running = asyncio.current_task()
+    assert running is not None
     # Every log line while the run executes carries it (the project's structlog configuration
     # merges contextvars; its stdlib formatter does too, for httpx's and the engine's lines).
     with structlog.contextvars.bound_contextvars(run_id=str(run.pk), provider=run.provider, model=run.model):
-        return await _execute_claimed(run_id, worker, live, extra_sinks, tools, provider_override)
+        try:
+            return await _execute_claimed(run_id, fence, running, live, extra_sinks, tools, provider_override)
+        except ClaimLost:
+            fence.lost = True
+        except asyncio.CancelledError:
+            if not fence.lost:
+                raise  # cancelled from outside: not ours to swallow
+            running.uncancel()
+        log.warning("run_fenced_out", run_id=str(run.pk), epoch=fence.epoch)
+        await _release_connections()
+        return None
+
+
+async def _release_connections() -> None:
+    """The ORM work ran in asgiref's executor thread: release its connections there (on the
+    worker's shared loop that thread serves every run: close only what is too old or broken)."""
+    await sync_to_async(close_old_connections if on_shared_loop() else connections.close_all)()
 
 
 async def _execute_claimed(
     run_id: str,
-    worker: str,
+    fence: Fence,
+    running: asyncio.Task[Any],
     live: OpenLive | None,
     extra_sinks: Sequence[RunSink],
     tools: ToolRegistry | None,
     provider_override: ProviderConfig | None,
 ) -> RunResult:
-    run, messages, consumed = await sync_to_async(_load)(run_id)
+    run, messages, consumed, turns = await sync_to_async(_load)(run_id)
     options = run.options
     engine = app_settings.engine_config()
     if options.get("engine"):
@@ -184,7 +221,7 @@ async def _execute_claimed(
             structured=bool(proxied.get("structured")),
             extra=dict(proxied.get("extra") or {}),
         )
-    checkpoints = checkpoint_store_from_settings()
+    checkpoints = FencedCheckpointStore(checkpoint_store_from_settings(), fence)
     existing = await checkpoints.get(str(run.pk))
     cancel = CancelToken()
     cancel.bind()
@@ -192,8 +229,13 @@ async def _execute_claimed(
         async with (live or _no_live)(str(run.pk)) as channel:
             delivering: list[RunSink] = [channel] if channel is not None else []
             start_seq = max(existing.seq if existing else 0, channel.last_seq if channel is not None else 0)
-            sink = FanOutSink(RecorderSink.for_run(run), RunStatusSink(str(run.pk)), *delivering, *extra_sinks)
-            watcher = asyncio.ensure_future(watch(str(run.pk), cancel, worker))  # heartbeat, cancel
+            sink = FencedSink(
+                FanOutSink(
+                    RecorderSink.for_run(run, fence), RunStatusSink(str(run.pk), fence), *delivering, *extra_sinks
+                ),
+                fence,
+            )
+            watcher = asyncio.ensure_future(watch(fence, cancel, running))  # heartbeat, cancel
             log.info(
                 "run_started", run_id=str(run.pk), provider=run.provider, model=run.model, resume=existing is not None
             )
@@ -205,31 +247,49 @@ async def _execute_claimed(
                     sink=sink,
                     checkpoints=checkpoints,
                     cancel=cancel,
+                    tool_results=DjangoToolResultStore(fence),
                     seq=start_seq,
                     attempts=consumed,
+                    turns=turns,
+                    settle=functools.partial(_settle, fence),
                     provider_name=run.provider,
                     failover=await sync_to_async(failover_for_run)(run),
                 )
                 result = await run_agent(ctx, request, tools=tools, resume=existing is not None, one_turn=bool(proxied))
+            except BaseException:
+                if fence.lost and channel is not None:
+                    _abandon(channel)
+                raise
             finally:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await watcher
     finally:
-        close = getattr(checkpoints, "aclose", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                await close()
-    await _finish(str(run.pk), result)
-    # The ORM work ran in asgiref's executor thread: release its connections there (on the
-    # worker's shared loop that thread serves every run: close only what is too old or broken).
-    await sync_to_async(close_old_connections if on_shared_loop() else connections.close_all)()
+        with contextlib.suppress(Exception):
+            await checkpoints.aclose()
+    log.info("run_finished", run_id=str(run.pk), status=result.status, error_kind=(result.error or {}).get("kind"))
+    await _release_connections()
     return result
 
 
-async def _finish(run_id: str, result: RunResult) -> None:
-    error = result.error or {}
+def _abandon(channel: LiveSink) -> None:
+    """The claim is lost: the live channel sends nothing more, not even what it holds back
+    (the run's frames are the new owner's now)."""
+    abandon = getattr(channel, "abandon", None)
+    if abandon is not None:
+        abandon()
+
+
+async def _settle(fence: Fence, settlement: Settlement) -> None:
+    """The run's end and its final answer, in one transaction (``lifecycle.finish``)."""
+    error = settlement.error or {}
     await sync_to_async(lifecycle.finish)(
-        run_id, result.status, error.get("kind", ""), error.get("message", ""), result.undelivered_notices
+        fence.run_id,
+        settlement.status,
+        error.get("kind", ""),
+        error.get("message", ""),
+        settlement.notices,
+        fence,
+        settlement.message,
+        settlement.position,
     )
-    log.info("run_finished", run_id=run_id, status=result.status, error_kind=error.get("kind"))

@@ -4,7 +4,9 @@ Nothing here starts work: ``requeue_run`` and ``sweep_stale_runs`` report what t
 in the queue and the caller (``streamrecover.dispatch``) starts it. The rules live here, once:
 one active run per thread; a claim is one ``select_for_update()`` in a transaction that
 refuses terminal runs and counts claims; a run whose heartbeat stopped goes back to the
-queue and is resumed from its checkpoint by whoever claims it next.
+queue and is resumed from its checkpoint by whoever claims it next. Every claim, sweep and
+re-queue raises the run's ``claim_epoch``: the writes of a worker whose claim was taken from
+it are refused (``runs.fence``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..engine.agent import notice_blocks
-from ..models import Message, Run, Thread
+from ..engine.sink import AttemptOutcome
+from ..models import Attempt, Message, Run, Thread
 from ..redaction import cut_secrets
 from .checkpoints import sweep_settled_checkpoints
+from .fence import Fence
+from .recorder import write_message
 from .signals import run_requeued, run_settled
 
 log = structlog.get_logger("streamrecover")
@@ -119,8 +124,10 @@ def claim_run(run_id: str, worker: str | None = None) -> Run | None:
     """Take a run for execution, or None when it must not run here.
 
     Refuses terminal runs (a redelivered message for a finished run is simply dropped) and
-    runs another live worker is executing; counts claims, and fails a run claimed more than
-    ``MAX_CLAIMS`` times so a poison message ends instead of looping.
+    runs a live worker is executing (this one included: a message delivered twice never runs
+    a run twice at once); counts claims, and fails a run claimed more than ``MAX_CLAIMS``
+    times so a poison message ends instead of looping. Each claim raises ``claim_epoch``,
+    the fencing token the returned run carries: older claims can no longer write.
     """
     worker = worker or worker_id()
     now = timezone.now()
@@ -132,12 +139,12 @@ def claim_run(run_id: str, worker: str | None = None) -> Run | None:
         if (
             run.status in Run.CLAIMED_STATUSES
             and run.worker
-            and run.worker != worker
             and run.heartbeat_at is not None
             and now - run.heartbeat_at < stale_after
         ):
             return None  # alive elsewhere
         run.claims += 1
+        run.claim_epoch += 1
         if run.claims > app_settings.MAX_CLAIMS:
             run.status = Run.Status.FAILED
             run.error_kind = "too_many_claims"
@@ -158,38 +165,58 @@ def claim_run(run_id: str, worker: str | None = None) -> Run | None:
         run.heartbeat_at = now
         run.started_at = run.started_at or now
         run.save()
+        # Attempts an earlier claim left open (its worker died or was fenced out) end here: they
+        # can stream nothing more into this run, and its attempts never overlap the new ones.
+        Attempt.objects.filter(run=run, outcome=AttemptOutcome.PENDING).update(
+            outcome=AttemptOutcome.INTERRUPTED, error_kind="worker_lost", ended_at=now
+        )
     return run
 
 
-async def heartbeat(run_id: str, worker: str) -> None:
-    """The worker executing the run is alive (the sweeper leaves the run alone)."""
-    await Run.objects.filter(pk=run_id, worker=worker).aupdate(heartbeat_at=timezone.now())
-
-
-async def requested_cancel(run_id: str) -> str | None:
-    """The reason given when a cancel of the run was requested; None while nobody asked."""
-    row = await Run.objects.filter(pk=run_id).values("cancel_requested", "cancel_reason").afirst()
-    if row and row["cancel_requested"]:
-        return row["cancel_reason"] or "cancelled by user"
-    return None
-
-
-async def mark_recovering(run_id: str) -> None:
+async def mark_recovering(run_id: str, fence: Fence | None = None) -> None:
     """A running run's stream broke: it is being recovered."""
-    await Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).aupdate(status=Run.Status.RECOVERING)
+    await _set_status(run_id, Run.Status.RUNNING, Run.Status.RECOVERING, fence)
 
 
-async def mark_running(run_id: str) -> None:
+async def mark_running(run_id: str, fence: Fence | None = None) -> None:
     """A recovering run streams again."""
-    await Run.objects.filter(pk=run_id, status=Run.Status.RECOVERING).aupdate(status=Run.Status.RUNNING)
+    await _set_status(run_id, Run.Status.RECOVERING, Run.Status.RUNNING, fence)
+
+
+async def _set_status(run_id: str, old: Any, new: Any, fence: Fence | None) -> None:
+    """One conditional ``UPDATE``; with a fence, only while its claim is current."""
+    if fence is None:
+        await Run.objects.filter(pk=run_id, status=old).aupdate(status=new)
+        return
+    fence.check()
+    changed = await Run.objects.filter(pk=run_id, status=old, claim_epoch=fence.epoch).aupdate(status=new)
+    # nothing changed: nothing to change, or the run is not ours any more (only that is an error)
+    if not changed and not await Run.objects.filter(pk=run_id, claim_epoch=fence.epoch).aexists():
+        raise fence.lose()
 
 
 def finish(
-    run_id: str, status: str, error_kind: str = "", error_message: str = "", notices: Sequence[dict[str, Any]] = ()
+    run_id: str,
+    status: str,
+    error_kind: str = "",
+    error_message: str = "",
+    notices: Sequence[dict[str, Any]] = (),
+    fence: Fence | None = None,
+    message: dict[str, Any] | None = None,
+    position: int = 0,
 ) -> None:
-    """Store how the run ended; ``notices`` wait on the thread for its next user message."""
+    """Store how the run ended, with its final answer (``message`` at ``position``) in the same
+    transaction: a run is never completed without its answer, nor its answer committed while
+    the run is not settled. ``notices`` wait on the thread for its next user message.
+
+    With a fence, only while its claim is current (else ``ClaimLost``, nothing written).
+    """
     with transaction.atomic():
+        if fence is not None:
+            fence.hold()
         run = Run.objects.select_for_update().get(pk=run_id)
+        if message is not None:
+            write_message(run.thread_id, run.pk, message, position)
         run.status = status
         run.error_kind = error_kind
         run.error_message = error_message
@@ -232,15 +259,20 @@ def request_cancel(run_id: str | uuid.UUID, reason: str = "cancelled by user") -
 def requeue_run(run_id: str | uuid.UUID) -> bool:
     """Put a failed, exhausted or stale run back in the queue (claims start again).
 
-    Starts nothing: True tells the caller to start the run.
+    A run a live worker is executing (its heartbeat younger than ``STALE_AFTER_SECONDS``) is
+    left alone: taking it would only fence that worker out mid-stream. Starts nothing: True
+    tells the caller to start the run.
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.status in (Run.Status.COMPLETED, Run.Status.CANCELLED, Run.Status.QUEUED):
             return False
+        if run.status in Run.CLAIMED_STATUSES and not Run.objects.stale().filter(pk=run.pk).exists():
+            return False
         run_requeued.send(sender=Run, run_id=run.pk)  # its figures are about to change
         run.status = Run.Status.QUEUED
         run.claims = 0
+        run.claim_epoch += 1  # the old claim, if any, may write nothing more
         run.worker = ""
         run.heartbeat_at = timezone.now()  # queued since (the sweeper's ``stuck_queued``)
         run.error_kind = ""
@@ -275,6 +307,7 @@ def sweep_stale_runs(seconds: float | None = None, queued_seconds: float | None 
                 continue
             run.status = Run.Status.QUEUED
             run.worker = ""
+            run.claim_epoch += 1  # revoke the stale claim: its worker may write nothing more
             run.heartbeat_at = timezone.now()  # queued since
             run.save()
         swept.append(str(run_id))

@@ -2,8 +2,10 @@
 
 The app emits; the project configures logging (django-structlog style). A log line and its
 ``RecoveryEvent`` row carry the same redacted fields, so what an operator greps and what
-analytics counts never disagree. Writes go through the async ORM (``thread_sensitive``
-under the hood), so the runner's event loop is never blocked by the database.
+analytics counts never disagree. Writes run in asgiref's thread (``sync_to_async``), so the
+runner's event loop is never blocked by the database. Given the worker's ``Fence``, every
+write is one transaction that holds the run's row at the claim's epoch: a worker whose claim
+was taken over writes nothing (``ClaimLost``), not even the log line.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import dataclasses
 import enum
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
+from asgiref.sync import sync_to_async
+from django.db import transaction
 from django.db.models import Count, Q, Sum
 
 from ..engine.sink import (
@@ -30,6 +35,9 @@ from ..engine.sink import (
 )
 from ..models import Attempt, Message, RecoveryEvent, Run
 from ..redaction import cut_secrets, redact, redact_request
+from .fence import Fence
+
+T = TypeVar("T")
 
 logger = structlog.get_logger("streamrecover")
 
@@ -72,33 +80,53 @@ def _int_or_none(value: Any) -> int | None:
 class RecorderSink(BaseSink):
     """``RunSink`` for one run. ``on_frame`` does nothing: the publisher handles frames."""
 
-    def __init__(self, run_id: str | uuid.UUID, thread_id: int, *, provider: str = "", model: str = "") -> None:
+    def __init__(
+        self,
+        run_id: str | uuid.UUID,
+        thread_id: int,
+        *,
+        provider: str = "",
+        model: str = "",
+        fence: Fence | None = None,
+    ) -> None:
         self.run_id = uuid.UUID(str(run_id))
         self.thread_id = thread_id
         self.provider = provider
         self.model = model
+        self.fence = fence
 
     @classmethod
-    def for_run(cls, run: Run) -> RecorderSink:
-        return cls(run.pk, run.thread_id, provider=run.provider, model=run.model)
+    def for_run(cls, run: Run, fence: Fence | None = None) -> RecorderSink:
+        return cls(run.pk, run.thread_id, provider=run.provider, model=run.model, fence=fence)
+
+    async def _write(self, fn: Callable[[], T]) -> T:
+        """``fn``'s writes in one transaction; with a fence, only while the claim is current."""
+        if self.fence is not None:
+            return await self.fence.awrite(fn)
+        return await sync_to_async(transaction.atomic(fn))()
 
     async def on_event(self, event: StructuredEvent) -> None:
         fields = redact(jsonable(event.fields))
-        logger.log(_LEVELS.get(event.name, logging.INFO), event.name, **fields)
-        await RecoveryEvent.objects.acreate(
-            run_id=self.run_id,
-            attempt=_int_or_none(fields.get("attempt")),
-            turn=_int_or_none(fields.get("turn_id", fields.get("turn"))),
-            name=event.name,
-            provider=str(fields.get("provider") or self.provider),
-            model=str(fields.get("model") or self.model),
-            payload=fields,
+        await self._write(
+            lambda: RecoveryEvent.objects.create(
+                run_id=self.run_id,
+                attempt=_int_or_none(fields.get("attempt")),
+                turn=_int_or_none(fields.get("turn_id", fields.get("turn"))),
+                name=event.name,
+                provider=str(fields.get("provider") or self.provider),
+                model=str(fields.get("model") or self.model),
+                payload=fields,
+            )
         )
+        logger.log(_LEVELS.get(event.name, logging.INFO), event.name, **fields)
 
     async def on_attempt(self, attempt: AttemptRecord) -> None:
         """Upsert by (run, index): called when the attempt starts and again when it ends."""
+        await self._write(lambda: self._store_attempt(attempt))
+
+    def _store_attempt(self, attempt: AttemptRecord) -> None:
         usage = attempt.usage
-        await Attempt.objects.aupdate_or_create(
+        Attempt.objects.update_or_create(
             run_id=self.run_id,
             index=attempt.index,
             defaults={
@@ -125,31 +153,37 @@ class RecorderSink(BaseSink):
             },
         )
         if attempt.ended_at is not None:
-            await self._refresh_totals()
+            self._refresh_totals()
 
-    async def _refresh_totals(self) -> None:
+    def _refresh_totals(self) -> None:
         """Run totals from its attempt rows: recomputed, so a repeated call changes nothing."""
-        totals = await Attempt.objects.filter(run_id=self.run_id).aaggregate(
+        totals = Attempt.objects.filter(run_id=self.run_id).aggregate(
             input_tokens=Sum("input_tokens", default=0),
             output_tokens=Sum("output_tokens", default=0),
             attempt_count=Count("id"),
             continuation_count=Count("id", filter=Q(kind=Attempt.Kind.CONTINUATION)),
         )
-        await Run.objects.filter(pk=self.run_id).aupdate(**totals)
+        Run.objects.filter(pk=self.run_id).update(**totals)
 
     async def on_message(self, message: dict[str, Any], position: int) -> None:
         """Write the committed message once; a retried write finds it and changes nothing."""
-        content = cut_secrets(jsonable(message.get("content", [])))
-        row, created = await Message.objects.aget_or_create(
-            thread_id=self.thread_id,
+        await self._write(lambda: write_message(self.thread_id, self.run_id, message, position))
+
+
+def write_message(thread_id: int, run_id: uuid.UUID | str, message: dict[str, Any], position: int) -> None:
+    """Commit ``message`` at ``position`` of the thread, once: a retried write finds it and
+    changes nothing. Stored as written (the app's own API keys cut out)."""
+    content = cut_secrets(jsonable(message.get("content", [])))
+    row, created = Message.objects.get_or_create(
+        thread_id=thread_id,
+        position=position,
+        defaults={"run_id": run_id, "role": message["role"], "content": content},
+    )
+    if not created and (row.role != message["role"] or row.content != content):
+        logger.warning(
+            "message_position_conflict",
+            run_id=str(run_id),
+            thread_id=thread_id,
             position=position,
-            defaults={"run_id": self.run_id, "role": message["role"], "content": content},
+            stored_run_id=str(row.run_id) if row.run_id else None,
         )
-        if not created and (row.role != message["role"] or row.content != content):
-            logger.warning(
-                "message_position_conflict",
-                run_id=str(self.run_id),
-                thread_id=self.thread_id,
-                position=position,
-                stored_run_id=str(row.run_id) if row.run_id else None,
-            )

@@ -1,5 +1,8 @@
 """Heartbeats and cancel requests of every run on one event loop, in one query each.
 
+A heartbeat is fenced: it beats only where the run's claim epoch is still the one the worker
+claimed with; a run whose claim is lost has its task cancelled at once (``runs/fence.py``).
+
 Each run used to poll the database for its own cancel request four times a second and beat
 its own heartbeat: a hundred runs on a worker were four hundred queries a second, all through
 the one thread the async ORM uses. One watcher per loop asks once per tick for the cancel
@@ -10,17 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from asgiref.sync import sync_to_async
+from django.db import close_old_connections
 from django.db.models import Q
 from django.utils import timezone
 
 from ..conf import app_settings
 from ..engine.cancel import CancelToken
 from ..models import Run
+from .fence import Fence
 
 log = structlog.get_logger("streamrecover")
 
@@ -30,17 +37,23 @@ POLL_S = 0.25  # how soon a cancel request is noticed
 @dataclass(slots=True)
 class _Watched:
     cancel: CancelToken
-    worker: str
+    fence: Fence
+    running: asyncio.Task[Any]  # cancelled when the claim is lost
 
 
-def _beat(runs: dict[str, str]) -> None:
-    """One update per worker name: the runs' heartbeats (only where that worker still holds them)."""
-    now = timezone.now()
-    by_worker: dict[str, list[str]] = {}
-    for run_id, worker in runs.items():
-        by_worker.setdefault(worker, []).append(run_id)
-    for worker, run_ids in by_worker.items():
-        Run.objects.filter(pk__in=run_ids, worker=worker).update(heartbeat_at=now)
+def _beat(fences: list[Fence]) -> set[str]:
+    """One update for all the runs' heartbeats, each only where its claim is still current;
+    the ids of the runs whose claim is lost."""
+    live = [f for f in fences if not f.lost]
+    if not live:
+        return set()
+    current = Q()
+    for fence in live:
+        current |= Q(pk=fence.run_id, claim_epoch=fence.epoch)
+    if Run.objects.filter(current).update(heartbeat_at=timezone.now()) == len(live):
+        return set()
+    held = {str(pk) for pk in Run.objects.filter(current).values_list("pk", flat=True)}
+    return {f.run_id for f in live if f.run_id not in held}
 
 
 def _cancels(run_ids: list[str]) -> dict[str, str]:
@@ -56,8 +69,8 @@ class Watcher:
         self._task: asyncio.Task[None] | None = None
         self._last_beat = 0.0
 
-    def add(self, run_id: str, cancel: CancelToken, worker: str) -> None:
-        self.runs[run_id] = _Watched(cancel, worker)
+    def add(self, cancel: CancelToken, fence: Fence, running: asyncio.Task[Any]) -> None:
+        self.runs[fence.run_id] = _Watched(cancel, fence, running)
         self._last_beat = 0.0  # beat at the next tick: the new run is alive
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._poll())
@@ -72,26 +85,38 @@ class Watcher:
                 await self._tick(loop.time())
             except Exception:  # the database is away: try again at the next tick
                 log.exception("run_watch_failed", runs=len(self.runs))
+                await sync_to_async(close_old_connections)()  # a broken connection is not reused
             await asyncio.sleep(min(POLL_S, float(app_settings.HEARTBEAT_SECONDS)))
 
     async def _tick(self, now: float) -> None:
         if now - self._last_beat >= float(app_settings.HEARTBEAT_SECONDS):
             self._last_beat = now
-            await sync_to_async(_beat)({run_id: w.worker for run_id, w in self.runs.items()})
+            sent = time.monotonic()
+            lost = await sync_to_async(_beat)([w.fence for w in self.runs.values()])
+            for run_id, watched in list(self.runs.items()):
+                if run_id not in lost:
+                    watched.fence.renewed(sent)
+                    continue
+                self.runs.pop(run_id)
+                watched.fence.lose()
+                log.warning("run_claim_lost", run_id=run_id, epoch=watched.fence.epoch, noticed_by="heartbeat")
+                watched.running.cancel()
         cancels = await sync_to_async(_cancels)(list(self.runs))
         for run_id, reason in cancels.items():
-            watched = self.runs.pop(run_id, None)
-            if watched is not None:
-                watched.cancel.cancel(reason)
+            asked = self.runs.pop(run_id, None)
+            if asked is not None:
+                asked.cancel.cancel(reason)
 
 
 _watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Watcher] = weakref.WeakKeyDictionary()
 
 
-async def watch(run_id: str, cancel: CancelToken, worker: str) -> None:
-    """Beat the run's heartbeat and notice a cancel request until this task is cancelled."""
+async def watch(fence: Fence, cancel: CancelToken, running: asyncio.Task[Any]) -> None:
+    """Beat the run's heartbeat and notice a cancel request until this task is cancelled; a
+    heartbeat that finds the claim taken over cancels the run's task (``running``) at once."""
+    run_id = fence.run_id
     watcher = _watchers.setdefault(asyncio.get_running_loop(), Watcher())
-    watcher.add(run_id, cancel, worker)
+    watcher.add(cancel, fence, running)
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.Event().wait()  # until cancelled by the run's end

@@ -1,0 +1,37 @@
+"""The tool result store of the Django layer: one ``ToolCallResult`` row per executed call.
+
+A result is written only while the worker's claim is current (``runs.fence``), in the same
+transaction that checks it; the row is unique per call, so a second write changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..models import ToolCallResult
+from ..redaction import cut_secrets
+from .fence import Fence
+from .recorder import jsonable
+
+
+class DjangoToolResultStore:
+    """``engine.toolresults.ToolResultStore`` on ``ToolCallResult`` rows, fenced by a claim."""
+
+    def __init__(self, fence: Fence) -> None:
+        self.fence = fence
+
+    async def get(self, run_id: str, position: int, tool_call_id: str) -> dict[str, Any] | None:
+        self.fence.check()
+        row = await ToolCallResult.objects.filter(run_id=run_id, position=position, tool_call_id=tool_call_id).afirst()
+        return dict(row.result) if row is not None else None
+
+    async def put(self, run_id: str, position: int, tool_call_id: str, result: dict[str, Any]) -> None:
+        stored = cut_secrets(jsonable(result))  # as the committed message will hold it
+        await self.fence.awrite(
+            lambda: ToolCallResult.objects.get_or_create(
+                run_id=run_id,
+                position=position,
+                tool_call_id=tool_call_id,
+                defaults={"result": stored},
+            )
+        )
