@@ -5,6 +5,7 @@
 import django.core.serializers.json
 import django.db.models.deletion
 import django.utils.timezone
+import streamrecover.fields
 import uuid
 from django.conf import settings
 from django.db import migrations, models
@@ -30,6 +31,7 @@ class Migration(migrations.Migration):
                 ('cancel_requested', models.BooleanField(default=False, verbose_name='cancel requested')),
                 ('cancel_reason', models.CharField(blank=True, max_length=200, verbose_name='cancel reason')),
                 ('claims', models.PositiveIntegerField(default=0, help_text='Times a worker claimed this run.', verbose_name='claims')),
+                ('claim_epoch', models.PositiveBigIntegerField(default=0, help_text='Raised by every claim; fences out older claims.', verbose_name='claim epoch')),
                 ('worker', models.CharField(blank=True, max_length=255, verbose_name='worker')),
                 ('heartbeat_at', models.DateTimeField(blank=True, null=True, verbose_name='heartbeat at')),
                 ('error_kind', models.CharField(blank=True, max_length=64, verbose_name='error kind')),
@@ -82,12 +84,15 @@ class Migration(migrations.Migration):
                 ('cause_provider_error_mid_stream', models.BigIntegerField(default=0, verbose_name='cause provider error mid stream')),
                 ('cause_sse_parse', models.BigIntegerField(default=0, verbose_name='cause sse parse')),
                 ('cause_body_decode', models.BigIntegerField(default=0, verbose_name='cause body decode')),
+                ('cause_stream_deadline', models.BigIntegerField(default=0, verbose_name='cause stream deadline')),
+                ('cause_max_tokens_exceeded', models.BigIntegerField(default=0, verbose_name='cause max tokens exceeded')),
                 ('cause_unknown', models.BigIntegerField(default=0, verbose_name='cause unknown')),
                 ('cause_other', models.BigIntegerField(default=0, verbose_name='cause other')),
                 ('plan_continue_text', models.BigIntegerField(default=0, verbose_name='plan continue text')),
                 ('plan_synthesize_tool_use', models.BigIntegerField(default=0, verbose_name='plan synthesize tool use')),
                 ('plan_truncate_before_tool', models.BigIntegerField(default=0, verbose_name='plan truncate before tool')),
                 ('plan_whole_restart', models.BigIntegerField(default=0, verbose_name='plan whole restart')),
+                ('plan_native_resume', models.BigIntegerField(default=0, verbose_name='plan native resume')),
                 ('plan_other', models.BigIntegerField(default=0, verbose_name='plan other')),
                 ('recover_seconds', models.JSONField(blank=True, default=list, help_text='Time to recover of every recovery, in seconds.', verbose_name='recover seconds')),
             ],
@@ -96,6 +101,27 @@ class Migration(migrations.Migration):
                 'verbose_name_plural': 'analytics rollups',
                 'ordering': ['-slot', 'provider', 'model'],
                 'constraints': [models.UniqueConstraint(fields=('slot', 'provider', 'model'), name='sr_rollup_slot_group_uniq')],
+            },
+        ),
+        migrations.CreateModel(
+            name='ProxyKey',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('name', models.CharField(blank=True, max_length=100, verbose_name='name')),
+                ('prefix', models.CharField(help_text="The key's first characters.", max_length=16, verbose_name='prefix')),
+                ('hashed', models.CharField(editable=False, max_length=64, unique=True, verbose_name='hashed key')),
+                ('allowed_models', models.JSONField(blank=True, default=list, help_text='Model names (shell-style patterns allowed) this key may use; empty: any.', verbose_name='allowed models')),
+                ('max_tokens', models.PositiveIntegerField(blank=True, help_text='The largest max_tokens a request may ask.', null=True, verbose_name='max tokens')),
+                ('max_concurrent', models.PositiveIntegerField(blank=True, help_text='Empty: no limit.', null=True, verbose_name='max concurrent streams')),
+                ('created', models.DateTimeField(default=django.utils.timezone.now, verbose_name='created')),
+                ('last_used_at', models.DateTimeField(blank=True, null=True, verbose_name='last used at')),
+                ('revoked_at', models.DateTimeField(blank=True, null=True, verbose_name='revoked at')),
+                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='proxy_keys', to=settings.AUTH_USER_MODEL, verbose_name='user')),
+            ],
+            options={
+                'verbose_name': 'proxy key',
+                'verbose_name_plural': 'proxy keys',
+                'ordering': ['-created'],
             },
         ),
         migrations.CreateModel(
@@ -153,7 +179,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('title', models.CharField(blank=True, max_length=200, verbose_name='title')),
                 ('created', models.DateTimeField(default=django.utils.timezone.now, verbose_name='created')),
-                ('pending_notices', models.JSONField(blank=True, default=list, encoder=django.core.serializers.json.DjangoJSONEncoder, verbose_name='pending notices')),
+                ('pending_notices', streamrecover.fields.TextJSONField(blank=True, default=list, encoder=django.core.serializers.json.DjangoJSONEncoder, verbose_name='pending notices')),
                 ('owner', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='streamrecover_threads', to=settings.AUTH_USER_MODEL, verbose_name='owner')),
             ],
             options={
@@ -173,7 +199,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('position', models.PositiveIntegerField(verbose_name='position')),
                 ('role', models.CharField(choices=[('user', 'user'), ('assistant', 'assistant'), ('system', 'system')], max_length=16, verbose_name='role')),
-                ('content', models.JSONField(default=list, encoder=django.core.serializers.json.DjangoJSONEncoder, help_text='Canonical content blocks.', verbose_name='content')),
+                ('content', streamrecover.fields.TextJSONField(default=list, encoder=django.core.serializers.json.DjangoJSONEncoder, help_text='Canonical content blocks.', verbose_name='content')),
                 ('created', models.DateTimeField(default=django.utils.timezone.now, verbose_name='created')),
                 ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='messages', to='streamrecover.run', verbose_name='run')),
                 ('thread', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='messages', to='streamrecover.thread', verbose_name='thread')),
@@ -185,10 +211,26 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.CreateModel(
+            name='ToolCallResult',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('position', models.PositiveIntegerField(help_text='Of the assistant message that made the call.', verbose_name='position')),
+                ('tool_call_id', models.CharField(max_length=255, verbose_name='tool call id')),
+                ('result', models.JSONField(encoder=django.core.serializers.json.DjangoJSONEncoder, help_text='A tool_result block.', verbose_name='result')),
+                ('created', models.DateTimeField(default=django.utils.timezone.now, verbose_name='created')),
+                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tool_results', to='streamrecover.run', verbose_name='run')),
+            ],
+            options={
+                'verbose_name': 'tool call result',
+                'verbose_name_plural': 'tool call results',
+                'ordering': ['run', 'position', 'id'],
+            },
+        ),
+        migrations.CreateModel(
             name='StreamCheckpoint',
             fields=[
                 ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='checkpoint', serialize=False, to='streamrecover.run', verbose_name='run')),
-                ('data', models.JSONField(encoder=django.core.serializers.json.DjangoJSONEncoder, verbose_name='data')),
+                ('data', streamrecover.fields.TextJSONField(encoder=django.core.serializers.json.DjangoJSONEncoder, verbose_name='data')),
                 ('turn', models.PositiveIntegerField(default=0, verbose_name='turn')),
                 ('attempt', models.PositiveIntegerField(default=0, verbose_name='attempt')),
                 ('continuation', models.PositiveIntegerField(default=0, verbose_name='continuation')),
@@ -210,7 +252,7 @@ class Migration(migrations.Migration):
                 ('name', models.CharField(max_length=64, verbose_name='name')),
                 ('provider', models.CharField(blank=True, max_length=64, verbose_name='provider')),
                 ('model', models.CharField(blank=True, max_length=200, verbose_name='model')),
-                ('payload', models.JSONField(default=dict, encoder=django.core.serializers.json.DjangoJSONEncoder, verbose_name='payload')),
+                ('payload', streamrecover.fields.TextJSONField(default=dict, encoder=django.core.serializers.json.DjangoJSONEncoder, verbose_name='payload')),
                 ('created', models.DateTimeField(default=django.utils.timezone.now, verbose_name='created')),
                 ('cause', models.CharField(blank=True, max_length=32, verbose_name='cause')),
                 ('plan', models.CharField(blank=True, max_length=32, verbose_name='plan')),
@@ -236,7 +278,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('turn', models.PositiveIntegerField(default=0, verbose_name='turn')),
                 ('index', models.PositiveIntegerField(help_text='0-based across the run.', verbose_name='index')),
-                ('kind', models.CharField(choices=[('initial', 'initial'), ('pre_stream_retry', 'pre-stream retry'), ('continuation', 'continuation'), ('restart', 'restart'), ('resume', 'resume')], max_length=20, verbose_name='kind')),
+                ('kind', models.CharField(choices=[('initial', 'initial'), ('pre_stream_retry', 'pre-stream retry'), ('continuation', 'continuation'), ('restart', 'restart'), ('resume', 'resume'), ('native_resume', 'native resume')], max_length=20, verbose_name='kind')),
                 ('continuation', models.PositiveIntegerField(default=0, verbose_name='continuation')),
                 ('strategy', models.CharField(blank=True, max_length=32, verbose_name='strategy')),
                 ('status_code', models.PositiveSmallIntegerField(blank=True, null=True, verbose_name='status code')),
@@ -254,7 +296,7 @@ class Migration(migrations.Migration):
                 ('error_message', models.TextField(blank=True, verbose_name='error message')),
                 ('stop_reason', models.CharField(blank=True, max_length=64, verbose_name='stop reason')),
                 ('outcome', models.CharField(default='pending', max_length=32, verbose_name='outcome')),
-                ('request', models.JSONField(blank=True, default=dict, encoder=django.core.serializers.json.DjangoJSONEncoder, help_text='As sent, secrets removed.', verbose_name='request')),
+                ('request', streamrecover.fields.TextJSONField(blank=True, default=dict, encoder=django.core.serializers.json.DjangoJSONEncoder, help_text='As sent, secrets removed.', verbose_name='request')),
                 ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attempts', to='streamrecover.run', verbose_name='run')),
             ],
             options={
@@ -296,5 +338,9 @@ class Migration(migrations.Migration):
         migrations.AddConstraint(
             model_name='message',
             constraint=models.UniqueConstraint(fields=('thread', 'position'), name='sr_message_thread_pos_uniq'),
+        ),
+        migrations.AddConstraint(
+            model_name='toolcallresult',
+            constraint=models.UniqueConstraint(fields=('run', 'position', 'tool_call_id'), name='sr_toolresult_call_uniq'),
         ),
     ]
