@@ -14,6 +14,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db.models import F
 
 from streamrecover.engine.cancel import CancelToken
 from streamrecover.live.buffer import RedisFrameBuffer
@@ -22,6 +23,7 @@ from streamrecover.live.outbox import outbox_for
 from streamrecover.live.publisher import make_publisher
 from streamrecover.models import Run
 from streamrecover.runs import lifecycle
+from streamrecover.runs.fence import Fence
 from streamrecover.runs.loop import on_shared_loop, run_on_shared_loop
 from streamrecover.runs.watch import watch
 
@@ -102,26 +104,43 @@ def test_tasks_in_different_threads_share_one_event_loop() -> None:
 async def test_one_watcher_beats_every_run_and_cancels_only_the_run_asked_to_stop() -> None:
     user = await sync_to_async(make_user)()
     runs = [await sync_to_async(lifecycle.create_run)(prompt=f"story {i}", owner=user) for i in range(4)]
+    fences = []
     for run in runs:
-        await sync_to_async(lifecycle.claim_run)(str(run.pk), "worker-a")
+        claimed = await sync_to_async(lifecycle.claim_run)(str(run.pk), "worker-a")
+        assert claimed is not None
+        fences.append(Fence(str(run.pk), claimed.claim_epoch, 10.0))
     await Run.objects.filter(pk__in=[r.pk for r in runs]).aupdate(heartbeat_at=None)
+    # run 3's claim is taken over (a sweep raised its epoch): its heartbeat must not be written
+    await Run.objects.filter(pk=runs[3].pk).aupdate(claim_epoch=F("claim_epoch") + 1)
     tokens = [CancelToken() for _ in runs]
     for token in tokens:
         token.bind()
-    watchers = [asyncio.ensure_future(watch(str(r.pk), t, "worker-a")) for r, t in zip(runs, tokens, strict=True)]
+    running = [asyncio.ensure_future(asyncio.Event().wait()) for _ in runs]  # the runs' tasks
+    watchers = [
+        asyncio.ensure_future(watch(fence, token, task))
+        for fence, token, task in zip(fences, tokens, running, strict=True)
+    ]
     try:
         await sync_to_async(lifecycle.request_cancel)(runs[2].pk, "stop that one")
         deadline = time.monotonic() + 5
-        while not tokens[2].stopped and time.monotonic() < deadline:
+        while not (tokens[2].stopped and running[3].done()) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert tokens[2].stopped
         assert tokens[2].reason == "stop that one"
         assert [t.stopped for t in tokens] == [False, False, True, False]
+        # the lost claim: its task is cancelled, its fence refuses every later write
+        assert [task.cancelled() for task in running] == [False, False, False, True]
+        assert [fence.lost for fence in fences] == [False, False, False, True]
         beats: list[Any] = [
-            r async for r in Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("heartbeat_at", flat=True)
+            r
+            async for r in Run.objects.filter(pk__in=[r.pk for r in runs])
+            .order_by("created")
+            .values_list("pk", "heartbeat_at")
         ]
-        assert all(beat is not None for beat in beats)
+        by_run = dict(beats)
+        assert all(by_run[r.pk] is not None for r in runs[:3])
+        assert by_run[runs[3].pk] is None
     finally:
-        for task in watchers:
+        for task in [*watchers, *running]:
             task.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)
+        await asyncio.gather(*watchers, *running, return_exceptions=True)

@@ -1,6 +1,6 @@
 """The streams recorded from the real Anthropic and OpenAI APIs, cut and recovered.
 
-Each recording (``../shared/recorded``, skipped with a message when absent) is read whole by
+Each recording (the folder ``tests/streams.py`` finds, skipped with a message when absent) is read whole by
 the adapter (the uninterrupted reading), served byte for byte by the fake provider, and cut:
 at event boundaries (every one for small streams, an even sample for big ones), inside tool
 arguments, inside multi-byte characters and just before the terminator. A cut reading never

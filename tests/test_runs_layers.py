@@ -134,7 +134,9 @@ def test_execute_run_opens_the_live_channel_of_a_claimed_run_and_numbers_on_from
     result = asyncio.run(execution.execute_run(str(run.pk), live=live.open, extra_sinks=[collected]))
     assert result is not None
     assert result.status == Run.Status.COMPLETED
-    assert live.log == ["open:running", "close:running"]  # closed before the end is stored
+    # closed after the end is stored (with the answer, in one transaction): the client is told
+    # "completed" only once it is so in the database
+    assert live.log == ["open:running", "close:completed"]
     assert live.frames == collected.frames
     assert live.frames[0]["seq"] == 101
     assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED

@@ -267,12 +267,14 @@ def _turn_of(request: Any) -> int:
 
 
 def check_checkpoints(redis_url: str) -> Check:
-    """No checkpoint of a settled (or deleted) run is left; an active run's is its own business."""
+    """No checkpoint of a settled (or deleted) run is left; an active run's is its own business.
+    A run's fencing key (its highest claim epoch, ``<prefix>fence:<run>``) is not a checkpoint: it
+    outlives the checkpoint on purpose, so a late writer stays refused, and expires by its TTL."""
     check = Check("no checkpoint left in Redis")
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     try:
         keys = [k.decode() for k in client.scan_iter(match=REDIS_KEY_PREFIX + "*", count=1000)]
-        left = [k for k in keys if not k.endswith("index")]
+        left = [k for k in keys if not k.endswith("index") and not k.startswith(REDIS_KEY_PREFIX + "fence:")]
         members = [m.decode() for m in client.smembers(REDIS_KEY_PREFIX + "index")]
     finally:
         client.close()
