@@ -35,7 +35,7 @@ from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
 from .common import (
     as_int,
-    decode_event_json,
+    event_object,
     excerpt,
     read_error_body,
     status_policy,
@@ -49,9 +49,6 @@ __all__ = [
     "AnthropicAdapter",
     "AnthropicStreamParser",
 ]
-
-# Bound once: json.loads re-checks its arguments on every call, and this runs per token.
-_decode = decode_event_json
 
 # Models that answer a trailing assistant message (a prefill) with a 400, so a
 # continuation must be a user "continue" message instead (prefill was removed from
@@ -155,12 +152,7 @@ class AnthropicStreamParser:
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         data = event.data
-        try:
-            obj = _decode(data)
-        except ValueError as exc:
-            raise ParseError(f"anthropic {event.event!r} event: data is not JSON ({exc}): {excerpt(data)}") from None
-        if type(obj) is not dict:
-            raise ParseError(f"anthropic {event.event!r} event: data is not a JSON object: {excerpt(data)}")
+        obj = event_object(data, f"anthropic {event.event!r} event")
         etype = obj.get("type")
         if type(etype) is not str:
             if etype is not None or event.event == "message":  # unnamed: nothing to fall back on

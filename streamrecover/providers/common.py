@@ -9,7 +9,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from ..engine.contract import Strategy
-from ..engine.errors import ErrorClass
+from ..engine.errors import ErrorClass, ParseError
 from ..engine.retry import RETRYABLE_STATUSES, should_retry_header
 
 EXCERPT_CHARS = 160
@@ -27,6 +27,18 @@ def decode_event_json(data: str) -> Any:
     value = _json_decode(data)
     if "\\ud" in data or "\\uD" in data:  # json.loads already joined every escaped pair
         value = _without_lone_surrogates(value)
+    return value
+
+
+def event_object(data: str, what: str) -> dict[str, Any]:
+    """An event's data as a JSON object (``decode_event_json``), or a ``ParseError`` that
+    names ``what`` the event was and shows the start of its data."""
+    try:
+        value = decode_event_json(data)
+    except ValueError as exc:
+        raise ParseError(f"{what}: data is not JSON ({exc}): {excerpt(data)}") from None
+    if type(value) is not dict:
+        raise ParseError(f"{what}: data is not a JSON object: {excerpt(data)}")
     return value
 
 

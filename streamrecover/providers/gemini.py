@@ -39,12 +39,11 @@ from ..engine.events import (
 )
 from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
-from .common import as_int, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
+from .common import as_int, event_object, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
 
 __all__ = ["API_VERSION", "CONTENT_STOPS", "FINISH_REASONS", "GeminiAdapter", "GeminiStreamParser"]
 
 API_VERSION = "v1beta"
-_decode = json.JSONDecoder().decode
 
 # finishReason -> normalized stop reason. The content stops end the answer as it is and
 # are never continued (``content_filter`` is one of the engine's never-continue stops).
@@ -129,12 +128,7 @@ class GeminiStreamParser:
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         data = event.data
-        try:
-            chunk = _decode(data)
-        except ValueError as exc:
-            raise ParseError(f"gemini chunk: data is not JSON ({exc}): {excerpt(data)}") from None
-        if type(chunk) is not dict:
-            raise ParseError(f"gemini chunk: data is not a JSON object: {excerpt(data)}")
+        chunk = event_object(data, "gemini chunk")
         try:
             return self._chunk(chunk)
         except (KeyError, TypeError, AttributeError) as exc:

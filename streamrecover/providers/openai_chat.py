@@ -36,7 +36,7 @@ from ..engine.sse import SSEEvent
 from .azure import CHAT_PATH, azure_headers, azure_url, deployment
 from .common import (
     as_int,
-    decode_event_json,
+    event_object,
     excerpt,
     read_error_body,
     status_policy,
@@ -46,9 +46,6 @@ from .common import (
 )
 
 __all__ = ["FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStreamParser"]
-
-# Bound once: json.loads re-checks its arguments on every call, and this runs per token.
-_decode = decode_event_json
 TEXT_INDEX = 0  # the message's text (content or refusal) is block 0; tool call i is block 1 + i
 REASONING_INDEX = -1  # ``reasoning_content``: before the text, as it streams first
 
@@ -126,12 +123,7 @@ class OpenAIChatStreamParser:
         data = event.data
         if data[:6] == "[DONE]":  # the SDK's test: startswith("[DONE]")
             return [_STREAM_END]
-        try:
-            chunk = _decode(data)
-        except ValueError as exc:
-            raise ParseError(f"openai {event.event!r} event: data is not JSON ({exc}): {excerpt(data)}") from None
-        if type(chunk) is not dict:
-            raise ParseError(f"openai {event.event!r} event: data is not a JSON object: {excerpt(data)}")
+        chunk = event_object(data, f"openai {event.event!r} event")
         try:
             return self._chunk(chunk)
         except (KeyError, TypeError, AttributeError) as exc:

@@ -34,12 +34,10 @@ from ..engine.events import (
 )
 from ..engine.sse import SSEEvent
 from .azure import azure_headers, azure_url, deployment
-from .common import as_int, excerpt, strategy_override, text_of
+from .common import as_int, event_object, excerpt, strategy_override, text_of
 from .openai_chat import OpenAIChatAdapter
 
 __all__ = ["INCOMPLETE_REASONS", "REASONING", "OpenAIResponsesAdapter", "ResponsesStreamParser", "ResumePoint"]
-
-_decode = json.JSONDecoder().decode
 
 # incomplete_details.reason -> normalized stop reason
 INCOMPLETE_REASONS: dict[str, str] = {"max_output_tokens": "max_tokens", "content_filter": "content_filter"}
@@ -94,12 +92,7 @@ class ResponsesStreamParser:
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         data = event.data
-        try:
-            payload = _decode(data)
-        except ValueError as exc:
-            raise ParseError(f"responses {event.event!r} event: data is not JSON ({exc}): {excerpt(data)}") from None
-        if type(payload) is not dict:
-            raise ParseError(f"responses {event.event!r} event: data is not a JSON object: {excerpt(data)}")
+        payload = event_object(data, f"responses {event.event!r} event")
         try:
             out = self._event(payload)
         except (KeyError, TypeError, AttributeError) as exc:
