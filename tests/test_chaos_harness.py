@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -47,7 +48,9 @@ def test_a_small_chaos_run_holds_every_promise_and_cleans_up() -> None:
         "no checkpoint left in Redis: 1/1 held",
     ):
         assert f"PASS  {check}" in report, report
-    # other jobs may create or drop databases on the same server meanwhile: look only at the harness's
-    left = {name for name in _databases(server) - before if "_chaos_" in name}
+    # other jobs may create or drop databases on the same server meanwhile (another suite's chaos
+    # test among them): look only at this harness's, named after the database of its URL
+    own = f"{(urlsplit(server).path.lstrip('/') or 'postgres').replace('-', '_')}_chaos_"
+    left = {name for name in _databases(server) - before if name.startswith(own)}
     assert not left, f"the harness's database was not dropped: {left}"
     assert "logs kept" not in report  # all held: the working directory is gone too
