@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
-from ..engine.contract import Strategy
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
 from ..engine.errors import ErrorClass, ParseError
 from ..engine.retry import RETRYABLE_STATUSES, should_retry_header
 
@@ -86,6 +86,28 @@ def strategy_override(overrides: Mapping[str, str], model: str) -> Strategy | No
                     f"strategy override {pattern!r} -> {value!r} is not a strategy (known: {known})"
                 ) from None
     return None
+
+
+class ContinueMessageOnly:
+    """The recovery protocol of an API with neither a prefill nor a count endpoint (Gemini,
+    OpenAI Responses): a settings override or a continue message; the continuation does not
+    repeat the prefix; nothing to count before a continuation (usage comes with the stream)."""
+
+    config: ProviderConfig
+
+    def continuation_strategy(self, model: str, *, thinking: bool) -> Strategy:
+        override = strategy_override(self.config.strategy_overrides, model)
+        return override if override is not None else Strategy.CONTINUE_MESSAGE
+
+    @property
+    def echoes_prefix(self) -> bool:
+        return False
+
+    def count_request(self, request: ModelRequest) -> HTTPRequest | None:
+        return None
+
+    def read_count(self, body: bytes) -> int | None:
+        return None
 
 
 def read_error_body(status: int, body: bytes) -> tuple[dict[str, Any], Any, str]:

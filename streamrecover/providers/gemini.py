@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig
 from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
     BlockStart,
@@ -39,7 +39,15 @@ from ..engine.events import (
 )
 from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
-from .common import as_int, event_object, excerpt, read_error_body, status_policy, strategy_override, with_should_retry
+from .common import (
+    ContinueMessageOnly,
+    as_int,
+    event_object,
+    excerpt,
+    read_error_body,
+    status_policy,
+    with_should_retry,
+)
 
 __all__ = ["API_VERSION", "CONTENT_STOPS", "FINISH_REASONS", "GeminiAdapter", "GeminiStreamParser"]
 
@@ -364,7 +372,7 @@ def _retry_delay(error: Any) -> float | None:
     return None
 
 
-class GeminiAdapter:
+class GeminiAdapter(ContinueMessageOnly):
     """Translates between the canonical conversation and ``streamGenerateContent``."""
 
     name = "gemini"
@@ -440,24 +448,7 @@ class GeminiAdapter:
             request_id=event.request_id,
         )
 
-    def continuation_strategy(self, model: str, *, thinking: bool) -> Strategy:
-        """Settings overrides first; otherwise the partial answer as a ``model`` turn and a
-        continue message (Gemini documents no prefill)."""
-        override = strategy_override(self.config.strategy_overrides, model)
-        return override if override is not None else Strategy.CONTINUE_MESSAGE
-
-    @property
-    def echoes_prefix(self) -> bool:
-        return False
-
     @property
     def text_delta_is_token(self) -> bool:
         """A chunk carries many tokens; ``usageMetadata`` counts them."""
         return False
-
-    def count_request(self, request: ModelRequest) -> HTTPRequest | None:
-        """Not used: every chunk's ``usageMetadata`` already counts what was generated."""
-        return None
-
-    def read_count(self, body: bytes) -> int | None:
-        return None

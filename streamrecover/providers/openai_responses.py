@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..engine.blocks import REASONING
-from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, ResumePoint, Strategy
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, ResumePoint
 from ..engine.errors import ParseError, ProviderError
 from ..engine.events import (
     BlockStart,
@@ -34,7 +34,7 @@ from ..engine.events import (
 )
 from ..engine.sse import SSEEvent
 from .azure import azure_headers, azure_url, deployment
-from .common import as_int, event_object, excerpt, strategy_override, text_of
+from .common import ContinueMessageOnly, as_int, event_object, excerpt, text_of
 from .openai_chat import OpenAIChatAdapter
 
 __all__ = ["INCOMPLETE_REASONS", "REASONING", "OpenAIResponsesAdapter", "ResponsesStreamParser", "ResumePoint"]
@@ -317,7 +317,7 @@ def _input(request: ModelRequest) -> list[dict[str, Any]]:
     return out
 
 
-class OpenAIResponsesAdapter:
+class OpenAIResponsesAdapter(ContinueMessageOnly):
     """Translates between the canonical conversation and the Responses API."""
 
     name = "openai-responses"
@@ -401,22 +401,7 @@ class OpenAIResponsesAdapter:
         """As Chat Completions: server trouble and rate limits are worth another try, the rest is permanent."""
         return self._chat.classify_stream_error(event)
 
-    def continuation_strategy(self, model: str, *, thinking: bool) -> Strategy:
-        """Settings overrides first; otherwise a continue message (Responses has no prefill)."""
-        override = strategy_override(self.config.strategy_overrides, model)
-        return override if override is not None else Strategy.CONTINUE_MESSAGE
-
-    @property
-    def echoes_prefix(self) -> bool:
-        return False
-
     @property
     def text_delta_is_token(self) -> bool:
         """One ``output_text.delta`` per sampled token, as in Chat Completions."""
         return True
-
-    def count_request(self, request: ModelRequest) -> HTTPRequest | None:
-        return None
-
-    def read_count(self, body: bytes) -> int | None:
-        return None

@@ -118,7 +118,8 @@ def _tools(tools: Any) -> tuple[ToolOffer, ...]:
     return tuple(offers)
 
 
-def _text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """A message's text: a string, or the ``text`` of its parts (Chat and Responses alike)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -142,9 +143,9 @@ def _turn(index: int, message: Any) -> Turn | None:
             code="invalid_value",
         )
     if role == "user":
-        return Turn("user", _text(message.get("content")))
+        return Turn("user", content_text(message.get("content")))
     if role == "assistant":
-        return Turn("assistant", _text(message.get("content")), _tool_calls(index, message.get("tool_calls")))
+        return Turn("assistant", content_text(message.get("content")), _tool_calls(index, message.get("tool_calls")))
     if role == "tool":
         call_id = message.get("tool_call_id")
         if not isinstance(call_id, str):
@@ -153,7 +154,7 @@ def _turn(index: int, message: Any) -> Turn | None:
                 param=f"messages[{index}].tool_call_id",
                 code="missing_required_parameter",
             )
-        return Turn("user", tool_results=(ToolResult(call_id, "", _text(message.get("content"))),))
+        return Turn("user", tool_results=(ToolResult(call_id, "", content_text(message.get("content"))),))
     return None  # system, developer, legacy function messages: not read by the fake model
 
 

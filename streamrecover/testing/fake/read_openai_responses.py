@@ -13,6 +13,7 @@ from typing import Any
 
 from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn
+from .read_openai import content_text
 from .wire_openai_responses import reasoning_valid
 
 _ROLES = ("user", "assistant", "system", "developer")
@@ -79,14 +80,6 @@ def _tools(tools: Any) -> tuple[ToolOffer, ...]:
     return tuple(offers)
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
-    return ""
-
-
 def _turn(index: int, item: Any) -> Turn | None:
     if not isinstance(item, Mapping):
         raise RequestRejected(f"Invalid type for 'input[{index}]': expected an object.", param=f"input[{index}]")
@@ -100,7 +93,7 @@ def _turn(index: int, item: Any) -> Turn | None:
                 code="invalid_value",
             )
         if role in ("user", "assistant"):
-            return Turn(role, _text(item.get("content")))
+            return Turn(role, content_text(item.get("content")))
         return None
     if kind == "function_call":
         call_id = item.get("call_id")
@@ -111,7 +104,7 @@ def _turn(index: int, item: Any) -> Turn | None:
         call = ToolCall(call_id, str(item.get("name", "")), str(item.get("arguments", "")))
         return Turn("assistant", tool_calls=(call,))
     if kind == "function_call_output":
-        result = ToolResult(str(item.get("call_id")), "", _text(item.get("output")))
+        result = ToolResult(str(item.get("call_id")), "", content_text(item.get("output")))
         return Turn("user", tool_results=(result,))
     if kind == "reasoning":
         _check_reasoning(index, item)
