@@ -99,6 +99,22 @@ def test_the_wheel(dist: dict[str, Path]) -> None:
     assert "Typing :: Typed" in metadata.get_all("Classifier")
 
 
+def test_the_package_page_carries_every_document(dist: dict[str, Path]) -> None:
+    """The index shows the long description only: the README's links into docs/ do not
+    resolve there, so every document follows the README on the page."""
+    with zipfile.ZipFile(dist["wheel"]) as wheel:
+        info = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = Parser().parsestr(wheel.read(info).decode())
+    page = metadata.get_payload()
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    assert page.startswith((ROOT / "README.md").read_text().splitlines()[0])
+    documents = sorted((ROOT / "docs").glob("*.md"))
+    assert len(documents) >= 9
+    for document in documents:
+        heading = next(line for line in document.read_text().splitlines() if line.startswith("# "))
+        assert f"\n{heading}\n" in page, f"{document.name} is missing from the package page"
+
+
 def test_the_sdist_holds_everything_the_readme_links_to(dist: dict[str, Path]) -> None:
     with tarfile.open(dist["sdist"]) as sdist:
         top = sdist.getnames()[0].split("/")[0]
