@@ -108,11 +108,15 @@ def test_the_package_page_carries_every_document(dist: dict[str, Path]) -> None:
     page = metadata.get_payload()
     assert metadata["Description-Content-Type"] == "text/markdown"
     assert page.startswith((ROOT / "README.md").read_text().splitlines()[0])
-    documents = sorted((ROOT / "docs").glob("*.md"))
-    assert len(documents) >= 9
+    documents = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "CHANGELOG.md"]
+    assert len(documents) >= 10
     for document in documents:
         heading = next(line for line in document.read_text().splitlines() if line.startswith("# "))
         assert f"\n{heading}\n" in page, f"{document.name} is missing from the package page"
+    # The project's addresses are that page: they hold the docs and the changelog.
+    urls = dict(entry.split(", ", 1) for entry in metadata.get_all("Project-URL"))
+    assert set(urls) == {"Documentation", "Changelog"}
+    assert set(urls.values()) == {f"https://pypi.org/project/{metadata['Name']}/"}
 
 
 def test_the_sdist_holds_everything_the_readme_links_to(dist: dict[str, Path]) -> None:
