@@ -60,6 +60,11 @@ DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {
         "BASE_URL": "https://api.openai.com/v1",
         "API_KEY_ENV": "OPENAI_API_KEY",
     },
+    "openai-responses": {
+        "ADAPTER": "openai-responses",
+        "BASE_URL": "https://api.openai.com/v1",
+        "API_KEY_ENV": "OPENAI_API_KEY",
+    },
     "gemini": {
         "ADAPTER": "gemini",
         "BASE_URL": "https://generativelanguage.googleapis.com",
@@ -121,6 +126,7 @@ DEFAULTS: dict[str, Any] = {
     # The healing endpoint (streamrecover.proxy): which provider serves each wire format.
     "PROXY_ANTHROPIC_PROVIDER": "anthropic",
     "PROXY_OPENAI_PROVIDER": "openai",
+    "PROXY_RESPONSES_PROVIDER": "openai-responses",
     "PROXY_DEFAULT_MAX_TOKENS": 4096,
     # format -> {"PROVIDER", "MODEL"}: where a proxied answer goes on when its provider gives up
     "PROXY_FAILOVER": None,
@@ -199,11 +205,14 @@ def _failover_problems(failover: Any, providers: Mapping[str, Any]) -> list[str]
     if failover is None:
         return []
     if not isinstance(failover, Mapping):
-        return [f"{where} must be None or a dict of wire format ('anthropic', 'openai') -> {{'PROVIDER', 'MODEL'}}."]
+        return [
+            f"{where} must be None or a dict of wire format ('anthropic', 'openai', 'responses') "
+            "-> {'PROVIDER', 'MODEL'}."
+        ]
     problems = []
     for format, target in failover.items():
-        if format not in ("anthropic", "openai"):
-            problems.append(f"{where} has an unknown wire format {format!r}: 'anthropic' or 'openai'.")
+        if format not in ("anthropic", "openai", "responses"):
+            problems.append(f"{where} has an unknown wire format {format!r}: 'anthropic', 'openai' or 'responses'.")
         elif not isinstance(target, Mapping) or set(target) != {"PROVIDER", "MODEL"}:
             problems.append(f"{where}[{format!r}] must be a dict with exactly 'PROVIDER' and 'MODEL'.")
         elif target["PROVIDER"] not in providers:
@@ -255,7 +264,7 @@ def validate(user: Any) -> list[str]:
         return problems
     for name, entry in providers.items():
         problems.extend(_provider_problems(name, entry))
-    for key in ("PROXY_ANTHROPIC_PROVIDER", "PROXY_OPENAI_PROVIDER"):
+    for key in ("PROXY_ANTHROPIC_PROVIDER", "PROXY_OPENAI_PROVIDER", "PROXY_RESPONSES_PROVIDER"):
         if merged[key] not in providers:
             problems.append(
                 f"{SETTINGS_NAME}[{key!r}] is {merged[key]!r}, which is not in PROVIDERS "

@@ -153,6 +153,16 @@ class AnthropicWriter:
         return _event("error", {"type": "error", "error": {"type": error_type, "message": message}})
 
 
+def thinking_text(content: dict[str, Any]) -> str:
+    """The readable thinking of a block: Anthropic's thinking, a Responses reasoning item's summaries."""
+    if content.get("type") == "thinking":
+        return str(content.get("thinking") or "")
+    if content.get("type") == "reasoning":
+        summary = content.get("summary") or []
+        return "\n\n".join(str(s.get("text", "")) for s in summary if isinstance(s, dict) and s.get("text"))
+    return ""
+
+
 class OpenAIWriter:
     """Chat Completions: chunks of one id, tool calls whole, one ``finish_reason``, the usage chunk
     when the client asked for it, ``[DONE]``."""
@@ -193,7 +203,10 @@ class OpenAIWriter:
                 }
                 self.tool_calls += 1
                 out.append(self._chunk({"tool_calls": [call]}))
-            # thinking and other blocks have no place in a chat completion
+            elif isinstance(op, WholeBlock) and (reasoning := thinking_text(op.content)):
+                # no standard field: DeepSeek, vLLM and SGLang stream it as ``reasoning_content``
+                out.append(self._chunk({"reasoning_content": reasoning}))
+            # other blocks (redacted thinking, server tools) have no place in a chat completion
         return b"".join(out)
 
     def end(self, stop_reason: str, usage: TurnUsage) -> bytes:
