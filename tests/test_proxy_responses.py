@@ -243,3 +243,19 @@ def test_a_non_streamed_request_passes_through_with_pre_stream_retries_only(clie
     assert len(fake.log_for(DEFAULT_SCENARIO)) - before == 2  # the 529, then the answer
     assert PROVIDER_KEY not in response.model_dump_json()
     assert not Run.objects.exists()
+
+
+def test_reasoning_arrives_as_a_whole_item_before_the_answer(client: openai.OpenAI) -> None:
+    prompt = "Tell me about rivers [[words=6]]"
+    clean = answer(client, prompt, reasoning={"effort": "low"})
+    assert [i["type"] for i in comparable(clean["final"])["output"]] == ["reasoning", "message"]
+    reasoning = clean["final"].output[0]
+    assert reasoning.encrypted_content  # as the provider sent it: the client can send it back
+    body = {"model": "gpt-4o", "input": prompt, "max_output_tokens": 400, "reasoning": {"effort": "low"}}
+    events = upstream_events(body)
+    for cut in (2, 4, events - 3):
+        seen = answer(client, prompt, f"cut:events={cut}", reasoning={"effort": "low"})
+        assert comparable(seen["final"]) == comparable(clean["final"]), f"cut:events={cut}"
+        stored = stored_assistant(seen["run_id"])
+        assert [b["type"] for b in stored] == ["reasoning", "text"]
+        assert seen["final"].output[0].encrypted_content == stored[0]["encrypted_content"]

@@ -313,6 +313,8 @@ def _responses_input(raw: Any) -> list[dict[str, Any]]:
             text = output if isinstance(output, str) else _openai_text(output)
             add("user", {"type": "tool_result", "tool_use_id": item.get("call_id"), "content": text}, merge=True)
         elif kind == "reasoning":
+            if not item.get("encrypted_content"):
+                continue  # reasoning shown for reading only (another provider's thinking): nothing to send back
             reasoning = {k: v for k, v in item.items() if k in ("type", "id", "summary", "encrypted_content")}
             add("assistant", reasoning, merge=True)
         else:

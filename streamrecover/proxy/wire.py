@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .splice import CloseBlock, Op, OpenText, TextPiece, WholeBlock
+from .splice import Citation, CloseBlock, Op, OpenText, TextPiece, WholeBlock
 
 # canonical stop reason -> Chat Completions finish_reason
 FINISH_REASONS = {
@@ -85,17 +85,23 @@ class AnthropicWriter:
         out: list[bytes] = []
         for op in ops:
             if isinstance(op, OpenText):
-                start = {
-                    "type": "content_block_start",
-                    "index": op.index,
-                    "content_block": {"type": "text", "text": ""},
-                }
+                block: dict[str, Any] = {"type": "text", "text": ""}
+                if op.cited:
+                    block["citations"] = []
+                start = {"type": "content_block_start", "index": op.index, "content_block": block}
                 out.append(_event("content_block_start", start))
             elif isinstance(op, TextPiece):
                 delta = {
                     "type": "content_block_delta",
                     "index": op.index,
                     "delta": {"type": "text_delta", "text": op.text},
+                }
+                out.append(_event("content_block_delta", delta))
+            elif isinstance(op, Citation):
+                delta = {
+                    "type": "content_block_delta",
+                    "index": op.index,
+                    "delta": {"type": "citations_delta", "citation": op.citation},
                 }
                 out.append(_event("content_block_delta", delta))
             elif isinstance(op, CloseBlock):
