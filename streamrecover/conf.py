@@ -24,6 +24,23 @@ SETTINGS_NAME = "STREAMRECOVER"
 # Base URL of the built-in fake provider: the runner serves it in-process, no network.
 FAKE_BASE_URL = "fake://streamrecover"
 
+# Adapter name -> the wire format the healing endpoint can translate a client's fields into
+# (a failover to another format); other adapters take no translated fields.
+PROXY_ADAPTER_FORMATS: dict[str, str] = {"anthropic": "anthropic", "openai": "openai", "openai-responses": "responses"}
+
+
+def proxy_wire_format(provider: Mapping[str, Any], model: str) -> str | None:
+    """The wire format a ``PROVIDERS`` entry speaks for ``model`` (the built-in fake's follows the
+    model's name), or None for one the healing endpoint cannot write a client's fields for
+    (Gemini, a custom adapter)."""
+    adapter = str(provider.get("ADAPTER", ""))
+    if str(provider.get("BASE_URL", "")).startswith(FAKE_BASE_URL.split("//")[0] + "//"):
+        from .testing import fake_adapter  # the fake's format follows the model name
+
+        adapter = fake_adapter(adapter, model)
+    return PROXY_ADAPTER_FORMATS.get(adapter)
+
+
 CHECKPOINT_STORES = ("memory", "orm", "redis")
 EXECUTIONS = ("inprocess", "celery")
 

@@ -512,3 +512,47 @@ def test_citations_reach_the_anthropic_client_with_the_text_they_cite(site: str,
         assert kinds.index("text_delta") < kinds.index("citations_delta"), f"cut:events={cut}"
         stored = stored_assistant(seen["run_id"])
         assert stored == [b.model_dump(exclude_none=True) for b in seen["final"].content], f"cut:events={cut}"
+
+
+def test_failover_to_a_provider_of_another_wire_format_translates_the_clients_fields(site: str, raw_key: str) -> None:
+    """An Anthropic client's request with a tool, its provider's budget spent mid-answer, goes on at
+    an OpenAI Chat provider: the tool definition and choice are written in OpenAI's terms, fields
+    with no counterpart are left out (and named in the run), the client gets one Anthropic stream."""
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    prompt = "Check the weather [[words=30]] [[tool]]"
+    kw: dict[str, Any] = {"tools": TOOLS_ANTHROPIC, "tool_choice": {"type": "auto"}, "extra_body": {"top_k": 5}}
+
+    def without_ids(message: anthropic.types.Message) -> dict[str, Any]:
+        seen = comparable(message)
+        for block in seen["content"]:
+            block.pop("id", None)  # each provider names its calls
+        return seen
+
+    expected = without_ids(anthropic_answer(client, prompt, **kw)["final"])
+    assert [b["type"] for b in expected["content"]] == ["text", "tool_use"]
+    backup = {"ADAPTER": "openai", "BASE_URL": "fake://streamrecover"}
+    configured = {
+        **settings.STREAMRECOVER,
+        "MAX_CONTINUATIONS": 1,
+        "PROVIDERS": {**settings.STREAMRECOVER["PROVIDERS"], "fake-openai": backup},
+        "PROXY_FAILOVER": {"anthropic": {"PROVIDER": "fake-openai", "MODEL": "gpt-4o"}},
+    }
+    with override_settings(STREAMRECOVER=configured):
+        seen = anthropic_answer(client, prompt, "cut:events=8;cut:events=6", **kw)
+    assert without_ids(seen["final"]) == expected  # one well-formed stream, the same answer
+    stored = stored_assistant(seen["run_id"])
+    assert seen["texts"] == {i: b["text"] for i, b in enumerate(stored) if b["type"] == "text"}
+    run = Run.objects.get(pk=seen["run_id"])
+    failover = run.events.get(name="llm_stream_failover").payload
+    assert (failover["reason"], failover["to_provider"], failover["to_model"]) == ("exhausted", "fake-openai", "gpt-4o")
+    assert run.options["proxy"]["failover"]["dropped"] == ["top_k"]
+    last = Attempt.objects.filter(run=run).order_by("index").last()
+    assert last is not None
+    sent = last.request["json"]
+    assert sent["model"] == "gpt-4o"
+    assert sent["tools"] == TOOLS_OPENAI
+    assert sent["tool_choice"] == "auto"
+    assert "top_k" not in sent
+    first = Attempt.objects.filter(run=run).order_by("index").first()
+    assert first is not None
+    assert first.request["json"]["tools"] == TOOLS_ANTHROPIC  # the first provider had them as sent

@@ -13,6 +13,7 @@ from ..conf import app_settings
 from ..models import Message, ProxyKey, Run, Thread
 from ..redaction import cut_secrets
 from .inbound import ProxyRequest
+from .translate import translate, wire_format
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +61,27 @@ def admit(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]
         return _create_run(key, request, provider, faults)
 
 
-def _failover(request: ProxyRequest) -> dict[str, str] | None:
+def _failover(request: ProxyRequest) -> tuple[dict[str, Any] | None, str | None]:
+    """The run's fallback (its provider, model and, for one of another wire format, the client's
+    fields translated and the names of those left out), or why this request has none."""
     target = (app_settings.PROXY_FAILOVER or {}).get(request.format)
-    return {"provider": target["PROVIDER"], "model": target["MODEL"]} if target else None
+    if not target:
+        return None, None
+    failover: dict[str, Any] = {"provider": target["PROVIDER"], "model": target["MODEL"]}
+    fmt = wire_format(app_settings.PROVIDERS[target["PROVIDER"]], target["MODEL"])
+    if fmt is None:
+        return None, f"the fallback provider {target['PROVIDER']!r} takes no translated fields"
+    if fmt != request.format:
+        translated = translate(request.extra, request.format, fmt)
+        if translated.refused:
+            return None, translated.refused
+        failover.update(extra=translated.extra, dropped=translated.dropped)
+    return failover, None
 
 
 def _create_run(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]) -> Run:
     messages: list[dict[str, Any]] = cut_secrets(request.messages)
+    failover, no_failover = _failover(request)
     thread = Thread.objects.create(owner=key.user, title=request.last_user_text()[:80])
     run = Run.objects.create(
         thread=thread,
@@ -86,7 +101,8 @@ def _create_run(key: ProxyKey, request: ProxyRequest, provider: str, faults: lis
                 "temperature": request.temperature,
                 "structured": request.structured,
                 "extra": request.extra,
-                "failover": _failover(request),
+                "failover": failover,
+                "no_failover": no_failover,
             },
         },
     )

@@ -115,6 +115,10 @@ def _anthropic(body: dict[str, Any], model: str, messages: list[Any]) -> ProxyRe
     system = body.get("system")
     if isinstance(system, str):
         taken.append("system")
+    elif isinstance(system, list):
+        # blocks (cache_control...) pass to an Anthropic provider as sent; their text is the
+        # run's system prompt (what a fallback of another format is given)
+        system = "\n\n".join(b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text")
     thinking = body.get("thinking")
     budget = None
     if isinstance(thinking, dict) and thinking.get("type") == "enabled":
@@ -130,7 +134,7 @@ def _anthropic(body: dict[str, Any], model: str, messages: list[Any]) -> ProxyRe
         messages=canonical,
         max_tokens=_max_tokens(body.get("max_tokens"), "max_tokens"),
         stream=bool(body.get("stream")),
-        system=system if isinstance(system, str) else None,
+        system=system if isinstance(system, str) and system else None,
         temperature=_temperature(body),
         thinking_budget=budget,
         structured=structured,

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
+from ..conf import proxy_wire_format
 from .inbound import ANTHROPIC, OPENAI, RESPONSES, Format
-
-# an adapter name -> the wire format its extra fields are written in
-ADAPTER_FORMATS: Final[Mapping[str, Format]] = {"anthropic": ANTHROPIC, "openai": OPENAI, "openai-responses": RESPONSES}
 
 # fields both OpenAI formats take as they are
 _OPENAI_SHARED = frozenset(
@@ -26,6 +24,8 @@ _OPENAI_SHARED = frozenset(
 )
 # fields every format takes as they are
 _SHARED = frozenset({"top_p"})
+# fields carried otherwise: an Anthropic system prompt's blocks (their text is the run's system prompt)
+_CARRIED = frozenset({"system"})
 # fields translated below (never copied as they are across formats)
 _TRANSLATED = frozenset(
     {"tools", "tool_choice", "stop", "stop_sequences", "response_format", "text", "reasoning", "reasoning_effort"}
@@ -39,6 +39,12 @@ REFUSED_TO: Final[Mapping[Format, Mapping[str, str]]] = {
         "text": "structured output (text.format) has no counterpart in Anthropic Messages",
     },
 }
+
+
+def wire_format(provider: Mapping[str, Any], model: str) -> Format | None:
+    """The wire format a ``PROVIDERS`` entry speaks for ``model``, or None for one whose fields this
+    module cannot write (Gemini, a custom adapter)."""
+    return cast(Format | None, proxy_wire_format(provider, model))
 
 
 @dataclass(slots=True)
@@ -64,7 +70,7 @@ def translate(extra: Mapping[str, Any], source: Format, target: Format) -> Trans
     for name, value in extra.items():
         if name in _SHARED or (name in _OPENAI_SHARED and ANTHROPIC not in (source, target)):
             out.extra[name] = value
-        elif name not in _TRANSLATED:
+        elif name not in _TRANSLATED and name not in _CARRIED:
             out.dropped.append(name)
     reason = _refusal(extra, target)
     if reason:
@@ -103,7 +109,9 @@ def _functions(tools: Any, source: Format, out: Translated) -> list[_Function]:
             f = tool["function"]
             found.append(_Function(f.get("name", ""), f.get("description"), f.get("parameters"), f.get("strict")))
         elif source == RESPONSES and tool.get("type") == "function":
-            found.append(_Function(tool.get("name", ""), tool.get("description"), tool.get("parameters"), tool.get("strict")))
+            found.append(
+                _Function(tool.get("name", ""), tool.get("description"), tool.get("parameters"), tool.get("strict"))
+            )
         else:  # server tools (web search, code execution...) are each provider's own
             out.dropped.append(f"tools[{position}] ({tool.get('type') or tool.get('name')})")
     return found

@@ -66,13 +66,18 @@ def is_openai_style(model: str) -> bool:
     return model.lower().startswith(OPENAI_STYLE_PREFIXES)
 
 
+def fake_adapter(adapter: str, model: str) -> str:
+    """The adapter a ``fake://`` provider gets: Responses when configured so, else the model's format."""
+    if adapter == "openai-responses":
+        return adapter
+    return "openai" if is_openai_style(model) else "anthropic"
+
+
 def materialize(config: ProviderConfig, model: str) -> ProviderConfig:
     """Replace a ``fake://`` base URL with the running fake server, in the model's format."""
     if not config.base_url.startswith(FAKE_SCHEME):
         return config
     base = local_fake_server().base_url
-    if config.name == "openai-responses":  # the Responses dialect whatever the model's name
-        return replace(config, base_url=f"{base}/v1", api_key=config.api_key or "fake-key")
-    if is_openai_style(model):
-        return replace(config, name="openai", base_url=f"{base}/v1", api_key=config.api_key or "fake-key")
-    return replace(config, name="anthropic", base_url=base, api_key=config.api_key or "fake-key")
+    name = fake_adapter(config.name, model)
+    url = base if name == "anthropic" else f"{base}/v1"
+    return replace(config, name=name, base_url=url, api_key=config.api_key or "fake-key")
