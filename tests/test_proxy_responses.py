@@ -39,15 +39,17 @@ TOOLS = [
 ]
 
 
+def _providers() -> dict[str, Any]:
+    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": PROVIDER_KEY}
+    responses = {"ADAPTER": "openai-responses", "BASE_URL": "fake://streamrecover", "API_KEY": PROVIDER_KEY}
+    return {"fake": fake, "fake-responses": responses}
+
+
 @pytest.fixture
 def site() -> Iterator[str]:
     """The proxy's prefix on Daphne; ``v1/responses`` served by the fake's Responses dialect."""
-    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": PROVIDER_KEY}
-    responses = {"ADAPTER": "openai-responses", "BASE_URL": "fake://streamrecover", "API_KEY": PROVIDER_KEY}
     configured = proxy_settings(
-        settings.STREAMRECOVER,
-        PROVIDERS={"fake": fake, "fake-responses": responses},
-        PROXY_RESPONSES_PROVIDER="fake-responses",
+        settings.STREAMRECOVER, PROVIDERS=_providers(), PROXY_RESPONSES_PROVIDER="fake-responses"
     )
     with override_settings(STREAMRECOVER=configured):
         yield daphne_url() + "/streamrecover/proxy"
@@ -102,7 +104,7 @@ def check_events(events: list[Any]) -> None:
 def answer(client: openai.OpenAI, prompt: Any, faults: str = "", **kw: Any) -> dict[str, Any]:
     """One streamed response through the proxy with ``client.responses.stream``, checked as the client sees it."""
     with client.responses.stream(
-        model="gpt-4o",
+        model=kw.pop("model", "gpt-4o"),
         input=prompt,
         max_output_tokens=kw.pop("max_output_tokens", 400),
         extra_headers={FAULTS_HEADER: faults},
@@ -259,3 +261,32 @@ def test_reasoning_arrives_as_a_whole_item_before_the_answer(client: openai.Open
         stored = stored_assistant(seen["run_id"])
         assert [b["type"] for b in stored] == ["reasoning", "text"]
         assert seen["final"].output[0].encrypted_content == stored[0]["encrypted_content"]
+
+
+def test_another_providers_thinking_arrives_as_a_reasoning_item_with_its_summary_text(
+    client: openai.OpenAI,
+) -> None:
+    """``v1/responses`` served by an OpenAI Chat provider that reasons (DeepSeek's
+    ``reasoning_content``): the reasoning reaches the client as a reasoning item whose summary is
+    the thinking, before the message; the client's function tool is written in Chat's terms."""
+    served_by_chat = {**settings.STREAMRECOVER, "PROXY_RESPONSES_PROVIDER": "fake"}
+    prompt = "Tell me about rivers [[words=6]]"
+    with override_settings(STREAMRECOVER={**proxy_settings(served_by_chat), "PROVIDERS": _providers()}):
+        clean = answer(client, prompt, model="deepseek-reasoner", tools=TOOLS)
+        broken = answer(client, prompt, "cut:events=5", model="deepseek-reasoner", tools=TOOLS)
+    for seen in (clean, broken):
+        final = seen["final"]
+        assert [item.type for item in final.output] == ["reasoning", "message"]
+        summary = final.output[0].summary
+        assert len(summary) == 1
+        assert summary[0].text.startswith("Let me think about")
+        kinds = [e.type for e in seen["events"]]
+        assert kinds.index("response.reasoning_summary_text.delta") < kinds.index("response.output_text.delta")
+    assert comparable(broken["final"]) == comparable(clean["final"])
+    assert broken["final"].output[0].summary == clean["final"].output[0].summary
+    run = Run.objects.get(pk=broken["run_id"])
+    first = Attempt.objects.filter(run=run).order_by("index").first()
+    assert first is not None
+    sent = first.request["json"]
+    assert sent["tools"] == [{"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}]
+    assert "messages" in sent  # Chat Completions, not Responses

@@ -52,6 +52,7 @@ class Translated:
     extra: dict[str, Any] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)  # the client's fields (or tools) left out
     refused: str | None = None  # why this request cannot fail over at all
+    fmt: Format = ANTHROPIC  # the format ``extra`` is written in
 
 
 @dataclass(slots=True)
@@ -65,8 +66,8 @@ class _Function:
 def translate(extra: Mapping[str, Any], source: Format, target: Format) -> Translated:
     """``extra`` (the client's fields, in ``source``'s format) for a provider of ``target``'s."""
     if source == target:
-        return Translated(dict(extra))
-    out = Translated()
+        return Translated(dict(extra), fmt=target)
+    out = Translated(fmt=target)
     for name, value in extra.items():
         if name in _SHARED or (name in _OPENAI_SHARED and ANTHROPIC not in (source, target)):
             out.extra[name] = value
