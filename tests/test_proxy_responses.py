@@ -290,3 +290,12 @@ def test_another_providers_thinking_arrives_as_a_reasoning_item_with_its_summary
     sent = first.request["json"]
     assert sent["tools"] == [{"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}]
     assert "messages" in sent  # Chat Completions, not Responses
+
+
+def test_a_non_streamed_request_to_a_provider_of_another_api_is_refused(client: openai.OpenAI) -> None:
+    served_by_chat = {**proxy_settings(settings.STREAMRECOVER), "PROVIDERS": _providers()}
+    with (
+        override_settings(STREAMRECOVER={**served_by_chat, "PROXY_RESPONSES_PROVIDER": "fake"}),
+        pytest.raises(openai.BadRequestError, match="own API"),
+    ):
+        client.responses.create(model="gpt-4o", input="Hi")

@@ -27,6 +27,7 @@ from .inbound import ANTHROPIC, OPENAI, RESPONSES, BadRequest, Format, parse
 from .keys import find_key
 from .passthrough import forward
 from .relay import Item, ProxyStream, RelaySink, RunEnded, start_run_thread
+from .translate import wire_format
 from .wire import AnthropicWriter, OpenAIWriter, Writer
 from .wire_responses import ResponsesWriter
 
@@ -79,6 +80,11 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
             check_limits(key, parsed)
         except Refused as refused:
             return error_response(format, refused.status, refused.message)
+        if wire_format(app_settings.PROVIDERS[provider], parsed.model) not in (format, None):
+            # passed on as sent: only a provider of the client's own API can read it
+            return error_response(
+                format, 400, "Non-streamed requests need a provider of this endpoint's own API; stream this one."
+            )
         return await forward(parsed, provider)
     try:
         run = await sync_to_async(admit)(key, parsed, provider, faults)
