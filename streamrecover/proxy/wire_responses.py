@@ -203,5 +203,6 @@ class ResponsesWriter:
             self.output.append(
                 {"id": item_id, "type": "message", "status": "incomplete", "role": "assistant", "content": [part]}
             )
-        error = {"code": error_type, "message": message}
+        # an Anthropic-style "api_error" (an unsplicable break) is what OpenAI calls a server error
+        error = {"code": "server_error" if error_type == "api_error" else error_type, "message": message}
         return self._emit("response.failed", {"response": self._response("failed", error=error)})
