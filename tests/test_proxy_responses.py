@@ -299,3 +299,33 @@ def test_a_non_streamed_request_to_a_provider_of_another_api_is_refused(client: 
         pytest.raises(openai.BadRequestError, match="own API"),
     ):
         client.responses.create(model="gpt-4o", input="Hi")
+
+
+def test_failover_from_responses_to_a_chat_provider_keeps_one_responses_stream(client: openai.OpenAI) -> None:
+    """The Responses provider's budget is spent mid-answer; the answer goes on at a Chat Completions
+    provider with the client's function tool written in Chat's terms, in the same Responses stream."""
+    prompt = "Check the weather [[words=30]] [[tool]]"
+    expected = comparable(answer(client, prompt, tools=TOOLS)["final"])
+    for item in expected["output"]:
+        item.pop("call_id", None)  # each provider names its calls
+    configured = {
+        **proxy_settings(settings.STREAMRECOVER),
+        "PROVIDERS": _providers(),
+        "PROXY_RESPONSES_PROVIDER": "fake-responses",
+        "MAX_CONTINUATIONS": 1,
+        "PROXY_FAILOVER": {"responses": {"PROVIDER": "fake", "MODEL": "gpt-4o-mini"}},
+    }
+    with override_settings(STREAMRECOVER=configured):
+        seen = answer(client, prompt, "cut:events=8;cut:events=6", tools=TOOLS)
+    got = comparable(seen["final"])
+    for item in got["output"]:
+        item.pop("call_id", None)
+    assert got == expected
+    run = Run.objects.get(pk=seen["run_id"])
+    assert run.events.get(name="llm_stream_failover").payload["to_model"] == "gpt-4o-mini"
+    last = Attempt.objects.filter(run=run).order_by("index").last()
+    assert last is not None
+    assert last.request["json"]["tools"] == [
+        {"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}
+    ]
+    assert seen["text"] == "".join(b["text"] for b in stored_assistant(seen["run_id"]) if b["type"] == "text")
