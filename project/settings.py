@@ -130,6 +130,8 @@ STREAMRECOVER = {
     # the healing endpoint (/streamrecover/proxy/) answers from the built-in fake in the demo
     "PROXY_ANTHROPIC_PROVIDER": "fake",
     "PROXY_OPENAI_PROVIDER": "fake",
+    "PROXY_RESPONSES_PROVIDER": "fake-responses",
+    "PROVIDERS": {"fake-responses": {"ADAPTER": "openai-responses", "BASE_URL": "fake://streamrecover"}},
 }
 
 # --- Auth, i18n, static -------------------------------------------------------------------

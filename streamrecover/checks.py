@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from .conf import SETTINGS_NAME, merge, validate
+from .conf import SETTINGS_NAME, merge, proxy_wire_format, validate
 
 IN_MEMORY_LAYER = "channels.layers.InMemoryChannelLayer"
 
@@ -345,6 +345,40 @@ def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> lis
     ]
 
 
+def check_proxy_failover(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """streamrecover.E003: a failover to a provider whose adapter cannot take a client's fields
+    written for another API; streamrecover.W010: one to Anthropic from an OpenAI format, where
+    structured-output requests cannot fail over."""
+    conf = _streamrecover()
+    if conf is None:
+        return []
+    found: list[CheckMessage] = []
+    for source, target in (conf["PROXY_FAILOVER"] or {}).items():
+        where = f"{SETTINGS_NAME}['PROXY_FAILOVER'][{source!r}]"
+        entry = conf["PROVIDERS"][target["PROVIDER"]]
+        fmt = proxy_wire_format(entry, target["MODEL"])
+        if fmt is None:
+            found.append(
+                Error(
+                    f"{where} falls back to {target['PROVIDER']!r} (adapter {entry.get('ADAPTER')!r}), which cannot "
+                    f"take a {source} client's tools and settings: its proxied requests would never fail over.",
+                    hint="Fall back to a provider whose ADAPTER is 'anthropic', 'openai' or 'openai-responses'.",
+                    id="streamrecover.E003",
+                )
+            )
+        elif fmt == "anthropic" and source != "anthropic":
+            found.append(
+                Warning(
+                    f"{where} falls back to an Anthropic Messages provider: a request asking for structured "
+                    "output (response_format, text.format) has no counterpart there and does not fail over; "
+                    "other fields without one (seed, penalties, logprobs...) are left out at the fallback.",
+                    hint="Silence it if that is what you want, or fall back to a provider of the same format.",
+                    id="streamrecover.W010",
+                )
+            )
+    return found
+
+
 ALL_CHECKS = (
     check_settings,
     check_celery_time_limit,
@@ -356,4 +390,5 @@ ALL_CHECKS = (
     check_single_process_in_production,
     check_celery_broker,
     check_sqlite_transaction_mode,
+    check_proxy_failover,
 )

@@ -24,6 +24,23 @@ SETTINGS_NAME = "STREAMRECOVER"
 # Base URL of the built-in fake provider: the runner serves it in-process, no network.
 FAKE_BASE_URL = "fake://streamrecover"
 
+# Adapter name -> the wire format the healing endpoint can translate a client's fields into
+# (a failover to another format); other adapters take no translated fields.
+PROXY_ADAPTER_FORMATS: dict[str, str] = {"anthropic": "anthropic", "openai": "openai", "openai-responses": "responses"}
+
+
+def proxy_wire_format(provider: Mapping[str, Any], model: str) -> str | None:
+    """The wire format a ``PROVIDERS`` entry speaks for ``model`` (the built-in fake's follows the
+    model's name), or None for one the healing endpoint cannot write a client's fields for
+    (Gemini, a custom adapter)."""
+    adapter = str(provider.get("ADAPTER", ""))
+    if str(provider.get("BASE_URL", "")).startswith(FAKE_BASE_URL.split("//")[0] + "//"):
+        from .testing import fake_adapter  # the fake's format follows the model name
+
+        adapter = fake_adapter(adapter, model)
+    return PROXY_ADAPTER_FORMATS.get(adapter)
+
+
 CHECKPOINT_STORES = ("memory", "orm", "redis")
 EXECUTIONS = ("inprocess", "celery")
 
@@ -57,6 +74,11 @@ DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {
     },
     "openai": {
         "ADAPTER": "openai",
+        "BASE_URL": "https://api.openai.com/v1",
+        "API_KEY_ENV": "OPENAI_API_KEY",
+    },
+    "openai-responses": {
+        "ADAPTER": "openai-responses",
         "BASE_URL": "https://api.openai.com/v1",
         "API_KEY_ENV": "OPENAI_API_KEY",
     },
@@ -121,6 +143,7 @@ DEFAULTS: dict[str, Any] = {
     # The healing endpoint (streamrecover.proxy): which provider serves each wire format.
     "PROXY_ANTHROPIC_PROVIDER": "anthropic",
     "PROXY_OPENAI_PROVIDER": "openai",
+    "PROXY_RESPONSES_PROVIDER": "openai-responses",
     "PROXY_DEFAULT_MAX_TOKENS": 4096,
     # format -> {"PROVIDER", "MODEL"}: where a proxied answer goes on when its provider gives up
     "PROXY_FAILOVER": None,
@@ -199,11 +222,14 @@ def _failover_problems(failover: Any, providers: Mapping[str, Any]) -> list[str]
     if failover is None:
         return []
     if not isinstance(failover, Mapping):
-        return [f"{where} must be None or a dict of wire format ('anthropic', 'openai') -> {{'PROVIDER', 'MODEL'}}."]
+        return [
+            f"{where} must be None or a dict of wire format ('anthropic', 'openai', 'responses') "
+            "-> {'PROVIDER', 'MODEL'}."
+        ]
     problems = []
     for format, target in failover.items():
-        if format not in ("anthropic", "openai"):
-            problems.append(f"{where} has an unknown wire format {format!r}: 'anthropic' or 'openai'.")
+        if format not in ("anthropic", "openai", "responses"):
+            problems.append(f"{where} has an unknown wire format {format!r}: 'anthropic', 'openai' or 'responses'.")
         elif not isinstance(target, Mapping) or set(target) != {"PROVIDER", "MODEL"}:
             problems.append(f"{where}[{format!r}] must be a dict with exactly 'PROVIDER' and 'MODEL'.")
         elif target["PROVIDER"] not in providers:
@@ -255,7 +281,7 @@ def validate(user: Any) -> list[str]:
         return problems
     for name, entry in providers.items():
         problems.extend(_provider_problems(name, entry))
-    for key in ("PROXY_ANTHROPIC_PROVIDER", "PROXY_OPENAI_PROVIDER"):
+    for key in ("PROXY_ANTHROPIC_PROVIDER", "PROXY_OPENAI_PROVIDER", "PROXY_RESPONSES_PROVIDER"):
         if merged[key] not in providers:
             problems.append(
                 f"{SETTINGS_NAME}[{key!r}] is {merged[key]!r}, which is not in PROVIDERS "

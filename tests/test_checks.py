@@ -250,3 +250,32 @@ def test_e002_reads_the_broker_of_the_projects_celery_app() -> None:
     import project  # noqa: F401
 
     assert checks.celery_app_broker()
+
+
+# ---- E003, W010: a failover to a provider of another wire format -----------------------------
+
+
+def test_e003_a_failover_to_a_provider_that_cannot_take_the_clients_fields() -> None:
+    gemini = {"PROXY_FAILOVER": {"anthropic": {"PROVIDER": "gemini", "MODEL": "gemini-2.5-pro"}}}
+    with override_settings(STREAMRECOVER=gemini):
+        assert ids(checks.check_proxy_failover()) == ["streamrecover.E003"]
+        assert "streamrecover.E003" in ids(run_checks(tags=["streamrecover"]))
+
+
+def test_w010_a_failover_from_an_openai_format_to_anthropic() -> None:
+    for source in ("openai", "responses"):
+        to_anthropic = {"PROXY_FAILOVER": {source: {"PROVIDER": "anthropic", "MODEL": "claude-sonnet-4-5"}}}
+        with override_settings(STREAMRECOVER=to_anthropic):
+            assert ids(checks.check_proxy_failover()) == ["streamrecover.W010"]
+
+
+def test_e003_w010_quiet_where_the_fields_translate() -> None:
+    for failover in (
+        {"anthropic": {"PROVIDER": "openai", "MODEL": "gpt-4o"}},
+        {"openai": {"PROVIDER": "openai-responses", "MODEL": "gpt-5"}},
+        {"responses": {"PROVIDER": "fake", "MODEL": "gpt-4o"}},
+        {"anthropic": {"PROVIDER": "fake", "MODEL": "claude-x"}},
+        None,
+    ):
+        with override_settings(STREAMRECOVER={"PROXY_FAILOVER": failover}):
+            assert checks.check_proxy_failover() == []

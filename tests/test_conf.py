@@ -30,7 +30,7 @@ def test_defaults() -> None:
         assert app_settings.HEARTBEAT_SECONDS == 5
         assert app_settings.STALE_AFTER_SECONDS == 30
         assert app_settings.REPLAY_BUFFER_FRAMES == 2000
-        assert set(app_settings.PROVIDERS) == {"fake", "anthropic", "openai", "gemini"}
+        assert set(app_settings.PROVIDERS) == {"fake", "anthropic", "openai", "openai-responses", "gemini"}
         config = app_settings.engine_config()
     assert config.max_continuations == 5
     assert config.backoff_schedule == (1.0, 2.0, 4.0, 8.0, 16.0)

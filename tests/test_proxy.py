@@ -449,3 +449,110 @@ def test_a_non_streamed_request_passes_through_with_pre_stream_retries_only(site
     completion = oa.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Hi [[words=4]]"}])
     assert completion.choices[0].message.content
     assert not Run.objects.exists()
+
+
+def test_openai_clients_receive_thinking_as_reasoning_content_before_the_answer(site: str, raw_key: str) -> None:
+    """A reasoning model's thinking reaches a Chat Completions client as ``delta.reasoning_content``
+    (as DeepSeek, vLLM and SGLang stream it), whole, before the content and never in it."""
+    client = openai.OpenAI(base_url=site + "/v1", api_key=raw_key, max_retries=0)
+    prompt = "Tell me about rivers [[words=6]]"
+
+    def reasoned(faults: str) -> tuple[str, str, str]:
+        raw = client.chat.completions.with_raw_response.create(
+            model="deepseek-reasoner",
+            messages=[{"role": "user", "content": prompt}],
+            stream=True,
+            extra_headers={FAULTS_HEADER: faults},
+        )
+        order: list[str] = []
+        reasoning = content = ""
+        for chunk in raw.parse():
+            for choice in chunk.choices:
+                piece = (choice.delta.model_extra or {}).get("reasoning_content")
+                if piece:
+                    order.append("reasoning")
+                    reasoning += piece
+                if choice.delta.content:
+                    order.append("content")
+                    content += choice.delta.content
+        assert order == ["reasoning", *["content"] * (len(order) - 1)], order  # thinking first, whole
+        return reasoning, content, raw.headers["x-streamrecover-run"]
+
+    clean_reasoning, clean_content, _ = reasoned("")
+    assert clean_reasoning
+    assert clean_reasoning not in clean_content
+    body = {"model": "deepseek-reasoner", "messages": [{"role": "user", "content": prompt}]}
+    events = upstream_events("/v1/chat/completions", body)
+    for cut in (2, 5, events - 3):
+        reasoning, content, run_id = reasoned(f"cut:events={cut}")
+        assert (reasoning, content) == (clean_reasoning, clean_content), f"cut:events={cut}"
+        stored = stored_assistant(run_id)
+        assert content == "".join(b["text"] for b in stored if b["type"] == "text")
+        # DeepSeek's reasoning is unsigned: shown whole, never committed (no provider takes it back)
+        assert not [b for b in stored if b["type"] == "thinking"]
+
+
+def test_citations_reach_the_anthropic_client_with_the_text_they_cite(site: str, raw_key: str) -> None:
+    """A cited text block (web search answers) arrives with its ``citations_delta`` events, sent
+    after text of the block (a block cut before its text is dropped by the recovery, so nothing
+    cited goes out before it is sure to stay): the final message equals the provider's own."""
+    prompt = "Tell me about rivers [[words=12]] [[cite]]"
+    body = {"model": "claude-x", "max_tokens": 400, "messages": [{"role": "user", "content": prompt}]}
+    direct = anthropic.Anthropic(base_url=local_fake_server().base_url, api_key="k", max_retries=0)
+    with direct.messages.stream(**body) as s:  # type: ignore[arg-type]
+        provider = comparable(s.get_final_message())
+    assert len(provider["content"][0]["citations"]) == 2
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    assert comparable(anthropic_answer(client, prompt)["final"]) == provider
+    events = upstream_events("/v1/messages", body)
+    cuts = range(1, events)
+    for cut, seen in zip(cuts, sweep(lambda faults: anthropic_answer(client, prompt, faults), cuts), strict=True):
+        assert comparable(seen["final"]) == provider, f"cut:events={cut}"
+        kinds = [e.delta.type for e in seen["events"] if e.type == "content_block_delta"]
+        assert kinds.index("text_delta") < kinds.index("citations_delta"), f"cut:events={cut}"
+        stored = stored_assistant(seen["run_id"])
+        assert stored == [b.model_dump(exclude_none=True) for b in seen["final"].content], f"cut:events={cut}"
+
+
+def test_failover_to_a_provider_of_another_wire_format_translates_the_clients_fields(site: str, raw_key: str) -> None:
+    """An Anthropic client's request with a tool, its provider's budget spent mid-answer, goes on at
+    an OpenAI Chat provider: the tool definition and choice are written in OpenAI's terms, fields
+    with no counterpart are left out (and named in the run), the client gets one Anthropic stream."""
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    prompt = "Check the weather [[words=30]] [[tool]]"
+    kw: dict[str, Any] = {"tools": TOOLS_ANTHROPIC, "tool_choice": {"type": "auto"}, "extra_body": {"top_k": 5}}
+
+    def without_ids(message: anthropic.types.Message) -> dict[str, Any]:
+        seen = comparable(message)
+        for block in seen["content"]:
+            block.pop("id", None)  # each provider names its calls
+        return seen
+
+    expected = without_ids(anthropic_answer(client, prompt, **kw)["final"])
+    assert [b["type"] for b in expected["content"]] == ["text", "tool_use"]
+    backup = {"ADAPTER": "openai", "BASE_URL": "fake://streamrecover"}
+    configured = {
+        **settings.STREAMRECOVER,
+        "MAX_CONTINUATIONS": 1,
+        "PROVIDERS": {**settings.STREAMRECOVER["PROVIDERS"], "fake-openai": backup},
+        "PROXY_FAILOVER": {"anthropic": {"PROVIDER": "fake-openai", "MODEL": "gpt-4o"}},
+    }
+    with override_settings(STREAMRECOVER=configured):
+        seen = anthropic_answer(client, prompt, "cut:events=8;cut:events=6", **kw)
+    assert without_ids(seen["final"]) == expected  # one well-formed stream, the same answer
+    stored = stored_assistant(seen["run_id"])
+    assert seen["texts"] == {i: b["text"] for i, b in enumerate(stored) if b["type"] == "text"}
+    run = Run.objects.get(pk=seen["run_id"])
+    failover = run.events.get(name="llm_stream_failover").payload
+    assert (failover["reason"], failover["to_provider"], failover["to_model"]) == ("exhausted", "fake-openai", "gpt-4o")
+    assert run.options["proxy"]["failover"]["dropped"] == ["top_k"]
+    last = Attempt.objects.filter(run=run).order_by("index").last()
+    assert last is not None
+    sent = last.request["json"]
+    assert sent["model"] == "gpt-4o"
+    assert sent["tools"] == TOOLS_OPENAI
+    assert sent["tool_choice"] == "auto"
+    assert "top_k" not in sent
+    first = Attempt.objects.filter(run=run).order_by("index").first()
+    assert first is not None
+    assert first.request["json"]["tools"] == TOOLS_ANTHROPIC  # the first provider had them as sent

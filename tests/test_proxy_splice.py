@@ -1,5 +1,6 @@
-"""The splicer alone: text released at once, a tool call only whole, thinking only with its signature,
-nothing after a held block before it, and a drop of anything released refused."""
+"""The splicer alone: text released at once, a tool call only whole, thinking only with its signature
+(or, for OpenAI clients, whole once it ended), citations after text of their block, nothing after a
+held block before it, and a drop of anything released refused."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from streamrecover.proxy.splice import CloseBlock, OpenText, Splicer, TextPiece, Unsplicable, WholeBlock
+from streamrecover.proxy.splice import Citation, CloseBlock, OpenText, Splicer, TextPiece, Unsplicable, WholeBlock
 
 
 def f(type_: str, /, **fields: Any) -> dict[str, Any]:
@@ -65,3 +66,37 @@ def test_taking_back_what_was_sent_is_unsplicable() -> None:
     quiet = Splicer()
     quiet.apply(f("thinking_delta", block=0, thinking="hmm"))
     assert quiet.apply(f("stream_reset", reason="whole_restart")) == []  # nothing was sent: start over unseen
+
+
+def test_citations_go_out_after_text_of_their_block_and_never_for_a_block_cut_before_it() -> None:
+    cite = {"type": "web_search_result_location", "cited_text": "x", "url": "https://example.com"}
+    s = Splicer()
+    assert s.apply(f("citation", block=0, citation=cite)) == []  # no text yet: the block may be dropped
+    assert s.apply(f("block_cancel", block=0, kind="text", reason="partial")) == []
+    assert s.apply(f("citation", block=0, citation=cite)) == []
+    assert s.apply(f("text_delta", block=0, text="Rivers")) == [
+        OpenText(0, cited=True),
+        TextPiece(0, "Rivers"),
+        Citation(0, cite),
+    ]
+    assert s.apply(f("text_delta", block=0, text=" flow")) == [TextPiece(0, " flow")]
+
+
+def test_openai_clients_see_thinking_once_it_ended_and_its_drop_takes_nothing_back() -> None:
+    shown = Splicer(release_unsigned=True)
+    assert shown.apply(f("thinking_delta", block=0, thinking="hmm")) == []
+    thinking = {"type": "thinking", "thinking": "hmm", "signature": ""}
+    assert shown.apply(f("text_delta", block=1, text="Answer")) == [
+        WholeBlock(0, thinking),
+        OpenText(1),
+        TextPiece(1, "Answer"),
+    ]
+    assert shown.apply(f("block_cancel", block=0, kind="thinking", reason="unsigned_thinking")) == []
+    assert shown.finish([{"type": "text", "text": "Answer"}]) == [CloseBlock(1)]
+    held = Splicer()  # Anthropic's clients: unsigned thinking never goes out
+    held.apply(f("thinking_delta", block=0, thinking="hmm"))
+    held.apply(f("text_delta", block=1, text="Answer"))
+    assert held.apply(f("block_cancel", block=0, kind="thinking", reason="unsigned_thinking")) == [
+        OpenText(0),
+        TextPiece(0, "Answer"),
+    ]

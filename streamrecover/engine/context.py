@@ -8,7 +8,7 @@ the attempt index).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -34,6 +34,8 @@ class Failover:
     adapter: ProviderAdapter
     model: str
     provider_name: str
+    # the request's pass-through fields for this provider (another wire format's); None: unchanged
+    extra: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -478,6 +478,8 @@ class TurnRunner:
         self.ctx.adapter = fallback.adapter
         self.ctx.provider_name = fallback.provider_name
         self.request = replace(self.request, model=fallback.model)
+        if fallback.extra is not None:  # a fallback of another wire format: the fields in its own
+            self.request = replace(self.request, extra=dict(fallback.extra))
         self.strategy = None
         self.budget_from = self.continuation
         return True

@@ -13,6 +13,7 @@ from ..conf import app_settings
 from ..models import Message, ProxyKey, Run, Thread
 from ..redaction import cut_secrets
 from .inbound import ProxyRequest
+from .translate import Translated, translate, wire_format
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,7 @@ def admit(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]
     two requests at once cannot both take the last free stream.
     """
     check_limits(key, request)
+    served = _served(request, provider)
     with transaction.atomic():
         locked = ProxyKey.objects.select_for_update().get(pk=key.pk)
         if locked.max_concurrent is not None:
@@ -57,16 +59,43 @@ def admit(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]
                 )
         locked.last_used_at = timezone.now()
         locked.save(update_fields=["last_used_at"])
-        return _create_run(key, request, provider, faults)
+        return _create_run(key, request, provider, faults, served)
 
 
-def _failover(request: ProxyRequest) -> dict[str, str] | None:
+def _served(request: ProxyRequest, provider: str) -> Translated:
+    """The client's fields for the endpoint's provider: as sent, or translated when the provider
+    speaks another wire format (a Responses client served by Claude, say)."""
+    served = wire_format(app_settings.PROVIDERS[provider], request.model)
+    if served is None or served == request.format:
+        return Translated(dict(request.extra), fmt=served or request.format)
+    translated = translate(request.extra, request.format, served)
+    if translated.refused:
+        raise Refused(400, f"This endpoint's provider speaks another API: {translated.refused}.")
+    return translated
+
+
+def _failover(request: ProxyRequest, served: Translated) -> tuple[dict[str, Any] | None, str | None]:
+    """The run's fallback (its provider, model and, for one of another wire format than the
+    served fields', the client's fields translated and the names of those left out), or why this
+    request has none."""
     target = (app_settings.PROXY_FAILOVER or {}).get(request.format)
-    return {"provider": target["PROVIDER"], "model": target["MODEL"]} if target else None
+    if not target:
+        return None, None
+    failover: dict[str, Any] = {"provider": target["PROVIDER"], "model": target["MODEL"]}
+    fmt = wire_format(app_settings.PROVIDERS[target["PROVIDER"]], target["MODEL"])
+    if fmt is None:
+        return None, f"the fallback provider {target['PROVIDER']!r} takes no translated fields"
+    if fmt != served.fmt:
+        translated = translate(request.extra, request.format, fmt)
+        if translated.refused:
+            return None, translated.refused
+        failover.update(extra=translated.extra, dropped=translated.dropped)
+    return failover, None
 
 
-def _create_run(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]) -> Run:
+def _create_run(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str], served: Translated) -> Run:
     messages: list[dict[str, Any]] = cut_secrets(request.messages)
+    failover, no_failover = _failover(request, served)
     thread = Thread.objects.create(owner=key.user, title=request.last_user_text()[:80])
     run = Run.objects.create(
         thread=thread,
@@ -85,8 +114,10 @@ def _create_run(key: ProxyKey, request: ProxyRequest, provider: str, faults: lis
                 "key": key.pk,
                 "temperature": request.temperature,
                 "structured": request.structured,
-                "extra": request.extra,
-                "failover": _failover(request),
+                "extra": served.extra,
+                "dropped": served.dropped,
+                "failover": failover,
+                "no_failover": no_failover,
             },
         },
     )

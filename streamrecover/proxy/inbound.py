@@ -1,4 +1,4 @@
-"""A client's request in a provider's own format (Anthropic Messages, OpenAI Chat) read into the run's terms.
+"""A client's request in a provider's own format (Anthropic Messages, OpenAI Chat or Responses) in the run's terms.
 
 The conversation becomes canonical messages (the engine's block shape); the fields the engine
 works with (model, ``max_tokens``, system, temperature, extended thinking) are read out, and
@@ -11,12 +11,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-Format = Literal["anthropic", "openai"]
+Format = Literal["anthropic", "openai", "responses"]
 ANTHROPIC: Final = "anthropic"
 OPENAI: Final = "openai"
+RESPONSES: Final = "responses"
+FORMATS: Final = (ANTHROPIC, OPENAI, RESPONSES)
 
 # Fields the proxy itself decides: never passed on as the client sent them.
-_OWN_FIELDS = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options"})
+_OWN_FIELDS = frozenset(
+    {"model", "messages", "input", "max_tokens", "max_completion_tokens", "max_output_tokens"}
+    | {"stream", "stream_options"}
+)
+# Responses fields that name state kept at the provider: the run's conversation is the request's own
+_STATEFUL = ("previous_response_id", "conversation", "background", "prompt")
 
 
 class BadRequest(ValueError):
@@ -59,6 +66,8 @@ def parse(format: Format, raw: bytes, default_max_tokens: int) -> ProxyRequest:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("model: Field required")
+    if format == RESPONSES:
+        return _responses(body, model, default_max_tokens)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages: Field required (a non-empty list)")
@@ -106,6 +115,10 @@ def _anthropic(body: dict[str, Any], model: str, messages: list[Any]) -> ProxyRe
     system = body.get("system")
     if isinstance(system, str):
         taken.append("system")
+    elif isinstance(system, list):
+        # blocks (cache_control...) pass to an Anthropic provider as sent; their text is the
+        # run's system prompt (what a fallback of another format is given)
+        system = "\n\n".join(b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text")
     thinking = body.get("thinking")
     budget = None
     if isinstance(thinking, dict) and thinking.get("type") == "enabled":
@@ -121,7 +134,7 @@ def _anthropic(body: dict[str, Any], model: str, messages: list[Any]) -> ProxyRe
         messages=canonical,
         max_tokens=_max_tokens(body.get("max_tokens"), "max_tokens"),
         stream=bool(body.get("stream")),
-        system=system if isinstance(system, str) else None,
+        system=system if isinstance(system, str) and system else None,
         temperature=_temperature(body),
         thinking_budget=budget,
         structured=structured,
@@ -224,3 +237,108 @@ def _openai_assistant(message: dict[str, Any]) -> list[dict[str, Any]]:
             raise BadRequest("messages: a tool call's arguments are not valid JSON") from None
         blocks.append({"type": "tool_use", "id": call.get("id"), "name": function.get("name"), "input": arguments})
     return blocks
+
+
+# ---- OpenAI Responses ------------------------------------------------------------------
+
+
+def _responses(body: dict[str, Any], model: str, default_max_tokens: int) -> ProxyRequest:
+    for name in _STATEFUL:
+        if body.get(name):
+            raise BadRequest(f"{name}: not supported by this endpoint; send the whole conversation in input")
+    raw_max = body.get("max_output_tokens")
+    max_tokens = default_max_tokens if raw_max is None else _max_tokens(raw_max, "max_output_tokens")
+    canonical = _responses_input(body.get("input"))
+    if not canonical:
+        raise BadRequest("input: Field required (a string or a non-empty list of items)")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise BadRequest("instructions: must be a string")
+    text_format = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
+    choice = body.get("tool_choice")
+    structured = (isinstance(text_format, dict) and text_format.get("type") not in (None, "text")) or (
+        choice == "required" or isinstance(choice, dict)
+    )
+    return ProxyRequest(
+        format=RESPONSES,
+        model=model,
+        messages=canonical,
+        max_tokens=max_tokens,
+        stream=bool(body.get("stream")),
+        system=instructions,
+        temperature=_temperature(body),
+        structured=structured,
+        max_tokens_given=raw_max is not None,
+        extra=_extra(body, "temperature", "instructions"),
+        body=body,
+    )
+
+
+def _responses_input(raw: Any) -> list[dict[str, Any]]:
+    """``input`` (a string, or items: messages, function calls, their outputs, reasoning) as
+    canonical messages; an assistant's items in a row are one message, as are tool outputs."""
+    if isinstance(raw, str):
+        return [{"role": "user", "content": [{"type": "text", "text": raw}]}]
+    if not isinstance(raw, list):
+        raise BadRequest("input: must be a string or a list of items")
+    canonical: list[dict[str, Any]] = []
+
+    def add(role: str, block: dict[str, Any], *, merge: bool) -> None:
+        if merge and canonical and canonical[-1]["role"] == role:
+            canonical[-1]["content"].append(block)
+        else:
+            canonical.append({"role": role, "content": [block]})
+
+    for position, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise BadRequest(f"input[{position}]: each item must be an object")
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role in ("system", "developer"):
+                canonical.append({"role": "system", "content": [{"type": "text", "text": _responses_text(item)}]})
+            elif role == "user":
+                for part in _responses_parts(item.get("content")):
+                    add("user", part, merge=True)
+            elif role == "assistant":
+                for part in _responses_parts(item.get("content")):
+                    add("assistant", part, merge=True)
+            else:
+                raise BadRequest(f"input[{position}].role: unsupported role {role!r}")
+        elif kind == "function_call":
+            try:
+                arguments = json.loads(item.get("arguments") or "{}")
+            except ValueError:
+                raise BadRequest(f"input[{position}].arguments: not valid JSON") from None
+            call = {"type": "tool_use", "id": item.get("call_id"), "name": item.get("name"), "input": arguments}
+            add("assistant", call, merge=True)
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _openai_text(output)
+            add("user", {"type": "tool_result", "tool_use_id": item.get("call_id"), "content": text}, merge=True)
+        elif kind == "reasoning":
+            if not item.get("encrypted_content"):
+                continue  # reasoning shown for reading only (another provider's thinking): nothing to send back
+            reasoning = {k: v for k, v in item.items() if k in ("type", "id", "summary", "encrypted_content")}
+            add("assistant", reasoning, merge=True)
+        else:
+            raise BadRequest(f"input[{position}].type: unsupported item type {kind!r}")
+    return canonical
+
+
+def _responses_text(item: dict[str, Any]) -> str:
+    return "".join(p["text"] for p in _responses_parts(item.get("content")) if p.get("type") == "text")
+
+
+def _responses_parts(content: Any) -> list[dict[str, Any]]:
+    """A message item's content: its text parts become text blocks, other parts (images, files) pass as sent."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise BadRequest("input: a message's content must be a string or a list of parts")
+    return [
+        {"type": "text", "text": p.get("text", "")}
+        if isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text")
+        else p
+        for p in content
+    ]

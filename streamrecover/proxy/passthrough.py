@@ -18,7 +18,7 @@ from ..engine.retry import parse_retry_after
 from ..providers.registry import get_adapter
 from ..testing import fake_provider
 from .errors import error_response
-from .inbound import ProxyRequest
+from .inbound import RESPONSES, ProxyRequest
 
 RETRIED = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
@@ -30,7 +30,7 @@ async def forward(request: ProxyRequest, provider: str) -> HttpResponse:
     headers = {**built.headers, "accept": "application/json"}
     body = dict(request.body)
     if not request.max_tokens_given:  # an OpenAI request without one: the default (or the key's limit)
-        body["max_tokens"] = request.max_tokens
+        body["max_output_tokens" if request.format == RESPONSES else "max_tokens"] = request.max_tokens
     engine = app_settings.engine_config()
     attempts = engine.max_request_retries + 1
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=config.connect_timeout_s)) as client:

@@ -22,7 +22,7 @@ from ..engine.protocol import TERMINAL_STATUSES, Frame, FrameKind, RunStatus
 from ..engine.sink import AttemptOutcome, AttemptRecord, BaseSink
 from ..redaction import redact_text
 from .errors import error_type, status_for
-from .inbound import Format
+from .inbound import ANTHROPIC, Format
 from .splice import Splicer, Unsplicable
 from .wire import TurnUsage, Writer
 
@@ -121,6 +121,11 @@ class ProxyStream:
     done: bool = False
     committed: bool = False
     ended: RunEnded | None = None
+
+    def __post_init__(self) -> None:
+        # OpenAI's formats show reasoning whole (``reasoning_content``, a reasoning item); Anthropic's
+        # cannot take thinking without its signature
+        self.splicer.release_unsigned = self.format != ANTHROPIC
 
     def usage(self) -> TurnUsage:
         total = TurnUsage()

@@ -6,7 +6,12 @@ kept block) and tells live clients when it drops one (``tool_call_cancel``, ``bl
 ``stream_reset``). A provider's wire format cannot take anything back, so ``Splicer`` holds a
 tool call until a later block shows it ended, and thinking and other blocks until the turn's
 message is committed (their signatures and final content arrive only with it); blocks after a
-held one wait behind it, so the client sees them in order. What it releases is numbered
+held one wait behind it, so the client sees them in order. A text block's citations go out
+once the block has text (text is always kept; a cited block cut before its text is dropped),
+after the text. Where the client's format shows reasoning for reading only (OpenAI's
+``reasoning_content``, a Responses reasoning summary: ``release_unsigned``), thinking goes out
+whole once a later block started, signed or not, and its later drop (DeepSeek's reasoning is
+unsigned: no provider takes it back) takes nothing back from the client. What it releases is numbered
 contiguously. A drop of something already released is ``Unsplicable``: the stream cannot go on
 truthfully and ends with the provider's error event.
 """
@@ -32,6 +37,7 @@ class Unsplicable(Exception):
 @dataclass(frozen=True, slots=True)
 class OpenText:
     index: int  # downstream block index
+    cited: bool = False  # a cited span: its citations follow its text
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +59,17 @@ class WholeBlock:
     content: dict[str, Any]
 
 
-Op = OpenText | TextPiece | CloseBlock | WholeBlock
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """One citation of the open text block, sent after text of it."""
+
+    index: int
+    citation: dict[str, Any]
+
+
+Op = OpenText | TextPiece | Citation | CloseBlock | WholeBlock
+
+UNSIGNED = "unsigned_thinking"  # the engine's reason for dropping complete reasoning no provider takes back
 
 
 @dataclass(slots=True)
@@ -67,6 +83,9 @@ class _Held:
     content: dict[str, Any] | None = None
     released: bool = False
     down: int | None = None  # the downstream block carrying its text
+    citations: list[dict[str, Any]] = field(default_factory=list)
+    cited_sent: int = 0  # citations released
+    unsigned: bool = False  # complete reasoning the engine did not commit (nothing to sign it)
 
     def whole(self) -> dict[str, Any]:
         if self.content is not None:
@@ -88,6 +107,7 @@ class Splicer:
     next_index: int = 0
     open_index: int | None = None
     released_any: bool = False
+    release_unsigned: bool = False  # the client's format can show unsigned reasoning (OpenAI's)
 
     def apply(self, frame: Mapping[str, Any]) -> list[Op]:
         """The ops one frame releases; raises ``Unsplicable``."""
@@ -107,9 +127,17 @@ class Splicer:
             if earlier is not None and earlier.released:
                 raise Unsplicable(f"block {index} changed after it was sent")
             self.blocks[index] = _Held(str(content.get("type", "block")), content=content)
+        elif kind == FrameKind.CITATION:
+            self._at(index, TEXT).citations.append(dict(frame.get("citation") or {}))
+        elif kind == FrameKind.BLOCK_CANCEL and frame.get("reason") == UNSIGNED and self.release_unsigned:
+            unsigned = self.blocks.get(index)
+            if unsigned is not None and unsigned.kind == THINKING:
+                unsigned.unsigned = True
         elif kind in (FrameKind.TOOL_CALL_CANCEL, FrameKind.BLOCK_CANCEL):
             dropped = self.blocks.pop(index, None)
-            if dropped is not None and dropped.released:
+            # reasoning shown to an OpenAI client is for reading only: it never goes back, nothing to take back
+            shown_only = dropped is not None and dropped.kind == THINKING and self.release_unsigned
+            if dropped is not None and dropped.released and not shown_only:
                 raise Unsplicable(f"block {index} was dropped after it was sent ({frame.get('reason')})")
         elif kind == FrameKind.STREAM_RESET:
             if self.released_any:
@@ -122,7 +150,9 @@ class Splicer:
     def finish(self, committed: list[dict[str, Any]]) -> list[Op]:
         """The turn's message is committed: what is still held goes out, as committed, then the open block closes."""
         live = [
-            self.blocks[i] for i in sorted(self.blocks) if not (self.blocks[i].kind == TEXT and not self.blocks[i].text)
+            held
+            for held in (self.blocks[i] for i in sorted(self.blocks))
+            if not (held.kind == TEXT and not held.text) and not held.unsigned
         ]
         if len(live) == len(committed):
             for held, content in zip(live, committed, strict=True):
@@ -159,15 +189,24 @@ class Splicer:
                     if held.down is None or held.down != self.open_index:
                         ops.extend(self._close())
                         held.down = self.open_index = self._next()
-                        ops.append(OpenText(held.down))
+                        ops.append(OpenText(held.down, cited=bool(held.citations)))
                     ops.append(TextPiece(held.down, held.text[held.sent :]))
                     held.sent = len(held.text)
                     held.released = self.released_any = True
+                if held.down is not None and held.down == self.open_index and len(held.citations) > held.cited_sent:
+                    ops.extend(Citation(held.down, c) for c in held.citations[held.cited_sent :])
+                    held.cited_sent = len(held.citations)
                 continue
             if held.released:
                 continue
-            # a tool call is complete once a later block started (blocks arrive one after another)
-            complete = final or (held.kind == TOOL_USE and position < len(order) - 1)
+            # a tool call is complete once a later block started (blocks arrive one after another);
+            # so is reasoning shown without its signature
+            later = position < len(order) - 1
+            complete = (
+                final
+                or held.unsigned
+                or (later and (held.kind == TOOL_USE or (held.kind == THINKING and self.release_unsigned)))
+            )
             if not complete:
                 break
             ops.extend(self._close())

@@ -1,4 +1,5 @@
-"""The healing endpoint's views: ``v1/messages`` (Anthropic Messages) and ``v1/chat/completions`` (OpenAI Chat).
+"""The healing endpoint's views: ``v1/messages`` (Anthropic Messages), ``v1/chat/completions`` (OpenAI Chat)
+and ``v1/responses`` (OpenAI Responses).
 
 A streamed request becomes a run executed in this process; its answer streams back in the
 client's own wire format, recovered in place when the upstream breaks. A non-streamed request
@@ -22,11 +23,13 @@ from ..models import ProxyKey
 from ..testing import is_fake
 from .admission import Refused, admit, check_limits
 from .errors import error_response
-from .inbound import ANTHROPIC, OPENAI, BadRequest, Format, parse
+from .inbound import ANTHROPIC, OPENAI, RESPONSES, BadRequest, Format, parse
 from .keys import find_key
 from .passthrough import forward
 from .relay import Item, ProxyStream, RelaySink, RunEnded, start_run_thread
+from .translate import wire_format
 from .wire import AnthropicWriter, OpenAIWriter, Writer
+from .wire_responses import ResponsesWriter
 
 log = structlog.get_logger("streamrecover")
 
@@ -44,7 +47,9 @@ def _raw_key(request: HttpRequest, format: Format) -> str:
 
 
 def _provider(format: Format) -> str:
-    return str(app_settings.PROXY_ANTHROPIC_PROVIDER if format == ANTHROPIC else app_settings.PROXY_OPENAI_PROVIDER)
+    if format == ANTHROPIC:
+        return str(app_settings.PROXY_ANTHROPIC_PROVIDER)
+    return str(app_settings.PROXY_OPENAI_PROVIDER if format == OPENAI else app_settings.PROXY_RESPONSES_PROVIDER)
 
 
 def _faults(request: HttpRequest, provider: str) -> list[str]:
@@ -75,6 +80,11 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
             check_limits(key, parsed)
         except Refused as refused:
             return error_response(format, refused.status, refused.message)
+        if wire_format(app_settings.PROVIDERS[provider], parsed.model) not in (format, None):
+            # passed on as sent: only a provider of the client's own API can read it
+            return error_response(
+                format, 400, "Non-streamed requests need a provider of this endpoint's own API; stream this one."
+            )
         return await forward(parsed, provider)
     try:
         run = await sync_to_async(admit)(key, parsed, provider, faults)
@@ -85,8 +95,11 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
     writer: Writer
     if format == ANTHROPIC:
         writer = AnthropicWriter(f"msg_{run.pk.hex}", parsed.model)
-    else:
+    elif format == OPENAI:
         writer = OpenAIWriter(f"chatcmpl-{run.pk.hex}", parsed.model, parsed.include_usage)
+    else:
+        echoed = {**parsed.body, "max_output_tokens": parsed.max_tokens}
+        writer = ResponsesWriter(f"resp_{run.pk.hex}", parsed.model, echoed)
     stream = ProxyStream(format, writer, queue)
     start_run_thread(str(run.pk), relay)
     first = await stream.first()
@@ -118,3 +131,10 @@ async def messages(request: HttpRequest) -> HttpResponse:
 async def chat_completions(request: HttpRequest) -> HttpResponse:
     """``POST v1/chat/completions``: the OpenAI Chat Completions API."""
     return await _serve(request, OPENAI)
+
+
+@csrf_exempt
+@require_POST
+async def responses(request: HttpRequest) -> HttpResponse:
+    """``POST v1/responses``: the OpenAI Responses API."""
+    return await _serve(request, RESPONSES)

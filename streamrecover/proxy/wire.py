@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .splice import CloseBlock, Op, OpenText, TextPiece, WholeBlock
+from .splice import Citation, CloseBlock, Op, OpenText, TextPiece, WholeBlock
 
 # canonical stop reason -> Chat Completions finish_reason
 FINISH_REASONS = {
@@ -85,17 +85,23 @@ class AnthropicWriter:
         out: list[bytes] = []
         for op in ops:
             if isinstance(op, OpenText):
-                start = {
-                    "type": "content_block_start",
-                    "index": op.index,
-                    "content_block": {"type": "text", "text": ""},
-                }
+                block: dict[str, Any] = {"type": "text", "text": ""}
+                if op.cited:
+                    block["citations"] = []
+                start = {"type": "content_block_start", "index": op.index, "content_block": block}
                 out.append(_event("content_block_start", start))
             elif isinstance(op, TextPiece):
                 delta = {
                     "type": "content_block_delta",
                     "index": op.index,
                     "delta": {"type": "text_delta", "text": op.text},
+                }
+                out.append(_event("content_block_delta", delta))
+            elif isinstance(op, Citation):
+                delta = {
+                    "type": "content_block_delta",
+                    "index": op.index,
+                    "delta": {"type": "citations_delta", "citation": op.citation},
                 }
                 out.append(_event("content_block_delta", delta))
             elif isinstance(op, CloseBlock):
@@ -153,6 +159,16 @@ class AnthropicWriter:
         return _event("error", {"type": "error", "error": {"type": error_type, "message": message}})
 
 
+def thinking_text(content: dict[str, Any]) -> str:
+    """The readable thinking of a block: Anthropic's thinking, a Responses reasoning item's summaries."""
+    if content.get("type") == "thinking":
+        return str(content.get("thinking") or "")
+    if content.get("type") == "reasoning":
+        summary = content.get("summary") or []
+        return "\n\n".join(str(s.get("text", "")) for s in summary if isinstance(s, dict) and s.get("text"))
+    return ""
+
+
 class OpenAIWriter:
     """Chat Completions: chunks of one id, tool calls whole, one ``finish_reason``, the usage chunk
     when the client asked for it, ``[DONE]``."""
@@ -193,7 +209,10 @@ class OpenAIWriter:
                 }
                 self.tool_calls += 1
                 out.append(self._chunk({"tool_calls": [call]}))
-            # thinking and other blocks have no place in a chat completion
+            elif isinstance(op, WholeBlock) and (reasoning := thinking_text(op.content)):
+                # no standard field: DeepSeek, vLLM and SGLang stream it as ``reasoning_content``
+                out.append(self._chunk({"reasoning_content": reasoning}))
+            # other blocks (redacted thinking, server tools) have no place in a chat completion
         return b"".join(out)
 
     def end(self, stop_reason: str, usage: TurnUsage) -> bytes:

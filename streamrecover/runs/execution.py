@@ -102,7 +102,8 @@ def failover_for_run(run: Run) -> Failover | None:
     if not target:
         return None
     config = fake_provider(app_settings.provider_config(target["provider"]), target["model"])
-    return Failover(get_adapter(config), target["model"], target["provider"])
+    extra = target.get("extra")  # a fallback of another wire format: the client's fields in its own
+    return Failover(get_adapter(config), target["model"], target["provider"], extra)
 
 
 def tools_for_run(run: Run) -> ToolRegistry:

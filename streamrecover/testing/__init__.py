@@ -2,7 +2,8 @@
 
 The rest of the app reaches the fake only through the functions below: ``is_fake`` (is this
 config the built-in ``fake://`` provider?), ``parse_faults`` (validate fault specs) and
-``fake_provider`` (a config pointed at this process's fake server, with a fault script);
+``fake_provider`` (a config pointed at this process's fake server, with a fault script),
+``fake_adapter`` (the wire format such a config speaks for a model);
 ``fake_server`` builds a standalone one (``manage.py streamrecover_fake_provider``);
 ``demo_registry`` gives the sample tools a run asks for with ``demo_tools``; ``ChaosProxy``
 forwards to a real provider and breaks its streams (``manage.py streamrecover_chaos_proxy``).
@@ -18,7 +19,7 @@ from dataclasses import replace
 from ..engine.contract import ProviderConfig
 from .chaos import ChaosProxy
 from .fake import DEFAULT_SCENARIO, SCENARIO_HEADER, FakeProviderServer, Fault, parse_script
-from .fake.local import FAKE_SCHEME, local_fake_server, materialize
+from .fake.local import FAKE_SCHEME, fake_adapter, local_fake_server, materialize
 from .tools import demo_registry
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ChaosProxy",
     "FakeProviderServer",
     "demo_registry",
+    "fake_adapter",
     "fake_provider",
     "fake_server",
     "is_fake",

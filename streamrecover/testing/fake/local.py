@@ -4,7 +4,8 @@ The built-in fake provider is configured as ``fake://streamrecover``: the first 
 process starts one fake server on loopback and every later use shares it (spacing its SSE
 events by ``STREAMRECOVER_FAKE_EVENT_DELAY`` seconds, so a demo streams visibly). Its wire format
 follows the model name: OpenAI-style names (``gpt-*``, ``o1``/``o3``/``o4``, ``deepseek-*``)
-get the Chat Completions format, everything else the Anthropic Messages format.
+get the Chat Completions format, everything else the Anthropic Messages format; a provider whose
+``ADAPTER`` is ``openai-responses`` gets the Responses format whatever the model.
 
 With ``STREAMRECOVER_FAKE_URL`` set (e.g. ``http://127.0.0.1:8765``, a
 ``manage.py streamrecover_fake_provider`` in its own process, as a real provider is),
@@ -65,11 +66,18 @@ def is_openai_style(model: str) -> bool:
     return model.lower().startswith(OPENAI_STYLE_PREFIXES)
 
 
+def fake_adapter(adapter: str, model: str) -> str:
+    """The adapter a ``fake://`` provider gets: Responses when configured so, else the model's format."""
+    if adapter == "openai-responses":
+        return adapter
+    return "openai" if is_openai_style(model) else "anthropic"
+
+
 def materialize(config: ProviderConfig, model: str) -> ProviderConfig:
     """Replace a ``fake://`` base URL with the running fake server, in the model's format."""
     if not config.base_url.startswith(FAKE_SCHEME):
         return config
     base = local_fake_server().base_url
-    if is_openai_style(model):
-        return replace(config, name="openai", base_url=f"{base}/v1", api_key=config.api_key or "fake-key")
-    return replace(config, name="anthropic", base_url=base, api_key=config.api_key or "fake-key")
+    name = fake_adapter(config.name, model)
+    url = base if name == "anthropic" else f"{base}/v1"
+    return replace(config, name=name, base_url=url, api_key=config.api_key or "fake-key")

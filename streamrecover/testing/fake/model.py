@@ -28,6 +28,10 @@ from the last user text prompt; directives anywhere in that prompt steer it:
     A model that changes its mind: asked to go on after a break that cut its tool call
     off (no complete call in the prefix), it finishes its text and ends the turn
     (``end_turn``) instead of calling the tool again.
+``[[cite]]``
+    The answer text is one cited span (Anthropic: a text block that starts with
+    ``"citations": []`` and gets two ``citations_delta`` before its text, as web search
+    answers do). A continuation of it goes on in a cited block without citations again.
 ``[[no_continuation_thinking]]``
     With thinking enabled, a continuation starts without a thinking block. The real API
     starts every response with one, a continuation included: that is the default.
@@ -54,7 +58,7 @@ import json
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 DEFAULT_WORDS = 120
@@ -136,6 +140,8 @@ class PlannedBlock:
     signature: str = ""  # thinking
     call_id: str = ""  # tool_use
     name: str = ""  # tool_use
+    cited: bool = False  # text: a cited span (Anthropic citations)
+    citations: tuple[Mapping[str, Any], ...] = ()  # text: sent before its text
 
     @property
     def content(self) -> str:
@@ -166,6 +172,7 @@ class Directives:
     refuse: bool = False
     no_tool_after_break: bool = False
     no_continuation_thinking: bool = False
+    cite: bool = False
     seam: str = ""  # repeat, rephrase, restart, restart_new (continue-message continuations)
     seam_words: int = 3
     topic: str = ""  # the prompt without directives
@@ -186,6 +193,8 @@ class Directives:
                 values["tools"] = max(1, min(16, int(raw)))
             elif name == "refuse":
                 values["refuse"] = True
+            elif name == "cite":
+                values["cite"] = True
             elif name == "no_tool_after_break":
                 values["no_tool_after_break"] = True
             elif name == "no_continuation_thinking":
@@ -229,7 +238,8 @@ def plan_answer(conversation: Conversation, *, tool_id_prefix: str = "toolu_") -
         for index, name in enumerate(names):
             blocks.append(_tool_block(prompt, directives.topic, name, schemas.get(name, {}), index, tool_id_prefix))
         return Plan(tuple(blocks), "tool_use")
-    blocks.append(_text_block(directives.text or generate_text(prompt, directives.words or DEFAULT_WORDS)))
+    text = directives.text or generate_text(prompt, directives.words or DEFAULT_WORDS)
+    blocks.append(_cited_block(text, directives.topic) if directives.cite else _text_block(text))
     return Plan(tuple(blocks), "end_turn")
 
 
@@ -305,7 +315,7 @@ def limit_plan(plan: Plan, max_tokens: int) -> Plan:
                 pieces.append(piece)
                 left -= 1 if piece else 0
             signature = sign_thinking("".join(pieces)) if block.kind is BlockKind.THINKING else block.signature
-            blocks.append(PlannedBlock(block.kind, tuple(pieces), signature, block.call_id, block.name))
+            blocks.append(replace(block, pieces=tuple(pieces), signature=signature))
         break
     return Plan(tuple(blocks), "max_tokens")
 
@@ -430,6 +440,22 @@ def _text_block(text: str) -> PlannedBlock:
     return PlannedBlock(BlockKind.TEXT, split_pieces(text, 1, 6))
 
 
+def _cited_block(text: str, topic: str) -> PlannedBlock:
+    """A text block citing two search results (what a web search answer's cited span carries)."""
+    words = text.split()
+    citations = tuple(
+        {
+            "type": "web_search_result_location",
+            "cited_text": " ".join(words[n : n + 8]),
+            "url": f"https://example.com/{stable_token('cite', topic, str(n), length=10)}",
+            "title": f"Source {n + 1} on {topic[:40] or 'this'}",
+            "encrypted_index": stable_token("cite-index", text, str(n), length=32),
+        }
+        for n in range(2)
+    )
+    return PlannedBlock(BlockKind.TEXT, split_pieces(text, 1, 6), cited=True, citations=citations)
+
+
 def _thinking_block(prompt: str, directives: Directives) -> PlannedBlock:
     about = directives.topic[:80] or "this"
     thinking = f"Let me think about {about}.\n" + generate_text("thinking\x00" + prompt, 30, about=prompt)
@@ -507,7 +533,8 @@ def _slice_block(block: PlannedBlock, offset: int) -> PlannedBlock:
         if end > offset:
             pieces.append(piece[max(0, offset - start) :])
         start = end
-    return PlannedBlock(block.kind, tuple(pieces), block.signature, block.call_id, block.name)
+    # a cited span goes on cited, its citations already given (unless nothing of it was)
+    return replace(block, pieces=tuple(pieces), citations=block.citations if offset == 0 else ())
 
 
 # What a continue-instruction message costs as input besides its own words: the finished

@@ -162,7 +162,7 @@ def _opening(block: PlannedBlock) -> dict[str, Any]:
         return {"type": "thinking", "thinking": "", "signature": ""}
     if block.kind is BlockKind.TOOL_USE:
         return {"type": "tool_use", "id": block.call_id, "name": block.name, "input": {}}
-    return {"type": "text", "text": ""}
+    return {"type": "text", "text": "", "citations": []} if block.cited else {"type": "text", "text": ""}
 
 
 def _whole(block: PlannedBlock) -> dict[str, Any]:
@@ -170,6 +170,8 @@ def _whole(block: PlannedBlock) -> dict[str, Any]:
         return {"type": "thinking", "thinking": block.content, "signature": block.signature}
     if block.kind is BlockKind.TOOL_USE:
         return {"type": "tool_use", "id": block.call_id, "name": block.name, "input": json.loads(block.content)}
+    if block.cited:
+        return {"type": "text", "text": block.content, "citations": [dict(c) for c in block.citations]}
     return {"type": "text", "text": block.content}
 
 
@@ -188,4 +190,6 @@ def _deltas(index: int, block: PlannedBlock) -> list[WireEvent]:
         events = [_delta(index, {"type": "input_json_delta", "partial_json": ""})]
         events.extend(_delta(index, {"type": "input_json_delta", "partial_json": p}, tokens=1) for p in block.pieces)
         return events
-    return [_delta(index, {"type": "text_delta", "text": p}, tokens=1, text=p) for p in block.pieces]
+    events = [_delta(index, {"type": "citations_delta", "citation": dict(c)}) for c in block.citations]
+    events.extend(_delta(index, {"type": "text_delta", "text": p}, tokens=1, text=p) for p in block.pieces)
+    return events

@@ -1,0 +1,208 @@
+"""The downstream stream in the OpenAI Responses wire format, written from the splicer's ops.
+
+Named events whose ``data`` repeats the ``type``, a ``sequence_number`` from 0 up by one per
+event: one ``response.created`` and ``response.in_progress``, then an output item per released
+block with contiguous ``output_index`` (a message's ``content_part`` and ``output_text`` events,
+a function call's arguments whole in one delta, a reasoning item with its summary text), and one
+``response.completed`` (``response.incomplete`` for a turn cut by its token budget) carrying the
+output and the usage summed over the turn's attempts; ``response.failed`` where nothing more can
+be spliced truthfully.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .splice import CloseBlock, Op, OpenText, TextPiece, WholeBlock
+from .wire import TurnUsage, _event, _json
+
+# the request fields a response object repeats (the rest is the proxy's)
+_ECHOED = ("instructions", "tool_choice", "tools", "temperature", "top_p", "parallel_tool_calls", "text", "metadata")
+# canonical stop reason -> incomplete_details.reason
+_INCOMPLETE = {"max_tokens": "max_output_tokens", "content_filter": "content_filter"}
+
+
+class ResponsesWriter:
+    """Responses: lifecycle events of one response id, output items in order, one terminal event."""
+
+    def __init__(self, response_id: str, model: str, request: Mapping[str, Any]) -> None:
+        self.response_id = response_id
+        self.model = model
+        self.request = request
+        self.created_at = int(time.time())
+        self.seq = 0
+        self.output: list[dict[str, Any]] = []  # completed items, by output_index
+        self.message: dict[str, Any] | None = None  # the message item streaming now
+
+    # ---- the response object and events ------------------------------------------------
+
+    def _response(self, status: str, usage: TurnUsage | None = None, **more: Any) -> dict[str, Any]:
+        response: dict[str, Any] = {
+            "id": self.response_id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": False,
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "max_output_tokens": self.request.get("max_output_tokens"),
+            "model": self.model,
+            "output": [dict(item) for item in self.output] if status != "in_progress" else [],
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "reasoning": self.request.get("reasoning") or {"effort": None, "summary": None},
+            "store": False,
+            "temperature": 1.0,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": 1.0,
+            "truncation": "disabled",
+            "usage": None,
+            "metadata": {},
+        }
+        response.update({k: self.request[k] for k in _ECHOED if self.request.get(k) is not None})
+        if usage is not None:
+            response["usage"] = {
+                "input_tokens": usage.input_tokens,
+                "input_tokens_details": {"cached_tokens": usage.cache_read_input_tokens},
+                "output_tokens": usage.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": usage.input_tokens + usage.output_tokens,
+            }
+        response.update(more)
+        return response
+
+    def _emit(self, kind: str, fields: dict[str, Any]) -> bytes:
+        payload = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return _event(kind, payload)
+
+    def _item_id(self, prefix: str) -> str:
+        return f"{prefix}_{self.response_id.removeprefix('resp_')}{len(self.output):04d}"
+
+    # ---- Writer ---------------------------------------------------------------------------
+
+    def start(self, usage: TurnUsage) -> bytes:
+        return self._emit("response.created", {"response": self._response("in_progress")}) + self._emit(
+            "response.in_progress", {"response": self._response("in_progress")}
+        )
+
+    def ops(self, ops: Iterable[Op]) -> bytes:
+        out: list[bytes] = []
+        for op in ops:
+            if isinstance(op, OpenText):
+                out.append(self._open_message())
+            elif isinstance(op, TextPiece) and self.message is not None:
+                self.message["text"] += op.text
+                fields = {"item_id": self.message["id"], "output_index": len(self.output), "content_index": 0}
+                out.append(self._emit("response.output_text.delta", {**fields, "delta": op.text, "logprobs": []}))
+            elif isinstance(op, CloseBlock):
+                out.append(self._close_message())
+            elif isinstance(op, WholeBlock):
+                out.append(self._whole(op.content))
+        return b"".join(out)
+
+    def _open_message(self) -> bytes:
+        item_id = self._item_id("msg")
+        self.message = {"id": item_id, "text": ""}
+        at = {"output_index": len(self.output)}
+        item = {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        return self._emit("response.output_item.added", {**at, "item": item}) + self._emit(
+            "response.content_part.added", {"item_id": item_id, **at, "content_index": 0, "part": part}
+        )
+
+    def _close_message(self) -> bytes:
+        if self.message is None:
+            return b""
+        item_id, text = self.message["id"], self.message["text"]
+        self.message = None
+        at = {"item_id": item_id, "output_index": len(self.output), "content_index": 0}
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+        out = self._emit("response.output_text.done", {**at, "text": text, "logprobs": []})
+        out += self._emit("response.content_part.done", {**at, "part": part})
+        out += self._emit("response.output_item.done", {"output_index": len(self.output), "item": item})
+        self.output.append(item)
+        return out
+
+    def _whole(self, content: dict[str, Any]) -> bytes:
+        kind = content.get("type")
+        if kind == "tool_use":
+            return self._function_call(content)
+        if kind in ("thinking", "reasoning"):
+            return self._reasoning(content)
+        return b""  # redacted thinking, server tool blocks: Responses has no item for them
+
+    def _function_call(self, content: dict[str, Any]) -> bytes:
+        item_id = self._item_id("fc")
+        arguments = _json(content.get("input") or {})
+        index = len(self.output)
+        item = {
+            "id": item_id,
+            "type": "function_call",
+            "status": "in_progress",
+            "arguments": "",
+            "call_id": content.get("id"),
+            "name": content.get("name"),
+        }
+        out = self._emit("response.output_item.added", {"output_index": index, "item": item})
+        at = {"item_id": item_id, "output_index": index}
+        out += self._emit("response.function_call_arguments.delta", {**at, "delta": arguments})
+        out += self._emit("response.function_call_arguments.done", {**at, "arguments": arguments})
+        done = {**item, "status": "completed", "arguments": arguments}
+        out += self._emit("response.output_item.done", {"output_index": index, "item": done})
+        self.output.append(done)
+        return out
+
+    def _reasoning(self, content: dict[str, Any]) -> bytes:
+        """A reasoning item: the Responses provider's own (its summary and ``encrypted_content``
+        as received), or another provider's thinking as the summary text."""
+        index = len(self.output)
+        if content.get("type") == "reasoning":
+            item = {k: v for k, v in content.items() if k in ("id", "type", "summary", "encrypted_content")}
+            item.setdefault("id", self._item_id("rs"))
+            item.setdefault("summary", [])
+            summaries = [s.get("text", "") for s in item["summary"] if isinstance(s, dict)]
+        else:
+            item = {"id": self._item_id("rs"), "type": "reasoning", "summary": []}
+            thinking = str(content.get("thinking") or "")
+            summaries = [thinking] if thinking else []
+        out = self._emit("response.output_item.added", {"output_index": index, "item": {**item, "summary": []}})
+        for n, text in enumerate(summaries):
+            at = {"item_id": item["id"], "output_index": index, "summary_index": n}
+            empty = {"type": "summary_text", "text": ""}
+            out += self._emit("response.reasoning_summary_part.added", {**at, "part": empty})
+            out += self._emit("response.reasoning_summary_text.delta", {**at, "delta": text})
+            out += self._emit("response.reasoning_summary_text.done", {**at, "text": text})
+            out += self._emit("response.reasoning_summary_part.done", {**at, "part": {**empty, "text": text}})
+        done = {**item, "summary": [{"type": "summary_text", "text": t} for t in summaries]}
+        out += self._emit("response.output_item.done", {"output_index": index, "item": done})
+        self.output.append(done)
+        return out
+
+    def end(self, stop_reason: str, usage: TurnUsage) -> bytes:
+        tail = self._close_message()
+        incomplete = _INCOMPLETE.get(stop_reason)
+        if incomplete is not None:
+            response = self._response("incomplete", usage, incomplete_details={"reason": incomplete})
+            return tail + self._emit("response.incomplete", {"response": response})
+        return tail + self._emit("response.completed", {"response": self._response("completed", usage)})
+
+    def error(self, error_type: str, message: str) -> bytes:
+        """``response.failed``: the response ends here, with what was sent (a message cut short
+        is closed as ``incomplete``) and the error."""
+        if self.message is not None:
+            item_id, text = self.message["id"], self.message["text"]
+            self.message = None
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            self.output.append(
+                {"id": item_id, "type": "message", "status": "incomplete", "role": "assistant", "content": [part]}
+            )
+        # an Anthropic-style "api_error" (an unsplicable break) is what OpenAI calls a server error
+        error = {"code": "server_error" if error_type == "api_error" else error_type, "message": message}
+        return self._emit("response.failed", {"response": self._response("failed", error=error)})

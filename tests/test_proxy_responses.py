@@ -1,0 +1,331 @@
+"""The healing endpoint's ``v1/responses``, seen by the official ``openai`` client pointed at it (Daphne
+serving the app in a thread) with the fake's Responses dialect upstream breaking the stream at every
+event boundary: the final response equals the uninterrupted one, the SDK's parser raises nothing,
+what the client was shown is what was stored, function calls arrive whole, an unsplicable break ends
+with ``response.failed``, and a non-streamed request passes through."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from streamrecover.models import Attempt, Message, Run
+from streamrecover.proxy.keys import issue_key
+from streamrecover.proxy.views import FAULTS_HEADER
+from streamrecover.testing import DEFAULT_SCENARIO, parse_faults
+from streamrecover.testing.fake.local import local_fake_server
+from streamrecover.testing.host import wait_for
+
+from .proxy_helpers import daphne_url, proxy_settings
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROVIDER_KEY = "sk-provider-secret-77e0aa"
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+]
+
+
+def _providers() -> dict[str, Any]:
+    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": PROVIDER_KEY}
+    responses = {"ADAPTER": "openai-responses", "BASE_URL": "fake://streamrecover", "API_KEY": PROVIDER_KEY}
+    return {"fake": fake, "fake-responses": responses}
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    """The proxy's prefix on Daphne; ``v1/responses`` served by the fake's Responses dialect."""
+    configured = proxy_settings(
+        settings.STREAMRECOVER, PROVIDERS=_providers(), PROXY_RESPONSES_PROVIDER="fake-responses"
+    )
+    with override_settings(STREAMRECOVER=configured):
+        yield daphne_url() + "/streamrecover/proxy"
+
+
+@pytest.fixture
+def client(site: str, django_user_model: Any) -> openai.OpenAI:
+    user = django_user_model.objects.create_user("responses-user", password="x")
+    return openai.OpenAI(base_url=site + "/v1", api_key=issue_key(user)[1], max_retries=0)
+
+
+def upstream_events(body: dict[str, Any]) -> int:
+    """How many SSE events the fake's Responses dialect sends for ``body`` uninterrupted."""
+    response = httpx.post(
+        local_fake_server().base_url + "/v1/responses",
+        json={**body, "stream": True},
+        headers={"authorization": "Bearer k"},
+    )
+    return sum(1 for line in response.text.splitlines() if line.startswith("data:"))
+
+
+def sweep(answer: Any, cuts: range) -> list[dict[str, Any]]:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda cut: answer(f"cut:events={cut}"), cuts))
+
+
+def stored_assistant(run_id: str) -> list[dict[str, Any]]:
+    report = wait_for(run_id)
+    assert report.status == "completed", report.error
+    return list(Message.objects.filter(run_id=run_id, role="assistant").order_by("position").last().content)  # type: ignore[union-attr]
+
+
+def check_events(events: list[Any]) -> None:
+    """One well-formed Responses stream: one start, increasing sequence numbers, contiguous output indexes."""
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"], kinds[:3]
+    assert kinds.count("response.created") == kinds.count("response.in_progress") == 1
+    terminal = [k for k in kinds if k in ("response.completed", "response.incomplete", "response.failed")]
+    assert terminal == [kinds[-1]], kinds[-3:]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    added = [e.output_index for e in events if e.type == "response.output_item.added"]
+    assert added == list(range(len(added)))
+    done = [e.output_index for e in events if e.type == "response.output_item.done"]
+    # every item ends, but one that a failed response cut short
+    assert done == (added if kinds[-1] != "response.failed" else added[: len(done)])
+    assert len({e.response.id for e in events if hasattr(e, "response")}) == 1
+    for event in events:
+        if event.type == "response.function_call_arguments.delta":
+            json.loads(event.delta)  # held back: the whole call's arguments at once
+
+
+def answer(client: openai.OpenAI, prompt: Any, faults: str = "", **kw: Any) -> dict[str, Any]:
+    """One streamed response through the proxy with ``client.responses.stream``, checked as the client sees it."""
+    with client.responses.stream(
+        model=kw.pop("model", "gpt-4o"),
+        input=prompt,
+        max_output_tokens=kw.pop("max_output_tokens", 400),
+        extra_headers={FAULTS_HEADER: faults},
+        **kw,
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    check_events(events)
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    return {"final": final, "text": text, "run_id": final.id.removeprefix("resp_"), "events": events}
+
+
+def comparable(response: Any) -> dict[str, Any]:
+    """What a client takes from a response: its items' kinds, text and calls, its status."""
+    items = []
+    for item in response.output:
+        if item.type == "message":
+            items.append({"type": "message", "text": "".join(c.text for c in item.content)})
+        elif item.type == "function_call":
+            items.append({"type": "function_call", "call_id": item.call_id, "name": item.name, "args": item.arguments})
+        else:
+            items.append({"type": item.type})
+    return {"output": items, "status": response.status, "text": response.output_text}
+
+
+@pytest.mark.parametrize(
+    ("prompt", "tools"),
+    [
+        pytest.param("Tell me about rivers [[words=4]]", None, id="text"),
+        pytest.param("Check [[words=2]] [[tool]]", TOOLS, id="text-then-tool"),
+    ],
+)
+def test_responses_client_sees_one_uninterrupted_answer_at_every_break(
+    client: openai.OpenAI, prompt: str, tools: Any
+) -> None:
+    extra = {"tools": tools} if tools else {}
+    clean = answer(client, prompt, **extra)
+    expected = comparable(clean["final"])
+    assert expected["text"]
+    if tools:
+        assert [i["type"] for i in expected["output"]] == ["message", "function_call"]
+        assert json.loads(expected["output"][1]["args"])
+    events = upstream_events({"model": "gpt-4o", "input": prompt, "max_output_tokens": 400, **extra})
+    assert events > 8
+    cuts = range(1, events)
+    for cut, seen in zip(cuts, sweep(lambda faults: answer(client, prompt, faults, **extra), cuts), strict=True):
+        assert comparable(seen["final"]) == expected, f"cut:events={cut}"
+        stored = stored_assistant(seen["run_id"])
+        assert seen["text"] == "".join(b["text"] for b in stored if b["type"] == "text"), f"cut:events={cut}"
+        attempts = Attempt.objects.filter(run_id=seen["run_id"])
+        usage = seen["final"].usage
+        assert usage is not None
+        assert usage.output_tokens == sum(a.output_tokens or 0 for a in attempts)
+        assert attempts.count() >= 2 or cut >= events - 2  # the break was real (late cuts lose only the end)
+
+
+def test_create_stream_and_a_conversation_with_function_call_output(client: openai.OpenAI) -> None:
+    """``responses.create(stream=True)`` with a history of items: a function call and its output."""
+    history: list[Any] = [
+        {"role": "user", "content": "What is the weather in Paris? [[words=5]]"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "Sunny, 21 C"},
+    ]
+    stream = client.responses.create(
+        model="gpt-4o",
+        input=history,
+        instructions="Answer briefly.",
+        tools=TOOLS,  # type: ignore[arg-type]
+        stream=True,
+        extra_headers={FAULTS_HEADER: "cut:events=6"},
+    )
+    events = list(stream)
+    check_events(events)
+    completed = events[-1]
+    assert completed.type == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text
+    assert completed.response.output_text == text
+    run = Run.objects.get()
+    stored = stored_assistant(str(run.pk))
+    assert text == "".join(b["text"] for b in stored if b["type"] == "text")
+    assert run.options["system"] == "Answer briefly."
+    first = Attempt.objects.filter(run=run).order_by("index").first()
+    assert first is not None
+    sent = first.request["json"]
+    assert [i.get("type") for i in sent["input"]] == [None, "function_call", "function_call_output"]
+    assert sent["tools"] == TOOLS
+    assert sent["instructions"] == "Answer briefly."
+
+
+def test_max_output_tokens_ends_with_response_incomplete(client: openai.OpenAI) -> None:
+    stream = client.responses.create(
+        model="gpt-4o", input="Tell me about rivers [[words=60]]", max_output_tokens=16, stream=True
+    )
+    events = list(stream)
+    check_events(events)
+    assert events[-1].type == "response.incomplete"
+    assert events[-1].response.incomplete_details.reason == "max_output_tokens"
+    wait_for(Run.objects.get().pk)
+
+
+def test_a_restart_that_cannot_be_spliced_ends_with_response_failed(client: openai.OpenAI) -> None:
+    with pytest.raises(RuntimeError, match=r"response\.completed"):  # the SDK: no final response
+        answer(client, "Tell me about rivers [[words=30]] [[seam=restart_new]]", "cut:events=22")
+    with client.responses.stream(
+        model="gpt-4o",
+        input="Tell me about rivers [[words=30]] [[seam=restart_new]]",
+        extra_headers={FAULTS_HEADER: "cut:events=22"},
+    ) as stream:
+        events = list(stream)
+    check_events(events)
+    failed = events[-1]
+    assert failed.type == "response.failed"
+    assert "could not be continued in place" in failed.response.error.message
+    for run in Run.objects.all():
+        wait_for(run.pk)  # the runs themselves still complete and are stored
+
+
+def test_a_failure_before_anything_streamed_is_the_providers_http_error(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError):
+        answer(client, "Hello", "status:400")
+    wait_for(Run.objects.get().pk)
+
+
+def test_stateful_requests_are_refused_clearly(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+        client.responses.create(model="gpt-4o", input="Hi", previous_response_id="resp_x", stream=True)
+    assert not Run.objects.exists()
+
+
+def test_a_non_streamed_request_passes_through_with_pre_stream_retries_only(client: openai.OpenAI) -> None:
+    fake = local_fake_server()
+    before = len(fake.log_for(DEFAULT_SCENARIO))
+    fake.set_faults(DEFAULT_SCENARIO, parse_faults(["status:529", "ok"]))
+    response = client.responses.create(model="gpt-4o", input="Tell me about rivers [[words=9]]")
+    assert response.status == "completed"
+    assert response.output_text
+    assert len(fake.log_for(DEFAULT_SCENARIO)) - before == 2  # the 529, then the answer
+    assert PROVIDER_KEY not in response.model_dump_json()
+    assert not Run.objects.exists()
+
+
+def test_reasoning_arrives_as_a_whole_item_before_the_answer(client: openai.OpenAI) -> None:
+    prompt = "Tell me about rivers [[words=6]]"
+    clean = answer(client, prompt, reasoning={"effort": "low"})
+    assert [i["type"] for i in comparable(clean["final"])["output"]] == ["reasoning", "message"]
+    reasoning = clean["final"].output[0]
+    assert reasoning.encrypted_content  # as the provider sent it: the client can send it back
+    body = {"model": "gpt-4o", "input": prompt, "max_output_tokens": 400, "reasoning": {"effort": "low"}}
+    events = upstream_events(body)
+    for cut in (2, 4, events - 3):
+        seen = answer(client, prompt, f"cut:events={cut}", reasoning={"effort": "low"})
+        assert comparable(seen["final"]) == comparable(clean["final"]), f"cut:events={cut}"
+        stored = stored_assistant(seen["run_id"])
+        assert [b["type"] for b in stored] == ["reasoning", "text"]
+        assert seen["final"].output[0].encrypted_content == stored[0]["encrypted_content"]
+
+
+def test_another_providers_thinking_arrives_as_a_reasoning_item_with_its_summary_text(
+    client: openai.OpenAI,
+) -> None:
+    """``v1/responses`` served by an OpenAI Chat provider that reasons (DeepSeek's
+    ``reasoning_content``): the reasoning reaches the client as a reasoning item whose summary is
+    the thinking, before the message; the client's function tool is written in Chat's terms."""
+    served_by_chat = {**settings.STREAMRECOVER, "PROXY_RESPONSES_PROVIDER": "fake"}
+    prompt = "Tell me about rivers [[words=6]]"
+    with override_settings(STREAMRECOVER={**proxy_settings(served_by_chat), "PROVIDERS": _providers()}):
+        clean = answer(client, prompt, model="deepseek-reasoner", tools=TOOLS)
+        broken = answer(client, prompt, "cut:events=5", model="deepseek-reasoner", tools=TOOLS)
+    for seen in (clean, broken):
+        final = seen["final"]
+        assert [item.type for item in final.output] == ["reasoning", "message"]
+        summary = final.output[0].summary
+        assert len(summary) == 1
+        assert summary[0].text.startswith("Let me think about")
+        kinds = [e.type for e in seen["events"]]
+        assert kinds.index("response.reasoning_summary_text.delta") < kinds.index("response.output_text.delta")
+    assert comparable(broken["final"]) == comparable(clean["final"])
+    assert broken["final"].output[0].summary == clean["final"].output[0].summary
+    run = Run.objects.get(pk=broken["run_id"])
+    first = Attempt.objects.filter(run=run).order_by("index").first()
+    assert first is not None
+    sent = first.request["json"]
+    assert sent["tools"] == [{"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}]
+    assert "messages" in sent  # Chat Completions, not Responses
+
+
+def test_a_non_streamed_request_to_a_provider_of_another_api_is_refused(client: openai.OpenAI) -> None:
+    served_by_chat = {**proxy_settings(settings.STREAMRECOVER), "PROVIDERS": _providers()}
+    with (
+        override_settings(STREAMRECOVER={**served_by_chat, "PROXY_RESPONSES_PROVIDER": "fake"}),
+        pytest.raises(openai.BadRequestError, match="own API"),
+    ):
+        client.responses.create(model="gpt-4o", input="Hi")
+
+
+def test_failover_from_responses_to_a_chat_provider_keeps_one_responses_stream(client: openai.OpenAI) -> None:
+    """The Responses provider's budget is spent mid-answer; the answer goes on at a Chat Completions
+    provider with the client's function tool written in Chat's terms, in the same Responses stream."""
+    prompt = "Check the weather [[words=30]] [[tool]]"
+    expected = comparable(answer(client, prompt, tools=TOOLS)["final"])
+    for item in expected["output"]:
+        item.pop("call_id", None)  # each provider names its calls
+    configured = {
+        **proxy_settings(settings.STREAMRECOVER),
+        "PROVIDERS": _providers(),
+        "PROXY_RESPONSES_PROVIDER": "fake-responses",
+        "MAX_CONTINUATIONS": 1,
+        "PROXY_FAILOVER": {"responses": {"PROVIDER": "fake", "MODEL": "gpt-4o-mini"}},
+    }
+    with override_settings(STREAMRECOVER=configured):
+        seen = answer(client, prompt, "cut:events=8;cut:events=6", tools=TOOLS)
+    got = comparable(seen["final"])
+    for item in got["output"]:
+        item.pop("call_id", None)
+    assert got == expected
+    run = Run.objects.get(pk=seen["run_id"])
+    assert run.events.get(name="llm_stream_failover").payload["to_model"] == "gpt-4o-mini"
+    last = Attempt.objects.filter(run=run).order_by("index").last()
+    assert last is not None
+    assert last.request["json"]["tools"] == [
+        {"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}
+    ]
+    assert seen["text"] == "".join(b["text"] for b in stored_assistant(seen["run_id"]) if b["type"] == "text")
