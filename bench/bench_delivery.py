@@ -315,7 +315,7 @@ def _profile_top(logs: Path, tag: str, lines: int = 25) -> str:
         stats.sort_stats("tottime").print_stats(lines)
         stats.sort_stats("cumulative").print_stats(lines)
         out.append(text.getvalue())
-    for path in sorted(logs.glob(f"{tag}-profile-*.txt")):
+    for path in sorted([*logs.glob(f"{tag}-profile-*.txt"), *logs.glob(f"{tag}-daphne-profile-*.txt")]):
         text = path.read_text().splitlines()
         out.append("\n".join(text[: lines + 4]))
     return "\n\n".join(out)
@@ -353,13 +353,16 @@ def run_config(
     )
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
+    daphne_env = env
+    if profile:  # Daphne is sampled whatever the worker's profiler (cProfile sees one thread)
+        daphne_env = {**env, "BENCH_PROFILE": str(logs / f"{tag}-daphne-profile-{{pid}}.txt")}
     daphne = _start(
         [
             *(sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port)),
             *("--websocket_connect_timeout", "120"),  # hundreds of sockets connect at once
             "project.asgi:application",
         ],
-        env,
+        daphne_env,
         logs / f"{tag}-daphne.log",
     )
     workers = [
@@ -503,7 +506,8 @@ def main(argv: list[str] | None = None) -> None:
         "--profile",
         choices=("sample", "cprofile"),
         default="",
-        help="sample the workers' run loop thread (bench.sampler), or cProfile it (slower, deterministic)",
+        help="sample the workers' run loop thread (bench.sampler), or cProfile it (slower, deterministic);"
+        " Daphne's threads are sampled with either",
     )
     parser.add_argument("--nice", type=int, default=0, help="run the workers at this niceness")
     args = parser.parse_args(argv)
