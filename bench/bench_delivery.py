@@ -93,6 +93,7 @@ def _env(config: Config, logs: Path, fake_url: str, profile: bool) -> dict[str, 
     env.pop("BENCH_PROFILE", None)
     env.pop("BENCH_CPROFILE", None)
     env.pop("BENCH_COUNTS", None)
+    env.pop("BENCH_DAPHNE_CPROFILE", None)
     return env
 
 
@@ -309,7 +310,7 @@ def _profile_top(logs: Path, tag: str, lines: int = 25) -> str:
     import pstats
 
     out = []
-    for path in sorted(logs.glob(f"{tag}-cprofile-*.pstats")):
+    for path in sorted([*logs.glob(f"{tag}-cprofile-*.pstats"), *logs.glob(f"{tag}-daphne-cprofile-*.pstats")]):
         text = io.StringIO()
         stats = pstats.Stats(str(path), stream=text)
         stats.sort_stats("tottime").print_stats(lines)
@@ -354,7 +355,9 @@ def run_config(
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     daphne_env = env
-    if profile:  # Daphne is sampled whatever the worker's profiler (cProfile sees one thread)
+    if profile == "cprofile":  # Daphne's reactor and consumers all run on its main thread
+        daphne_env = {**env, "BENCH_DAPHNE_CPROFILE": str(logs / f"{tag}-daphne-cprofile-{{pid}}.pstats")}
+    elif profile:
         daphne_env = {**env, "BENCH_PROFILE": str(logs / f"{tag}-daphne-profile-{{pid}}.txt")}
     daphne = _start(
         [
@@ -441,12 +444,12 @@ def run_config(
             memory_per_stream_bytes=(rss[0].peak - rss[0].base) * 1024 * 1024 / config.runs,
             checkpoint_writes=writes,
             checkpoint_writes_per_run_s=writes / max(1e-9, config.runs * max(result["mean_span_s"], 1e-9)),
-            profile=_profile_top(logs, tag) if profile else "",
         )
-        return result
     finally:
         for process in [*workers, daphne, fake]:
             _stop(process)
+    result["profile"] = _profile_top(logs, tag) if profile else ""  # Daphne's is dumped as it exits
+    return result
 
 
 def row(result: dict[str, Any]) -> str:
@@ -507,7 +510,7 @@ def main(argv: list[str] | None = None) -> None:
         choices=("sample", "cprofile"),
         default="",
         help="sample the workers' run loop thread (bench.sampler), or cProfile it (slower, deterministic);"
-        " Daphne's threads are sampled with either",
+        " Daphne is sampled or cProfiled (its main thread) alike",
     )
     parser.add_argument("--nice", type=int, default=0, help="run the workers at this niceness")
     args = parser.parse_args(argv)

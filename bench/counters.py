@@ -65,3 +65,19 @@ def profile_run_loop(target: str, every_s: float = 3.0) -> None:
             shared.call_soon_threadsafe(dump)
 
     threading.Thread(target=attach, name="bench-cprofile", daemon=True).start()
+
+
+def profile_main_thread(target: str) -> None:
+    """cProfile this process's main thread from now until it exits (``BENCH_DAPHNE_CPROFILE``:
+    Daphne's reactor and every consumer run there); the stats are dumped at exit."""
+    import atexit
+    import cProfile
+
+    profiler = cProfile.Profile()
+
+    def dump() -> None:
+        profiler.disable()
+        profiler.dump_stats(target.replace("{pid}", str(os.getpid())))
+
+    atexit.register(dump)
+    profiler.enable()
