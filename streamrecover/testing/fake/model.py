@@ -499,14 +499,27 @@ def _after_tools_text(prompt: str, directives: Directives, results: Sequence[Too
 
 
 def _slice_block(block: PlannedBlock, offset: int) -> PlannedBlock:
-    """The block's pieces after ``offset`` characters (the piece holding it is cut there)."""
+    """The block's pieces after ``offset`` characters (the piece holding it is cut there).
+
+    A prefix ends inside a piece only where the caller left out the piece's trailing
+    whitespace (a prefill may not end with whitespace): that whitespace goes with the next
+    piece, as a tokenizer reads " word" as one token, so the continuation does not bill it as a
+    token of its own after the first response billed the piece it ended."""
     pieces: list[str] = []
     start = 0
+    carry = ""
     for piece in block.pieces:
         end = start + len(piece)
         if end > offset:
-            pieces.append(piece[max(0, offset - start) :])
+            rest = carry + piece[max(0, offset - start) :]
+            carry = ""
+            if start < offset and rest.isspace():
+                carry = rest  # the cut piece's left-out whitespace: joins the next piece
+            else:
+                pieces.append(rest)
         start = end
+    if carry:
+        pieces.append(carry)  # nothing follows it: the whitespace alone
     return PlannedBlock(block.kind, tuple(pieces), block.signature, block.call_id, block.name)
 
 
