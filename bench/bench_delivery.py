@@ -94,11 +94,15 @@ def _env(config: Config, logs: Path, fake_url: str, profile: bool) -> dict[str, 
     env.pop("BENCH_CPROFILE", None)
     env.pop("BENCH_COUNTS", None)
     env.pop("BENCH_DAPHNE_CPROFILE", None)
+    env.pop("BENCH_TRACEMALLOC", None)
     return env
 
 
 def _worker_env(env: dict[str, str], logs: Path, tag: str, profile: str) -> dict[str, str]:
     worker = {**env, "BENCH_COUNTS": str(logs / f"{tag}-counts-{{pid}}.json")}
+    if profile == "tracemalloc":
+        worker["BENCH_TRACEMALLOC"] = str(logs / f"{tag}-memory-{{pid}}.txt")
+        return worker
     if profile == "cprofile":
         worker["BENCH_CPROFILE"] = str(logs / f"{tag}-cprofile-{{pid}}.pstats")
     elif profile:
@@ -316,6 +320,8 @@ def _profile_top(logs: Path, tag: str, lines: int = 25) -> str:
         stats.sort_stats("tottime").print_stats(lines)
         stats.sort_stats("cumulative").print_stats(lines)
         out.append(text.getvalue())
+    for path in sorted([*logs.glob(f"{tag}-memory-*.txt")]):
+        out.append(path.read_text())
     for path in sorted([*logs.glob(f"{tag}-profile-*.txt"), *logs.glob(f"{tag}-daphne-profile-*.txt")]):
         text = path.read_text().splitlines()
         out.append("\n".join(text[: lines + 4]))
@@ -355,7 +361,9 @@ def run_config(
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     daphne_env = env
-    if profile == "cprofile":  # Daphne's reactor and consumers all run on its main thread
+    if profile == "tracemalloc":
+        pass  # the workers' memory only
+    elif profile == "cprofile":  # Daphne's reactor and consumers all run on its main thread
         daphne_env = {**env, "BENCH_DAPHNE_CPROFILE": str(logs / f"{tag}-daphne-cprofile-{{pid}}.pstats")}
     elif profile:
         daphne_env = {**env, "BENCH_PROFILE": str(logs / f"{tag}-daphne-profile-{{pid}}.txt")}
@@ -507,10 +515,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--words", type=int, default=0, help="override the words per stream")
     parser.add_argument(
         "--profile",
-        choices=("sample", "cprofile"),
+        choices=("sample", "cprofile", "tracemalloc"),
         default="",
         help="sample the workers' run loop thread (bench.sampler), or cProfile it (slower, deterministic);"
-        " Daphne is sampled or cProfiled (its main thread) alike",
+        " Daphne is sampled or cProfiled (its main thread) alike; or tracemalloc the workers' memory",
     )
     parser.add_argument("--nice", type=int, default=0, help="run the workers at this niceness")
     args = parser.parse_args(argv)

@@ -40,3 +40,9 @@ if os.environ.get("BENCH_DAPHNE_CPROFILE") and threading.current_thread() is thr
     from bench.counters import profile_main_thread
 
     profile_main_thread(os.environ["BENCH_DAPHNE_CPROFILE"])
+
+# BENCH_TRACEMALLOC=<file>: what holds this worker's memory at its peak (bench.counters).
+if os.environ.get("BENCH_TRACEMALLOC"):
+    from bench.counters import trace_memory
+
+    trace_memory(os.environ["BENCH_TRACEMALLOC"])
