@@ -328,6 +328,23 @@ def _profile_top(logs: Path, tag: str, lines: int = 25) -> str:
     return "\n\n".join(out)
 
 
+def _warm_up(user: Any, workers: int, timeout_s: float = 60) -> None:
+    """One short run per worker before the measured phase: what a worker loads on its first run
+    (modules imported on first use, the shared loop, its clients) is not per-stream memory."""
+    from streamrecover.models import Run
+    from streamrecover.runs import lifecycle
+    from streamrecover.tasks import execute_run_task
+
+    ids = [str(lifecycle.create_run(prompt="warm-up [[words=5]]", owner=user).pk) for _ in range(workers)]
+    for run_id in ids:
+        execute_run_task.delay(run_id)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if Run.objects.filter(pk__in=ids, status__in=TERMINAL).count() == len(ids):
+            return
+        time.sleep(0.2)
+
+
 def run_config(
     config: Config, logs: Path, *, nice: int = 0, profile: str = "", drive_timeout_s: float = 900
 ) -> dict[str, Any]:
@@ -425,6 +442,7 @@ def run_config(
             run = lifecycle.create_run(prompt=prompt, owner=user, faults=faults)
             run_ids.append(str(run.pk))
         time.sleep(3)  # let the workers finish booting
+        _warm_up(user, config.workers)
         rss: list[_RssPeak] = []
 
         def started() -> None:

@@ -1,7 +1,7 @@
 """No output token is paid twice: an answer cut anywhere and continued by a prefill costs
 exactly the uninterrupted answer's output tokens, also where the cut fell behind a delta that
-ended in whitespace, which a prefill must leave out (the provider generates it again, with the
-word after it, as one token). Real HTTP against the fake provider, whose log is the bill."""
+ended in a space, which a prefill must leave out (the provider writes it again with the word
+after it, as one token). Real HTTP against the fake provider, whose log is the bill."""
 
 from __future__ import annotations
 

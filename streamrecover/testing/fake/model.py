@@ -502,9 +502,10 @@ def _slice_block(block: PlannedBlock, offset: int) -> PlannedBlock:
     """The block's pieces after ``offset`` characters (the piece holding it is cut there).
 
     A prefix ends inside a piece only where the caller left out the piece's trailing
-    whitespace (a prefill may not end with whitespace): that whitespace goes with the next
-    piece, as a tokenizer reads " word" as one token, so the continuation does not bill it as a
-    token of its own after the first response billed the piece it ended."""
+    whitespace (a prefill may not end with whitespace). Left-out spaces go with the next piece,
+    as a tokenizer reads " word" as one token: the continuation does not bill them as a token
+    of their own after the first response billed the piece they ended. A left-out line break
+    is a piece of its own, written and billed again, as a real model does."""
     pieces: list[str] = []
     start = 0
     carry = ""
@@ -513,7 +514,7 @@ def _slice_block(block: PlannedBlock, offset: int) -> PlannedBlock:
         if end > offset:
             rest = carry + piece[max(0, offset - start) :]
             carry = ""
-            if start < offset and rest.isspace():
+            if start < offset and rest.isspace() and "\n" not in rest:
                 carry = rest  # the cut piece's left-out whitespace: joins the next piece
             else:
                 pieces.append(rest)
