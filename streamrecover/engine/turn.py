@@ -328,6 +328,8 @@ class TurnRunner:
         finally:
             if measuring is not None and not measuring.done():  # the turn ended or was cancelled
                 measuring.cancel()
+            elif measuring is not None and not measuring.cancelled():
+                measuring.exception()  # retrieved: a count that failed after the turn ended is moot
 
     async def _next_continuation(
         self,
