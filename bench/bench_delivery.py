@@ -93,11 +93,16 @@ def _env(config: Config, logs: Path, fake_url: str, profile: bool) -> dict[str, 
     env.pop("BENCH_PROFILE", None)
     env.pop("BENCH_CPROFILE", None)
     env.pop("BENCH_COUNTS", None)
+    env.pop("BENCH_DAPHNE_CPROFILE", None)
+    env.pop("BENCH_TRACEMALLOC", None)
     return env
 
 
 def _worker_env(env: dict[str, str], logs: Path, tag: str, profile: str) -> dict[str, str]:
     worker = {**env, "BENCH_COUNTS": str(logs / f"{tag}-counts-{{pid}}.json")}
+    if profile == "tracemalloc":
+        worker["BENCH_TRACEMALLOC"] = str(logs / f"{tag}-memory-{{pid}}.txt")
+        return worker
     if profile == "cprofile":
         worker["BENCH_CPROFILE"] = str(logs / f"{tag}-cprofile-{{pid}}.pstats")
     elif profile:
@@ -309,16 +314,35 @@ def _profile_top(logs: Path, tag: str, lines: int = 25) -> str:
     import pstats
 
     out = []
-    for path in sorted(logs.glob(f"{tag}-cprofile-*.pstats")):
+    for path in sorted([*logs.glob(f"{tag}-cprofile-*.pstats"), *logs.glob(f"{tag}-daphne-cprofile-*.pstats")]):
         text = io.StringIO()
         stats = pstats.Stats(str(path), stream=text)
         stats.sort_stats("tottime").print_stats(lines)
         stats.sort_stats("cumulative").print_stats(lines)
         out.append(text.getvalue())
-    for path in sorted(logs.glob(f"{tag}-profile-*.txt")):
+    for path in sorted([*logs.glob(f"{tag}-memory-*.txt")]):
+        out.append(path.read_text())
+    for path in sorted([*logs.glob(f"{tag}-profile-*.txt"), *logs.glob(f"{tag}-daphne-profile-*.txt")]):
         text = path.read_text().splitlines()
         out.append("\n".join(text[: lines + 4]))
     return "\n\n".join(out)
+
+
+def _warm_up(user: Any, workers: int, timeout_s: float = 60) -> None:
+    """One short run per worker before the measured phase: what a worker loads on its first run
+    (modules imported on first use, the shared loop, its clients) is not per-stream memory."""
+    from streamrecover.models import Run
+    from streamrecover.runs import lifecycle
+    from streamrecover.tasks import execute_run_task
+
+    ids = [str(lifecycle.create_run(prompt="warm-up [[words=5]]", owner=user).pk) for _ in range(workers)]
+    for run_id in ids:
+        execute_run_task.delay(run_id)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if Run.objects.filter(pk__in=ids, status__in=TERMINAL).count() == len(ids):
+            return
+        time.sleep(0.2)
 
 
 def run_config(
@@ -353,13 +377,20 @@ def run_config(
     )
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
+    daphne_env = env
+    if profile == "tracemalloc":
+        pass  # the workers' memory only
+    elif profile == "cprofile":  # Daphne's reactor and consumers all run on its main thread
+        daphne_env = {**env, "BENCH_DAPHNE_CPROFILE": str(logs / f"{tag}-daphne-cprofile-{{pid}}.pstats")}
+    elif profile:
+        daphne_env = {**env, "BENCH_PROFILE": str(logs / f"{tag}-daphne-profile-{{pid}}.txt")}
     daphne = _start(
         [
             *(sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port)),
             *("--websocket_connect_timeout", "120"),  # hundreds of sockets connect at once
             "project.asgi:application",
         ],
-        env,
+        daphne_env,
         logs / f"{tag}-daphne.log",
     )
     workers = [
@@ -411,6 +442,7 @@ def run_config(
             run = lifecycle.create_run(prompt=prompt, owner=user, faults=faults)
             run_ids.append(str(run.pk))
         time.sleep(3)  # let the workers finish booting
+        _warm_up(user, config.workers)
         rss: list[_RssPeak] = []
 
         def started() -> None:
@@ -438,12 +470,12 @@ def run_config(
             memory_per_stream_bytes=(rss[0].peak - rss[0].base) * 1024 * 1024 / config.runs,
             checkpoint_writes=writes,
             checkpoint_writes_per_run_s=writes / max(1e-9, config.runs * max(result["mean_span_s"], 1e-9)),
-            profile=_profile_top(logs, tag) if profile else "",
         )
-        return result
     finally:
         for process in [*workers, daphne, fake]:
             _stop(process)
+    result["profile"] = _profile_top(logs, tag) if profile else ""  # Daphne's is dumped as it exits
+    return result
 
 
 def row(result: dict[str, Any]) -> str:
@@ -501,9 +533,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--words", type=int, default=0, help="override the words per stream")
     parser.add_argument(
         "--profile",
-        choices=("sample", "cprofile"),
+        choices=("sample", "cprofile", "tracemalloc"),
         default="",
-        help="sample the workers' run loop thread (bench.sampler), or cProfile it (slower, deterministic)",
+        help="sample the workers' run loop thread (bench.sampler), or cProfile it (slower, deterministic);"
+        " Daphne is sampled or cProfiled (its main thread) alike; or tracemalloc the workers' memory",
     )
     parser.add_argument("--nice", type=int, default=0, help="run the workers at this niceness")
     args = parser.parse_args(argv)

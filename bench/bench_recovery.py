@@ -6,12 +6,13 @@ Engine only (no Django), against the fake provider on loopback in this process:
   (``prefill``: Anthropic Messages; ``prefix_flag``: an OpenAI-compatible server with the
   prefix flag, DeepSeek style; ``continue_message``: OpenAI Chat Completions). Measured per
   run: from the break (the interrupted attempt's end) to the first continued delta reaching
-  the sink, minus the backoff (0 here: ``backoff_scale=0``) and minus the provider's time to
-  first byte of the continuation (its ``first_byte_at - started_at``): what streamrecover
-  itself adds. p50 and p90 over ``--repeat`` runs (after one warm-up run). For ``prefill``
-  this includes the free ``count_tokens`` calls the Anthropic adapter makes before continuing
-  (one or two provider round trips, to keep the output budget exact); ``prep`` is the part
-  before the continuation request is sent.
+  the sink, minus the backoff (``--backoff-ms``, 50 by default: the schedule's first wait
+  scaled down; the run's own ``backoff_s``) and minus the provider's time to first byte of the
+  continuation (its ``first_byte_at - started_at``): what streamrecover itself adds. p50 and
+  p90 over ``--repeat`` runs (after one warm-up run). For ``prefill`` the free
+  ``count_tokens`` calls the Anthropic adapter makes (to keep the output budget exact) run
+  during the backoff, so they show only where they outlast it (``--backoff-ms 0``: all of
+  them); ``prep`` is from the break to the continuation request, less the backoff.
 * **billing**: the same story cut at each point of a sweep, recovered by streamrecover's
   continuation and by a naive retry of the same request (what ``max_retries`` in the
   official SDKs and most frameworks do: resend, generate everything again). Output tokens
@@ -28,7 +29,7 @@ import asyncio
 import json
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -86,7 +87,9 @@ def _provider(server: FakeProviderServer, scenario: str, wire: str, **kw: Any) -
     )
 
 
-async def _run(server: FakeProviderServer, prompt: str, faults: list[str], strategy: str) -> Run:
+async def _run(
+    server: FakeProviderServer, prompt: str, faults: list[str], strategy: str, engine: EngineConfig = FAST
+) -> Run:
     wire, model, kw = STRATEGIES[strategy]
     scenario = uuid.uuid4().hex
     server.set_faults(scenario, faults)
@@ -98,7 +101,7 @@ async def _run(server: FakeProviderServer, prompt: str, faults: list[str], strat
     ctx = RunContext(
         run_id=uuid.uuid4().hex,
         adapter=get_adapter(config),
-        config=FAST,
+        config=engine,
         sink=sink,
         checkpoints=InMemoryCheckpointStore(),
         cancel=CancelToken(),
@@ -107,8 +110,13 @@ async def _run(server: FakeProviderServer, prompt: str, faults: list[str], strat
     return Run(sink, server.log_for(scenario), result.status, result.messages)
 
 
+def _backoff_s(run: Run) -> float:
+    started = [e for e in run.sink.events if e.name == "llm_stream_continuation_started"]
+    return float(started[0].fields["backoff_s"]) if started else 0.0  # type: ignore[typeddict-item]
+
+
 def _overhead_ms(run: Run) -> float | None:
-    """Break -> first continued delta, minus the continuation's time to first byte (ms)."""
+    """Break -> first continued delta, minus the backoff and the continuation's time to first byte (ms)."""
     attempts = run.sink.attempts
     if len(attempts) < 2 or attempts[0].ended_at is None or attempts[1].first_byte_at is None:
         return None
@@ -121,7 +129,7 @@ def _overhead_ms(run: Run) -> float | None:
     ]
     if not after:
         return None
-    return (after[0] - broke - ttfb) * 1000
+    return (after[0] - broke - ttfb - _backoff_s(run)) * 1000
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -129,13 +137,16 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-async def overhead(server: FakeProviderServer, repeat: int, cut: int, words: int) -> list[dict[str, Any]]:
+async def overhead(
+    server: FakeProviderServer, repeat: int, cut: int, words: int, backoff_ms: float = 50.0
+) -> list[dict[str, Any]]:
+    config = replace(FAST, backoff_schedule=(backoff_ms / 1000,), backoff_scale=1.0)
     rows = []
     for strategy in STRATEGIES:
         values, ttfbs, preps = [], [], []
-        await _run(server, STORY.format(words=words), [f"cut:bytes={cut}"], strategy)  # warm-up, not counted
+        await _run(server, STORY.format(words=words), [f"cut:bytes={cut}"], strategy, config)  # warm-up
         for _ in range(repeat):
-            run = await _run(server, STORY.format(words=words), [f"cut:bytes={cut}"], strategy)
+            run = await _run(server, STORY.format(words=words), [f"cut:bytes={cut}"], strategy, config)
             assert run.status == "completed", (strategy, run.status)
             assert [e.understood_as for e in run.log][1] == strategy, [e.understood_as for e in run.log]
             value = _overhead_ms(run)
@@ -143,14 +154,15 @@ async def overhead(server: FakeProviderServer, repeat: int, cut: int, words: int
                 values.append(value)
                 a = run.sink.attempts[1]
                 ttfbs.append(((a.first_byte_at or a.started_at) - a.started_at) * 1000)
-                preps.append((a.started_at - (run.sink.attempts[0].ended_at or a.started_at)) * 1000)
+                broke = run.sink.attempts[0].ended_at or a.started_at
+                preps.append((a.started_at - broke - _backoff_s(run)) * 1000)
         rows.append(
             {
                 "strategy": strategy,
                 "n": len(values),
                 "p50": _pct(values, 0.5),
                 "p90": _pct(values, 0.9),
-                "prep_p50": _pct(preps, 0.5),  # break -> continuation request sent
+                "prep_p50": _pct(preps, 0.5),  # break -> continuation request sent, less the backoff
                 "ttfb_p50": _pct(ttfbs, 0.5),
             }
         )
@@ -209,14 +221,16 @@ async def billing(server: FakeProviderServer, words: int, points: int) -> list[d
     return rows
 
 
-async def run_all(repeat: int = 30, cut: int = 3000, words: int = 300, points: int = 9) -> dict[str, Any]:
+async def run_all(
+    repeat: int = 30, cut: int = 3000, words: int = 300, points: int = 9, backoff_ms: float = 50.0
+) -> dict[str, Any]:
     server = FakeProviderServer()
     await server.start_async()
     try:
         return {
-            "overhead": await overhead(server, repeat, cut, words),
+            "overhead": await overhead(server, repeat, cut, words, backoff_ms),
             "billing": await billing(server, words, points),
-            "params": {"repeat": repeat, "cut": cut, "words": words, "points": points},
+            "params": {"repeat": repeat, "cut": cut, "words": words, "points": points, "backoff_ms": backoff_ms},
         }
     finally:
         await server.stop_async()
@@ -228,8 +242,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cut", type=int, default=3000)
     parser.add_argument("--words", type=int, default=300)
     parser.add_argument("--points", type=int, default=9)
+    parser.add_argument("--backoff-ms", type=float, default=50.0, help="the backoff before the continuation")
     args = parser.parse_args(argv)
-    result = asyncio.run(run_all(args.repeat, args.cut, args.words, args.points))
+    result = asyncio.run(run_all(args.repeat, args.cut, args.words, args.points, args.backoff_ms))
     for row in result["overhead"]:
         print(row)
     for row in result["billing"]:

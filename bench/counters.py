@@ -65,3 +65,63 @@ def profile_run_loop(target: str, every_s: float = 3.0) -> None:
             shared.call_soon_threadsafe(dump)
 
     threading.Thread(target=attach, name="bench-cprofile", daemon=True).start()
+
+
+def profile_main_thread(target: str) -> None:
+    """cProfile this process's main thread from now until it exits (``BENCH_DAPHNE_CPROFILE``:
+    Daphne's reactor and every consumer run there); the stats are dumped at exit."""
+    import atexit
+    import cProfile
+
+    profiler = cProfile.Profile()
+
+    def dump() -> None:
+        profiler.disable()
+        profiler.dump_stats(target.replace("{pid}", str(os.getpid())))
+
+    atexit.register(dump)
+    profiler.enable()
+
+
+def trace_memory(target: str, every_s: float = 2.0, top: int = 40) -> None:
+    """tracemalloc in this process (``BENCH_TRACEMALLOC``): at each new peak of traced memory,
+    what holds it, by allocating line and by file, written to ``target`` (``{pid}`` replaced)."""
+    import tracemalloc
+
+    tracemalloc.start(1)
+    out = Path(target.replace("{pid}", str(os.getpid())))
+    first_task = threading.Event()
+
+    from celery.signals import task_prerun
+
+    task_prerun.connect(lambda **_: first_task.set(), weak=False)
+
+    def watch() -> None:
+        peak = 0
+        first_task.wait()  # the base: every import done, no run started
+        time.sleep(0.5)  # the first task's own imports settle
+        base = tracemalloc.take_snapshot()
+        peak = tracemalloc.get_traced_memory()[0]
+        while True:
+            time.sleep(every_s)
+            current, _ = tracemalloc.get_traced_memory()
+            if current <= peak:
+                continue  # the report stays the one taken at the peak
+            peak = current
+            snapshot = tracemalloc.take_snapshot().filter_traces(
+                [
+                    tracemalloc.Filter(False, tracemalloc.__file__),
+                    tracemalloc.Filter(False, "<frozen importlib._bootstrap*"),
+                ]
+            )
+            lines = [f"# traced {current / 1024:.0f} KiB (growth since the first task, by line, then by file)", ""]
+            for stat in snapshot.compare_to(base, "lineno")[:top]:
+                lines.append(f"{stat.size_diff / 1024:9.1f} KiB {stat.count_diff:+7d}  {stat.traceback[0]}")
+            lines.append("")
+            for stat in snapshot.compare_to(base, "filename")[:top]:
+                lines.append(f"{stat.size_diff / 1024:9.1f} KiB {stat.count_diff:+7d}  {stat.traceback[0].filename}")
+            partial = out.with_suffix(".part")
+            partial.write_text("\n".join(lines) + "\n")
+            partial.replace(out)
+
+    threading.Thread(target=watch, name="bench-tracemalloc", daemon=True).start()

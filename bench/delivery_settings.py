@@ -5,6 +5,7 @@ channels_redis layer, for the per-token baseline), and the bench's probes when a
 from __future__ import annotations
 
 import os
+import threading
 
 from project.settings import *  # noqa: F403
 from project.settings import CHANNEL_LAYERS, STREAMRECOVER
@@ -33,3 +34,15 @@ if os.environ.get("BENCH_CPROFILE"):
     from bench.counters import profile_run_loop
 
     profile_run_loop(os.environ["BENCH_CPROFILE"])
+
+# BENCH_DAPHNE_CPROFILE=<file>: cProfile Daphne's main thread (its reactor loop) into that file.
+if os.environ.get("BENCH_DAPHNE_CPROFILE") and threading.current_thread() is threading.main_thread():
+    from bench.counters import profile_main_thread
+
+    profile_main_thread(os.environ["BENCH_DAPHNE_CPROFILE"])
+
+# BENCH_TRACEMALLOC=<file>: what holds this worker's memory at its peak (bench.counters).
+if os.environ.get("BENCH_TRACEMALLOC"):
+    from bench.counters import trace_memory
+
+    trace_memory(os.environ["BENCH_TRACEMALLOC"])

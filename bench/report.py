@@ -296,11 +296,11 @@ def recovery(quick: bool) -> str:
 `python -m bench.bench_recovery`: the engine against the fake provider on loopback, in one process.
 A {p["words"]}-word answer is cut after {p["cut"]:,} body bytes and continued; {p["repeat"]} runs per
 strategy after a warm-up run. **Overhead** = from the break (the interrupted attempt's end) to the
-first continued delta at the sink, minus the backoff (0 here) and minus the provider's time to first
-byte of the continuation. **prep** = from the break to the continuation request being sent. For
-`prefill` (Anthropic) both include the free `count_tokens` requests the adapter makes before it
-continues (one or two provider round trips on loopback, to keep `max_tokens` exact): that is
-provider time the goal's definition does not subtract. Load average {load_before:.1f} → {load_after:.1f}.
+first continued delta at the sink, minus the backoff ({p["backoff_ms"]:g} ms here: the schedule's first
+wait, scaled down) and minus the provider's time to first byte of the continuation. **prep** = from
+the break to the continuation request being sent, less the backoff. For `prefill` (Anthropic) the
+free `count_tokens` requests that keep `max_tokens` exact (both at once, one round trip) run during
+the backoff, so they count only where they outlast it. Load average {load_before:.1f} → {load_after:.1f}.
 
 | strategy | overhead p50 | overhead p90 | prep p50 | provider TTFB p50 | p50 vs the 10 ms goal |
 |---|---|---|---|---|---|

@@ -19,6 +19,20 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 
+def _plain_autobahn_debug_text() -> None:
+    """Autobahn builds the arguments of a debug log line on every WebSocket send, whatever the
+    log level, and colours them with click when click is installed (Celery brings it): about
+    a tenth of Daphne's CPU per frame. Without click it uses the text as it is."""
+    try:
+        import autobahn.util
+    except ImportError:
+        return
+    autobahn.util._HAS_CLICK = False  # only the colours of debug lines change
+
+
+_plain_autobahn_debug_text()
+
+
 def websocket_urlpatterns() -> list[Any]:
     """The app's WebSocket routes. ``streamrecover.routing`` is not written yet: until it
     exists there are no WebSocket routes. An import error inside it is raised, not hidden."""

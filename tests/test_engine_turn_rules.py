@@ -5,6 +5,7 @@ the fake provider, like tests/test_engine_recovery.py."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import httpx
@@ -14,7 +15,7 @@ from streamrecover.engine.continuation import forget_prefill_refusals
 from streamrecover.engine.sse import SSEDecoder
 from streamrecover.testing.tools import demo_registry
 
-from .harness import assert_invariants, events_until, run
+from .harness import assert_invariants, events_until, run, with_config
 
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."  # what the fake refuses with
 STORY = "Tell me a story about the sea [[words=120]]"
@@ -302,3 +303,35 @@ async def test_a_continue_message_at_the_limit_ends_at_most_the_instruction_shor
     assert LIMIT - overhead <= billed <= LIMIT
     assert out.sink.attempts[-1].stop_reason == "max_tokens"
     assert _text(reference).startswith(_text(out))
+
+
+async def test_the_providers_count_runs_during_the_backoff_not_before_it(fake_server, monkeypatch):
+    # The count of what the turn used (two free count_tokens calls on its first break) only
+    # lowers the running bound, so while the bound leaves budget it runs inside the backoff:
+    # the continuation starts a backoff after the break, not a backoff plus the counts.
+    from streamrecover.engine import turn as turn_module
+
+    real = turn_module.count_input_tokens
+    counted = []
+
+    async def slow_count(ctx, request):
+        await asyncio.sleep(COUNT_S)  # a provider far away
+        counted.append(request.url)
+        return await real(ctx, request)
+
+    monkeypatch.setattr(turn_module, "count_input_tokens", slow_count)
+    reference = await run(fake_server, LONG, max_tokens=LIMIT)
+    config = with_config(backoff_schedule=(BACKOFF_S,), backoff_scale=1.0)
+    out = await run(fake_server, LONG, max_tokens=LIMIT, faults=["cut:events=80"], config=config)
+    assert_invariants(out, reference)
+    assert len(counted) == 2  # the turn's request and the continuation's, both counted
+    first, second = out.sink.attempts[0], out.sink.attempts[1]
+    assert first.ended_at is not None
+    waited = second.started_at - first.ended_at
+    assert BACKOFF_S <= waited < BACKOFF_S + COUNT_S  # serial, it was >= backoff + 2 counts
+    # and the count still set the continuation's budget: what is left, exactly
+    assert sum(e.billed_output_tokens for e in out.log) == LIMIT
+
+
+BACKOFF_S = 0.6
+COUNT_S = 0.4

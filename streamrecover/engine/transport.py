@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from .errors import InterruptCause, StreamInterrupted
+from .netio import use_asyncio_backend
 
 MAX_ERROR_BODY_BYTES = 65_536
 
@@ -80,6 +81,7 @@ class HttpxTransport:
     async def __aenter__(self) -> HttpxTransport:
         if self._client is None:
             self._client = httpx.AsyncClient(http2=True, http1=not self._prior_knowledge, verify=_ssl_context())
+            use_asyncio_backend(self._client)  # no anyio cancel scope and pause/resume per chunk
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -309,21 +309,38 @@ class TurnRunner:
             )
             result.recovered = True
             return result
-        if recovery.continues:
+        measuring: asyncio.Task[None] | None = None
+        if recovery.continues and self.output_used >= self.request.max_tokens:
+            # The running bound says the budget is spent: the provider's count decides, now.
             await self._measure(recovery)
+        elif recovery.continues:
+            # The bound leaves budget, and the count only lowers it (it can never end the turn):
+            # it runs while the checkpoint is written and the backoff waits, not before them.
+            measuring = asyncio.ensure_future(self._measure(recovery))
         if recovery.continues and self.output_used >= self.request.max_tokens:
             # The turn's budget is spent: it ends here, as an uninterrupted answer at its limit would.
             result = await self._finish_with(recovery.keep, "max_tokens")
             result.recovered = self.continuation > 0
             return result
         retry_after = provider_error.retry_after_s if provider_error is not None else None
-        return await self._next_continuation(retry_after, recovery, point)
+        try:
+            return await self._next_continuation(retry_after, recovery, point, measuring)
+        finally:
+            if measuring is not None and not measuring.done():  # the turn ended or was cancelled
+                measuring.cancel()
+            elif measuring is not None and not measuring.cancelled():
+                measuring.exception()  # retrieved: a count that failed after the turn ended is moot
 
     async def _next_continuation(
-        self, retry_after_s: float | None, recovery: RecoveryPlan, point: ResumePoint | None = None
+        self,
+        retry_after_s: float | None,
+        recovery: RecoveryPlan,
+        point: ResumePoint | None = None,
+        measuring: asyncio.Task[None] | None = None,
     ) -> TurnResult | None:
         """Spend one continuation: checkpoint, back off (cancellable), set up the prefix (a
-        native resume at ``point`` when the plan is one)."""
+        native resume at ``point`` when the plan is one). ``measuring``, the provider's count of
+        what the turn has used, is awaited after the backoff, before the budget is read."""
         cfg = self.ctx.config
         await self._write_checkpoint(force=True)
         if self.continuation - self.budget_from >= cfg.max_continuations:
@@ -359,6 +376,8 @@ class TurnRunner:
             FrameKind.RECOVERY, phase="backoff", attempt=self.continuation, plan=recovery.kind.value, backoff_s=delay
         )
         await self.ctx.sleep(delay)
+        if measuring is not None:
+            await measuring
         if point is not None and recovery.kind is PlanKind.NATIVE_RESUME:
             self._set_native(recovery.keep, point)
         else:
@@ -521,10 +540,15 @@ class TurnRunner:
         prefixed = adapter.count_request(replace(self.request, messages=messages))
         if prefixed is None:
             return
-        if self.base_input is None:
+        if self.base_input is None:  # the turn's first break: both counts at once, one round trip
             base = adapter.count_request(self.request)
-            self.base_input = await count_input_tokens(self.ctx, base) if base is not None else None
-        counted = await count_input_tokens(self.ctx, prefixed) if self.base_input is not None else None
+            if base is None:
+                return
+            self.base_input, counted = await asyncio.gather(
+                count_input_tokens(self.ctx, base), count_input_tokens(self.ctx, prefixed)
+            )
+        else:
+            counted = await count_input_tokens(self.ctx, prefixed)
         if counted is None or self.base_input is None:
             return
         sent = _sent_bytes(messages[len(self.request.messages)], chosen.prefix)

@@ -23,7 +23,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import structlog
 
@@ -180,6 +180,16 @@ return {data, redis.call('XRANGE', KEYS[2], start, '+')}
 """
 
 
+class PlannedWrite(NamedTuple):
+    """One frame's writes to the replay buffer: its stream entry, and the state when due."""
+
+    state_key: str
+    frames_key: str
+    entry_id: str  # "<seq>-0"
+    text: str  # the frame's JSON
+    save: tuple[int, str] | None  # (seq, state JSON) when the state is saved with this frame
+
+
 def _decode_entries(entries: list[Any]) -> list[dict[str, Any]]:
     frames = []
     for _id, fields in entries:
@@ -250,30 +260,34 @@ class RedisFrameBuffer:
         """Load the run's writer state, so ``stage_append`` can be called without awaiting."""
         await self._writer_state(run_id)
 
-    def stage_append(self, pipe: Any, run_id: str, frame: dict[str, Any], text: str | None = None) -> bool:
-        """Queue ``frame``'s writes on ``pipe`` (after ``prepare``): the stream entry (``text``, its
-        JSON, when already encoded) and, now and then, the state hash and the keys' expiry.
-        False when the frame is older than the last one kept (dropped)."""
+    def planned_write(self, run_id: str, frame: dict[str, Any], text: str | None = None) -> PlannedWrite | None:
+        """Apply ``frame`` to the run's writer state (after ``prepare``) and say what to write:
+        the stream entry (``text``, its JSON, when already encoded) and, now and then, the state.
+        None when the frame is older than the last one kept (dropped)."""
         state = self._writing[run_id]
         first, seq = frame_span(frame)
         if seq <= state.seq:
             log.warning("live_frame_out_of_order", run_id=run_id, seq=seq, first_seq=first, last_seq=state.seq)
-            return False
+            return None
         state.apply(frame)
         self._unsaved[run_id] += 1
-        state_key, frames_key = self.keys(run_id)
-        pipe.xadd(
-            frames_key,
-            {"f": text if text is not None else json.dumps(frame, separators=(",", ":"), ensure_ascii=False)},
-            id=f"{seq}-0",
-            maxlen=self.max_frames,
-            approximate=True,
-        )
+        encoded = text if text is not None else json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+        save = None
         if self._unsaved[run_id] >= self.save_every or frame.get("type") in _SAVE_AFTER:
-            pipe.hset(state_key, mapping={"seq": state.seq, "data": state.to_json()})
-            pipe.expire(frames_key, self.active_ttl_s)
-            pipe.expire(state_key, self.active_ttl_s)
+            save = (state.seq, state.to_json())
             self._unsaved[run_id] = 0
+        return PlannedWrite(*self.keys(run_id), f"{seq}-0", encoded, save)
+
+    def stage_append(self, pipe: Any, run_id: str, frame: dict[str, Any], text: str | None = None) -> bool:
+        """Queue ``frame``'s writes on ``pipe`` (see ``planned_write``); False when it is dropped."""
+        write = self.planned_write(run_id, frame, text)
+        if write is None:
+            return False
+        pipe.xadd(write.frames_key, {"f": write.text}, id=write.entry_id, maxlen=self.max_frames, approximate=True)
+        if write.save is not None:
+            pipe.hset(write.state_key, mapping={"seq": write.save[0], "data": write.save[1]})
+            pipe.expire(write.frames_key, self.active_ttl_s)
+            pipe.expire(write.state_key, self.active_ttl_s)
         return True
 
     async def append(self, run_id: str, frame: dict[str, Any]) -> None:

@@ -42,12 +42,43 @@ class _Item:
     text: str
 
 
+# Every frame of a batch in one script call: one command to encode and one reply to parse per
+# batch, where a pipeline of XADD and PUBLISH had two (and more when the state was saved) per
+# frame, which was most of the worker's Redis cost. KEYS per frame: its stream and state hash
+# ("" when the frame is only published); ARGV: the TTL and the stream cap, then per frame the
+# entry id ("": publish only), the frame's JSON, the channel, the pub/sub message, and the state
+# to save ("" "": none). A refused XADD (a later seq already there) does not stop the others.
+# Not for Redis Cluster: one call writes many runs' keys (as the pipeline did, over one client).
+_FLUSH = """
+local ttl, cap, refused, first_error = ARGV[1], ARGV[2], 0, ''
+local a = 3
+for i = 1, #KEYS, 2 do
+  if ARGV[a] ~= '' then
+    local ok = redis.pcall('XADD', KEYS[i], 'MAXLEN', '~', cap, ARGV[a], 'f', ARGV[a + 1])
+    if type(ok) == 'table' and ok.err then
+      refused = refused + 1
+      if first_error == '' then first_error = ok.err end
+    elseif ARGV[a + 4] ~= '' then
+      redis.call('HSET', KEYS[i + 1], 'seq', ARGV[a + 4], 'data', ARGV[a + 5])
+      redis.call('EXPIRE', KEYS[i], ttl)
+      redis.call('EXPIRE', KEYS[i + 1], ttl)
+    end
+  end
+  redis.call('PUBLISH', ARGV[a + 2], ARGV[a + 3])
+  a = a + 6
+end
+if refused > 0 then return {refused, first_error} end
+return {}
+"""
+
+
 class Outbox:
     """One per event loop and buffer: ``put`` stages a frame, a flusher task sends them."""
 
     def __init__(self, buffer: RedisFrameBuffer, layer: Any) -> None:
         self.buffer = buffer
         self.layer = layer
+        self._script = buffer._redis().register_script(_FLUSH)
         self._pending: list[_Item] = []
         self._flusher: asyncio.Task[None] | None = None
         self._down_until = 0.0
@@ -82,22 +113,32 @@ class Outbox:
                 log.exception("live_outbox_failed", frames=len(batch))
 
     async def _send(self, batch: list[_Item]) -> None:
-        pipe = self.buffer._redis().pipeline(transaction=False)
         serialize = self.layer.serialize
+        buffer = self.buffer
+        keys: list[str] = []
+        args: list[str | bytes | int] = [buffer.active_ttl_s, buffer.max_frames]
         for item in batch:
             try:
-                self.buffer.stage_append(pipe, item.run_id, item.frame, item.text)
+                write = buffer.planned_write(item.run_id, item.frame, item.text)
             except KeyError:  # the run's buffer was finished already: publish, keep nothing
                 log.warning("live_outbox_run_finished", run_id=item.run_id, seq=item.frame.get("seq"))
+                write = None
             first = item.frame.get("first_seq", item.frame.get("seq"))
-            message = {"type": FRAME_EVENT, "text": item.text, "seq": item.frame.get("seq"), "first_seq": first}
-            pipe.publish(item.channel, serialize(message))
-        results = await pipe.execute(raise_on_error=False)
+            message = serialize(
+                {"type": FRAME_EVENT, "text": item.text, "seq": item.frame.get("seq"), "first_seq": first}
+            )
+            if write is None:
+                keys += ["", ""]
+                args += ["", "", item.channel, message, "", ""]
+            else:
+                keys += [write.frames_key, write.state_key]
+                saved = write.save or ("", "")
+                args += [write.entry_id, write.text, item.channel, message, saved[0], saved[1]]
+        refused = await self._script(keys=keys, args=args, client=buffer._redis())
         self.pipelines += 1
         self.frames += len(batch)
-        errors = [r for r in results if isinstance(r, Exception)]
-        if errors:  # e.g. another worker wrote a later seq for a run: its XADD is refused
-            log.warning("live_outbox_refused", count=len(errors), error=str(errors[0]))
+        if refused:  # e.g. another worker wrote a later seq for a run: its XADD is refused
+            log.warning("live_outbox_refused", count=int(refused[0]), error=refused[1].decode(errors="replace"))
 
 
 _outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Outbox]] = weakref.WeakKeyDictionary()

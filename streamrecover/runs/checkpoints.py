@@ -315,9 +315,10 @@ class FencedCheckpointStore:
     """The store a worker hands the engine: every call carries its claim's epoch, and nothing
     is written once the claim is lost or past its lease (``runs.fence``)."""
 
-    def __init__(self, store: CheckpointStore, fence: Fence) -> None:
+    def __init__(self, store: CheckpointStore, fence: Fence, *, own_store: bool = True) -> None:
         self.store = store
         self.fence = fence
+        self.own_store = own_store  # False: a store shared by the loop's runs, never closed by one
 
     async def put(self, checkpoint: Checkpoint) -> None:
         await self.fence.ensure()
@@ -346,7 +347,7 @@ class FencedCheckpointStore:
             raise self.fence.lose() from None
 
     async def aclose(self) -> None:
-        close = getattr(self.store, "aclose", None)
+        close = getattr(self.store, "aclose", None) if self.own_store else None
         if close is not None:
             await close()
 
@@ -368,14 +369,26 @@ def _settled_run_ids(run_ids: Iterable[str]) -> Iterable[str]:
 _memory_store = InMemoryCheckpointStore()
 
 
-def checkpoint_store_from_settings() -> CheckpointStore:
-    """The store ``STREAMRECOVER['CHECKPOINT_STORE']`` names; ``memory`` is one per process."""
+_shared_redis_stores: dict[tuple[str, float], RedisCheckpointStore] = {}
+
+
+def checkpoint_store_from_settings(*, shared: bool = False) -> CheckpointStore:
+    """The store ``STREAMRECOVER['CHECKPOINT_STORE']`` names; ``memory`` is one per process.
+
+    ``shared`` (the runs of a worker's shared loop): one Redis store, so one Redis client and
+    connection, for them all, where each run used to open its own (a client's command table
+    alone is some 15 KiB); the caller must not close it."""
     kind = app_settings.CHECKPOINT_STORE
     if kind == "memory":
         return _memory_store
     if kind == "orm":
         return DjangoCheckpointStore(ttl_s=float(app_settings.CHECKPOINT_TTL))
-    return RedisCheckpointStore(app_settings.REDIS_URL, float(app_settings.CHECKPOINT_TTL))
+    key = (app_settings.REDIS_URL, float(app_settings.CHECKPOINT_TTL))
+    if not shared:
+        return RedisCheckpointStore(*key)
+    if key not in _shared_redis_stores:
+        _shared_redis_stores[key] = RedisCheckpointStore(*key)
+    return _shared_redis_stores[key]
 
 
 def sweep_settled_checkpoints(limit: int = SWEEP_LIMIT) -> int:

@@ -222,7 +222,8 @@ async def _execute_claimed(
             structured=bool(proxied.get("structured")),
             extra=dict(proxied.get("extra") or {}),
         )
-    checkpoints = FencedCheckpointStore(checkpoint_store_from_settings(), fence)
+    shared = on_shared_loop()  # the loop's runs share one store (one Redis client)
+    checkpoints = FencedCheckpointStore(checkpoint_store_from_settings(shared=shared), fence, own_store=not shared)
     existing = await checkpoints.get(str(run.pk))
     cancel = CancelToken()
     cancel.bind()

@@ -525,14 +525,28 @@ def _after_tools_text(prompt: str, directives: Directives, results: Sequence[Too
 
 
 def _slice_block(block: PlannedBlock, offset: int) -> PlannedBlock:
-    """The block's pieces after ``offset`` characters (the piece holding it is cut there)."""
+    """The block's pieces after ``offset`` characters (the piece holding it is cut there).
+
+    A prefix ends inside a piece only where the caller left out the piece's trailing
+    whitespace (a prefill may not end with whitespace). Left-out spaces go with the next piece,
+    as a tokenizer reads " word" as one token: the continuation does not bill them as a token
+    of their own after the first response billed the piece they ended. A left-out line break
+    is a piece of its own, written and billed again, as a real model does."""
     pieces: list[str] = []
     start = 0
+    carry = ""
     for piece in block.pieces:
         end = start + len(piece)
         if end > offset:
-            pieces.append(piece[max(0, offset - start) :])
+            rest = carry + piece[max(0, offset - start) :]
+            carry = ""
+            if start < offset and rest.isspace() and "\n" not in rest:
+                carry = rest  # the cut piece's left-out whitespace: joins the next piece
+            else:
+                pieces.append(rest)
         start = end
+    if carry:
+        pieces.append(carry)  # nothing follows it: the whitespace alone
     # a cited span goes on cited, its citations already given (unless nothing of it was)
     return replace(block, pieces=tuple(pieces), citations=block.citations if offset == 0 else ())
 
