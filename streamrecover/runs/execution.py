@@ -231,7 +231,10 @@ async def _execute_claimed(
             start_seq = max(existing.seq if existing else 0, channel.last_seq if channel is not None else 0)
             sink = FencedSink(
                 FanOutSink(
-                    RecorderSink.for_run(run, fence), RunStatusSink(str(run.pk), fence), *delivering, *extra_sinks
+                    RunStatusSink(str(run.pk), fence),
+                    *delivering,
+                    *extra_sinks,
+                    store=RecorderSink.for_run(run, fence),
                 ),
                 fence,
             )
