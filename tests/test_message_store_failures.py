@@ -85,3 +85,25 @@ def test_a_message_the_store_cannot_write_stops_the_run_and_the_others_do_not_he
     # any other sink's failure, or the store's failure of anything else, is logged only
     asyncio.run(FanOutSink(BrokenOther(), live, store=CollectingSink()).on_message({"role": "user", "content": []}, 2))
     assert len(live.messages) == 1
+
+
+def test_a_connection_terminated_as_the_run_settles_still_settles_it_with_its_answer(monkeypatch):
+    finish = lifecycle.finish
+    calls: list[int] = []
+
+    def terminated_first(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            _terminate(_backend_pid())  # the connection the settlement is about to use
+        finish(*args, **kwargs)
+
+    run = lifecycle.create_run(prompt="Tell me a story [[words=20]]")
+    monkeypatch.setattr(lifecycle, "finish", terminated_first)
+    result = asyncio.run(execution.execute_run(str(run.pk), worker="w:1"))
+    asyncio.run(sync_to_async(connections.close_all)())
+    assert len(calls) == 2
+    assert result is not None
+    run.refresh_from_db()
+    assert run.status == Run.Status.COMPLETED
+    assert Message.objects.of_thread(run.thread_id).canonical() == result.messages
+    assert [m["role"] for m in result.messages] == ["user", "assistant"]

@@ -11,6 +11,8 @@ that never got them). So while the run is not over, each socket checks every
 ``LIVE_CHECK_SECONDS``: the run's status in the database (one primary-key read) and the
 buffer's last seq. A client still behind at the next check (frames in flight have arrived by
 then) gets the missed frames, or a snapshot when the buffer lacks them or the run has ended.
+The group subscription itself needs no care: channels_redis' pub/sub layer reconnects and
+subscribes again by itself (redis-py); what it misses while Redis is down is what this catches.
 """
 
 from __future__ import annotations

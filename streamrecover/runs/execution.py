@@ -44,7 +44,7 @@ from ..providers.registry import get_adapter
 from ..testing import demo_registry, fake_provider, is_fake
 from . import lifecycle
 from .checkpoints import FencedCheckpointStore, checkpoint_store_from_settings
-from .fence import Fence, FencedSink
+from .fence import Fence, FencedSink, again_on_a_fresh_connection
 from .loop import on_shared_loop
 from .recorder import RecorderSink
 from .toolresults import DjangoToolResultStore
@@ -286,7 +286,8 @@ def _abandon(channel: LiveSink) -> None:
 async def _settle(fence: Fence, settlement: Settlement) -> None:
     """The run's end and its final answer, in one transaction (``lifecycle.finish``)."""
     error = settlement.error or {}
-    await sync_to_async(lifecycle.finish)(
+    settle = functools.partial(
+        lifecycle.finish,
         fence.run_id,
         settlement.status,
         error.get("kind", ""),
@@ -296,3 +297,6 @@ async def _settle(fence: Fence, settlement: Settlement) -> None:
         settlement.message,
         settlement.position,
     )
+    # a connection terminated under the settlement: once more on a fresh one (it is one
+    # transaction, and storing the answer twice stores it once)
+    await sync_to_async(again_on_a_fresh_connection)(settle)

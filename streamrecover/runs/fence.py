@@ -72,15 +72,7 @@ class Fence:
         """Run ``fn`` (database writes) in one transaction, only while this claim is current;
         once more on a fresh connection when this thread's connection was broken."""
         self.check()
-        try:
-            return self._write_once(fn)
-        except (OperationalError, InterfaceError):
-            if connection.in_atomic_block:
-                raise  # a caller's transaction: not ours to retry
-            # The connection may still look usable (psycopg reports a terminated backend's
-            # connection idle): drop it whatever it says, the retry opens a fresh one.
-            connection.close()
-        return self._write_once(fn)
+        return again_on_a_fresh_connection(lambda: self._write_once(fn))
 
     def _write_once(self, fn: Callable[[], T]) -> T:
         with transaction.atomic():
@@ -119,6 +111,21 @@ class Fence:
         async with self._renewing:
             if time.monotonic() >= self._lease_until:
                 await self.beat()
+
+
+def again_on_a_fresh_connection(fn: Callable[[], T]) -> T:
+    """``fn()`` (one transaction), and once more on a fresh connection when this thread's
+    connection failed under it (a restarted server, a terminated backend): the transaction was
+    rolled back, so ``fn`` must be idempotent. Never inside a caller's transaction."""
+    try:
+        return fn()
+    except (OperationalError, InterfaceError):
+        if connection.in_atomic_block:
+            raise  # a caller's transaction: not ours to retry
+        # The connection may still look usable (psycopg reports a terminated backend's
+        # connection idle): drop it whatever it says, the retry opens a fresh one.
+        connection.close()
+    return fn()
 
 
 class FencedSink:
