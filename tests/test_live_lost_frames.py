@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import socket as sockets
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -210,3 +212,58 @@ async def test_a_run_taken_over_without_a_checkpoint_drops_what_the_first_worker
     assert reconstructed == committed  # not "Once upon a ti" followed by the whole answer
     assert view.messages == result.messages
     await close(ws)
+
+
+async def test_frames_an_outage_kept_from_the_buffer_still_reach_the_snapshot(monkeypatch: Any) -> None:
+    from channels.layers import get_channel_layer
+
+    from streamrecover.live import outbox as outbox_module
+    from streamrecover.live.buffer import RedisFrameBuffer
+    from streamrecover.live.delivery import group_name
+
+    run_id = str(uuid.uuid4())
+    prefix = f"test:lost:{uuid.uuid4().hex}:"
+    writer = RedisFrameBuffer(settings.STREAMRECOVER["REDIS_URL"], prefix=prefix)
+    reader = RedisFrameBuffer(settings.STREAMRECOVER["REDIS_URL"], prefix=prefix)
+    await writer.prepare(run_id)
+    box = outbox_module.Outbox(writer, get_channel_layer())
+    channel = box.channel(group_name(run_id))
+    monkeypatch.setattr(outbox_module, "PAUSE_AFTER_FAILURE_S", 0.2)
+
+    def put(seq: int, frame: dict[str, Any]) -> None:
+        full = {"run_id": run_id, "seq": seq, **frame}
+        box.put(run_id, channel, full, json.dumps(full))
+
+    put(1, {"type": "run_status", "status": "running"})
+    put(2, {"type": "text_delta", "block": 0, "text": "Hello "})
+    await box.barrier()
+    send = box._send
+
+    async def redis_is_down(batch: Any) -> None:
+        """``_send`` with Redis away: the frames are staged (the writer's state applies them),
+        then the pipeline fails."""
+        pipe = writer._redis().pipeline(transaction=False)
+        for item in batch:
+            writer.stage_append(pipe, item.run_id, item.frame, item.text)
+        raise ConnectionError("Redis is restarting")
+
+    monkeypatch.setattr(box, "_send", redis_is_down)
+    put(3, {"type": "text_delta", "block": 0, "text": "wor"})  # its write fails
+    await box.barrier()
+    put(4, {"type": "text_delta", "block": 0, "text": "ld"})  # skipped: the outbox pauses
+    await box.barrier()
+    await asyncio.sleep(0.25)
+    monkeypatch.setattr(box, "_send", send)
+    put(5, {"type": "text_delta", "block": 0, "text": "!"})
+    await box.barrier()
+    try:
+        state = await reader.state(run_id)
+        assert state is not None
+        assert state.seq == 5
+        assert [b.text for b in state.blocks.values()] == ["Hello world!"]  # not "Hello !"
+        assert await reader.frames_after(run_id, 2) is None  # a hole: the client gets a snapshot
+        assert [f["seq"] for f in await reader.frames_after(run_id, 4) or []] == [5]
+    finally:
+        await reader.discard(run_id)
+        await reader.aclose()
+        await writer.aclose()
