@@ -293,3 +293,22 @@ async def test_a_message_committed_by_a_claim_whose_frames_redis_lost_reaches_th
     assert len(committed) == 4
     assert view.messages[1:] == committed[1:]  # the lost tool call included
     await close(ws)
+
+
+def test_a_snapshot_taken_between_the_runs_end_and_its_last_frame_shows_the_answer_once() -> None:
+    from streamrecover.engine.protocol import PartialBlock
+    from streamrecover.live.snapshot import RunRecord, build_snapshot
+    from streamrecover.live.state import RunState
+
+    question = {"role": "user", "content": [{"type": "text", "text": "Hi?"}]}
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "Hello there."}]}
+    # the run's end (and answer) are stored; its message_committed frame is not in the buffer yet
+    state = RunState(seq=9, status="running", blocks={0: PartialBlock("text", text="Hello there.")})
+    snapshot = build_snapshot(RunRecord("r", "running", None, {0: question, 1: answer}), state)
+    assert snapshot["messages"] == [question, answer]
+    assert snapshot["partial"] == []  # the answer is not shown twice, committed and in flight
+    view = ClientView()
+    view.apply(snapshot)
+    view.apply({"type": "message_committed", "run_id": "r", "seq": 10, "position": 1, "message": answer})
+    view.apply({"type": "run_status", "run_id": "r", "seq": 11, "status": "completed"})
+    assert view.messages == [question, answer]  # the frame confirms it in its place
