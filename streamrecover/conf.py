@@ -140,6 +140,9 @@ DEFAULTS: dict[str, Any] = {
     "STALE_AFTER_SECONDS": 30,
     "QUEUED_STALE_AFTER_SECONDS": 300,
     "REPLAY_BUFFER_FRAMES": 2000,
+    # How often a run's WebSocket checks that its client has not fallen behind a run whose
+    # frames were lost (a Redis restart): one primary-key read and one buffer read per check.
+    "LIVE_CHECK_SECONDS": 5,
     # The healing endpoint (streamrecover.proxy): which provider serves each wire format.
     "PROXY_ANTHROPIC_PROVIDER": "anthropic",
     "PROXY_OPENAI_PROVIDER": "openai",
@@ -174,6 +177,7 @@ _NUMBERS = (
     "HEARTBEAT_SECONDS",
     "STALE_AFTER_SECONDS",
     "QUEUED_STALE_AFTER_SECONDS",
+    "LIVE_CHECK_SECONDS",
 )
 _CHOICES = {"CHECKPOINT_STORE": CHECKPOINT_STORES, "EXECUTION": EXECUTIONS}
 

@@ -22,6 +22,8 @@ from streamrecover.testing.client import comparable
 from .load import TERMINAL, Watched
 from .plan import RunSpec
 
+JOINER_WINDOW = 256  # the most a continuation's joiner holds back (ContinuationJoiner's ``window``)
+
 
 @dataclass
 class Check:
@@ -191,7 +193,7 @@ def check_billing(runs: dict[str, Run], threads: dict[str, list[dict[str, Any]]]
         tag = _tag_of(entry.get("request"), runs)
         if tag is not None:
             by_tag[tag].append(entry)
-    lost_to_kills = trimmed = 0
+    lost_to_kills = trimmed = held_back = 0
     for tag, run in runs.items():
         entries = sorted(by_tag.get(tag, []), key=lambda e: e["seq"])
         if not entries:
@@ -210,6 +212,8 @@ def check_billing(runs: dict[str, Run], threads: dict[str, list[dict[str, Any]]]
                 again = earlier["billed_text"][max(start, earlier_start) - earlier_start :][:overlap]
                 if _after_a_lost_claim(earlier, entry, attempts):
                     lost_to_kills += overlap
+                elif _held_back_by_the_joiner(earlier, entry):
+                    held_back += overlap
                 elif not again.strip() and entry.get("prefix_matched") is not False:
                     trimmed += overlap
                 else:
@@ -226,7 +230,24 @@ def check_billing(runs: dict[str, Run], threads: dict[str, list[dict[str, Any]]]
     # A prefill may not end with whitespace (the Anthropic API refuses it): the trailing
     # whitespace is trimmed from the prefix and the model writes it again.
     check.notes.append(f"{trimmed} characters of trailing whitespace written again after a prefill trim")
+    # A continuation's first characters are held back until the joiner can tell whether the
+    # model repeats the end of the prefix, starts over or goes on; a continuation cut before
+    # then gave the engine nothing it could place, and the next one writes them again.
+    check.notes.append(f"{held_back} characters of a continuation cut before it could be joined, written again")
     return check
+
+
+def _held_back_by_the_joiner(earlier: dict[str, Any], later: dict[str, Any]) -> bool:
+    """Whether the earlier response was a continuation cut while its joiner still held back
+    all it had sent: nothing of it was kept (the later request goes on from the same prefix),
+    and it sent less than the joiner's window (``engine.join.ContinuationJoiner``)."""
+    return (
+        earlier.get("understood_as") in ("continue_message", "prefill", "prefix_flag")
+        and bool(earlier.get("fault_triggered"))
+        and later.get("prefix_matched") is not False
+        and earlier.get("prefix_chars") == later.get("prefix_chars")
+        and len(earlier.get("billed_text") or "") <= JOINER_WINDOW
+    )
 
 
 def _after_a_lost_claim(earlier: dict[str, Any], later: dict[str, Any], attempts: dict[str, tuple[str, bool]]) -> bool:

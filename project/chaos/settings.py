@@ -45,6 +45,8 @@ STREAMRECOVER = {
     "QUEUED_STALE_AFTER_SECONDS": 8,
     "CHECKPOINT_EVERY_DELTAS": 8,
     "CHECKPOINT_EVERY_SECONDS": 0.2,
+    # A client whose frames a Redis restart lost is caught up within two seconds.
+    "LIVE_CHECK_SECONDS": 1,
 }
 
 CELERY_BEAT_SCHEDULE = {

@@ -168,7 +168,12 @@ async def run_agent(
     final: dict[str, Any] | None = None  # the final answer, committed with the run's end (ctx.settle)
     settling: TurnRunner | None = None  # the turn whose checkpoint goes once its answer is stored
     try:
+        reclaimed = ctx.seq > 0 and resume_checkpoint is None
         await ctx.frame(FrameKind.RUN_STATUS, status=RunStatus.RUNNING)
+        if reclaimed:
+            # An earlier process of this run streamed blocks its clients still show, and no
+            # checkpoint kept them: the turn starts over, so they go (a resume resets its own).
+            await ctx.frame(FrameKind.STREAM_RESET, reason="reclaimed")
         turn = _turn_index(messages)
         while True:
             if cancel.stopped:

@@ -228,6 +228,11 @@ async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, tr
     except (StreamInterrupted, SSEError, BodyDecodeError, ParseError) as exc:
         interrupted = as_interrupted(exc)
         error = interrupted.provider_error
+        if translator.on_interrupted is not None and translator.received_bytes:
+            # What arrived is checkpointed before the attempt is recorded as ended: a worker
+            # that dies in between (a window of a few writes) leaves it to the next claim,
+            # which goes on from it instead of asking for it, and paying for it, again.
+            await translator.on_interrupted()
         await close_attempt(
             ctx,
             record,

@@ -122,7 +122,7 @@ class BlockCancelFrame(_Header):
 
 class StreamResetFrame(_Header):
     type: Literal["stream_reset"]
-    reason: str  # whole_restart, resume
+    reason: str  # whole_restart, resume, continuation_restart, reclaimed
 
 
 class RecoveryFrame(_Header):

@@ -258,16 +258,23 @@ class CollectingSink(BaseSink):
 
 
 class FanOutSink:
-    """Calls every sink; one failing sink is logged and does not stop the others or the run."""
+    """Calls every sink; one failing sink is logged and does not stop the others or the run.
 
-    def __init__(self, *sinks: RunSink) -> None:
-        self.sinks = sinks
+    Except the ``store`` (the run's store of record, called first): a committed message it
+    failed to store raises, so the run stops instead of going on from a message its thread
+    lacks (the next turn, and the final answer, would be stored after a hole)."""
+
+    def __init__(self, *sinks: RunSink, store: RunSink | None = None) -> None:
+        self.sinks = (store, *sinks) if store is not None else sinks
+        self.store = store
 
     async def _each(self, method: str, *args: Any) -> None:
         for sink in self.sinks:
             try:
                 await getattr(sink, method)(*args)
             except Exception:
+                if sink is self.store and method == "on_message":
+                    raise
                 log.exception("sink %s.%s failed", type(sink).__name__, method)
 
     async def on_event(self, event: StructuredEvent) -> None:

@@ -110,7 +110,8 @@ class Translator:
 
     Create one per turn; ``begin`` it for every response. ``on_progress(n)`` is called
     after each text or argument delta of ``n`` characters, ``on_tool_closed()`` when a
-    tool call's block closes (the turn checkpoints there).
+    tool call's block closes (the turn checkpoints there), ``on_interrupted()`` when the
+    response broke, before its attempt is recorded as ended (the turn checkpoints there too).
     """
 
     def __init__(
@@ -119,10 +120,12 @@ class Translator:
         on_progress: Callable[[int], Awaitable[None]],
         on_tool_closed: Callable[[], Awaitable[None]],
         on_thinking_dropped: Callable[[Block], Awaitable[None]] | None = None,
+        on_interrupted: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.ctx = ctx
         self.on_progress = on_progress
         self.on_tool_closed = on_tool_closed
+        self.on_interrupted = on_interrupted
         self.on_thinking_dropped = on_thinking_dropped
         self.in_flight_tool: InFlightTool | None = None
         self.acc = Accumulator()

@@ -91,7 +91,9 @@ class TurnRunner:
             ),
             on_error=self._store_failed,
         )
-        self.translator = Translator(ctx, self._maybe_checkpoint, self._checkpoint_now, self._thinking_dropped)
+        self.translator = Translator(
+            ctx, self._maybe_checkpoint, self._checkpoint_now, self._thinking_dropped, self._checkpoint_now
+        )
         self._current_attempt: AttemptRecord | None = None
         self.store_errors: list[str] = []
         self.discarded_tools: list[dict[str, Any]] = []

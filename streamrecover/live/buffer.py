@@ -81,10 +81,17 @@ class FrameBuffer(Protocol):
 
 
 def _replay_complete(frames: list[dict[str, Any]], after: int, last: int) -> bool:
-    """True when ``frames`` are all the frames after ``after`` (nothing trimmed in between)."""
+    """True when ``frames`` are all the frames after ``after``: nothing trimmed before them, and
+    no hole between them (frames a Redis outage kept from the buffer)."""
     if not frames:
         return last == after
-    return frame_span(frames[0])[0] == after + 1
+    expected = after + 1
+    for frame in frames:
+        first, seq = frame_span(frame)
+        if first != expected:
+            return False
+        expected = seq + 1
+    return True
 
 
 def _max_frames() -> int:
@@ -290,6 +297,22 @@ class RedisFrameBuffer:
             pipe.expire(write.state_key, self.active_ttl_s)
         return True
 
+    def skip(self, run_id: str, frame: dict[str, Any]) -> None:
+        """A frame that is not written (Redis is away): the writer's state still applies it, and
+        is saved whole with the next frame written, so a reader's snapshot never lacks it."""
+        state = self._writing.get(run_id)
+        if state is None or frame_span(frame)[1] <= state.seq:
+            return
+        state.apply(frame)
+        self.unsaved(run_id)
+
+    def unsaved(self, run_id: str) -> None:
+        """Frames the writer's state applied never reached Redis (a write failed, or was
+        skipped): save the whole state with the next frame written, so a reader that builds its
+        state from the saved one plus the frames after it does not build it across the hole."""
+        if run_id in self._unsaved:
+            self._unsaved[run_id] = self.save_every
+
     async def append(self, run_id: str, frame: dict[str, Any]) -> None:
         await self._writer_state(run_id)
         pipe = self._redis().pipeline(transaction=True)
@@ -302,6 +325,9 @@ class RedisFrameBuffer:
         except ResponseError as exc:  # another worker wrote a later seq for this run
             first, seq = frame_span(frame)
             log.warning("live_buffer_append_refused", run_id=run_id, seq=seq, first_seq=first, error=str(exc))
+        except Exception:
+            self.unsaved(run_id)
+            raise
 
     async def last_seq(self, run_id: str) -> int:
         if run_id in self._writing:

@@ -4,10 +4,21 @@ Thin on purpose: the database is read once per connect or resync,
 through one private helper, never per frame, because dispatch is serial per socket and
 one slow handler would stall every later frame. A frame with a seq the client already has
 (it was in the snapshot or the replay) is dropped, so nothing arrives twice.
+
+Frames can be lost on the way without any later frame showing the gap (a Redis restart drops
+a run's last frames, its end included; a reconnect then finds nothing missing in a buffer
+that never got them). So while the run is not over, each socket checks every
+``LIVE_CHECK_SECONDS``: the run's status in the database (one primary-key read) and the
+buffer's last seq. A client still behind at the next check (frames in flight have arrived by
+then) gets the missed frames, or a snapshot when the buffer lacks them or the run has ended.
+The group subscription itself needs no care: channels_redis' pub/sub layer reconnects and
+subscribes again by itself (redis-py); what it misses while Redis is down is what this catches.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -17,7 +28,8 @@ import structlog
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from ..engine.protocol import FrameKind, frame_span
+from ..conf import app_settings
+from ..engine.protocol import TERMINAL_STATUSES, FrameKind, frame_span
 from ..models import Message, Run
 from ..runs import lifecycle
 from .buffer import FrameBuffer, reader_buffer
@@ -51,6 +63,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     group: str
     last_seq: int = 0
     joined: bool = False
+    checker: asyncio.Task[None] | None = None
 
     @property
     def buffer(self) -> FrameBuffer:
@@ -69,17 +82,34 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             bind_home_loop(self.channel_layer)
             await self.channel_layer.group_add(self.group, self.channel_name)
             self.joined = True
+        if record.status not in TERMINAL_STATUSES:
+            self.checker = asyncio.ensure_future(self._check_periodically())
         after = _after(self.scope)
-        if after is not None:
-            frames = await self._buffered(self.buffer.frames_after(self.run_id, after))
-            if frames is not None:
-                self.last_seq = after
-                for frame in frames:
-                    await self._forward(frame)
-                return
+        if after is not None and await self._replay(record, after):
+            return
         await self._send_snapshot(record)
 
+    async def _replay(self, record: RunRecord, after: int) -> bool:
+        """Send the frames after ``after`` from the buffer; False when a snapshot must go instead:
+        some are gone, or the run has ended but the buffer never got its end (lost frames)."""
+        frames = await self._buffered(self.buffer.frames_after(self.run_id, after))
+        if frames is None:
+            return False
+        if record.status in TERMINAL_STATUSES:
+            state = await self._buffered(self.buffer.state(self.run_id))
+            if state is None or state.status not in TERMINAL_STATUSES:
+                return False
+        self.last_seq = after
+        for frame in frames:
+            await self._forward(frame)
+        return True
+
     async def disconnect(self, code: int) -> None:
+        if self.checker is not None:
+            self.checker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.checker
+            self.checker = None
         if self.joined and self.channel_layer is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             self.joined = False
@@ -115,6 +145,60 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             return  # already in the snapshot or the replay
         self.last_seq = seq
         await self.send_json(frame)
+
+    # ---- the client is not left behind lost frames -------------------------------------------
+
+    async def _check_periodically(self) -> None:
+        """Until the client has the run's end: every ``LIVE_CHECK_SECONDS``, catch the client up
+        when it has been behind since the previous check (two checks: frames in flight at the
+        first have arrived by the second)."""
+        interval = float(app_settings.LIVE_CHECK_SECONDS)
+        if interval <= 0:
+            return
+        behind_at: int | None = None  # the client's seq when it was first seen behind
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                verdict = await self._check()
+                if verdict == "done":
+                    return
+                if verdict == "behind" and behind_at == self.last_seq:
+                    if await self._catch_up():
+                        return
+                    behind_at = None
+                else:
+                    behind_at = self.last_seq if verdict == "behind" else None
+            except Exception:  # a database or Redis hiccup: try again at the next check
+                log.exception("live_check_failed", run_id=self.run_id)
+
+    async def _check(self) -> str:
+        """``done`` (the client has the end, or the run is gone), ``behind`` or ``ok``."""
+        status = await self._status()
+        if status is None:
+            return "done"
+        if status in TERMINAL_STATUSES:
+            state = await self._buffered(self.buffer.state(self.run_id))
+            has_end = state is not None and state.status in TERMINAL_STATUSES and state.seq <= self.last_seq
+            return "done" if has_end else "behind"
+        last = await self._buffered(self.buffer.last_seq(self.run_id))
+        return "behind" if last is not None and last > self.last_seq else "ok"
+
+    async def _catch_up(self) -> bool:
+        """The missed frames (a run still going, a buffer that has them all), else a snapshot.
+        True when the client now has the run's end."""
+        record = await self._load()
+        if record is None:
+            return True
+        if record.status not in TERMINAL_STATUSES:
+            frames = await self._buffered(self.buffer.frames_after(self.run_id, self.last_seq))
+            if frames:
+                log.info("live_client_caught_up", run_id=self.run_id, after=self.last_seq, frames=len(frames))
+                for frame in frames:
+                    await self._forward(frame)
+                return False
+        log.info("live_client_resynced", run_id=self.run_id, after=self.last_seq, status=record.status)
+        await self._send_snapshot(record)
+        return record.status in TERMINAL_STATUSES
 
     # ---- from the client ----------------------------------------------------------------
 
@@ -179,6 +263,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         messages = {m.position: m.as_canonical() for m in Message.objects.filter(thread_id=run.thread_id)}
         error = {"kind": run.error_kind, "message": run.error_message} if run.error_kind else None
         return RunRecord(str(run.pk), run.status, error, messages)
+
+    @database_sync_to_async
+    def _status(self) -> str | None:
+        """The run's status (None: gone): the periodic check's one primary-key read."""
+        return Run.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
 
     @database_sync_to_async
     def _cancel(self) -> bool:

@@ -103,13 +103,18 @@ class Outbox:
         while self._pending:
             batch, self._pending = self._pending, []
             if time.monotonic() < self._down_until:
+                for item in batch:  # not sent, but the runs' buffered state goes on
+                    self.buffer.skip(item.run_id, item.frame)
                 continue
             try:
                 await self._send(batch)
             except Exception:
                 # Live delivery must never stall a run: drop for a while. A client that misses
-                # frames sees the gap and gets a snapshot.
+                # frames sees the gap (or the consumer's check does) and gets a snapshot; the
+                # runs' states are saved whole with their next frames, across the hole.
                 self._down_until = time.monotonic() + PAUSE_AFTER_FAILURE_S
+                for run_id in {item.run_id for item in batch}:
+                    self.buffer.unsaved(run_id)
                 log.exception("live_outbox_failed", frames=len(batch))
 
     async def _send(self, batch: list[_Item]) -> None:

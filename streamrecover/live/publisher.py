@@ -160,6 +160,8 @@ class Publisher(BaseSink):
             self.outbox.put(self.run_id, self._channel, frame, text)
             return
         now = self._clock()
+        if now < self._buffer_down_until and isinstance(self.buffer, RedisFrameBuffer):
+            self.buffer.skip(self.run_id, frame)  # not written: its state still goes on
         if now >= self._buffer_down_until:
             try:
                 await self.buffer.append(self.run_id, frame)

@@ -41,6 +41,18 @@ def build_snapshot(record: RunRecord, state: RunState | None) -> dict[str, Any]:
     if state is not None:
         for position, message in state.commits.items():
             messages.setdefault(position, message)
+    partial = state.partial() if state is not None else []
+    last = max(messages) if messages else None
+    if (
+        state is not None
+        and last is not None
+        and last not in state.commits
+        and messages[last].get("role") == "assistant"
+    ):
+        # The run's answer is in the database but its frame is not in the buffer yet (a run's
+        # end is stored before its last frames are sent): the in-flight blocks are that answer,
+        # shown once, as committed. The frame that follows puts it in the same place.
+        partial = []
     status = snapshot_status(record.status, state)
     error = record.error
     if state is not None and state.status == status and state.error:
@@ -51,6 +63,6 @@ def build_snapshot(record: RunRecord, state: RunState | None) -> dict[str, Any]:
         "seq": state.seq if state is not None else 0,
         "status": status,
         "messages": [messages[p] for p in sorted(messages)],
-        "partial": state.partial() if state is not None else [],
+        "partial": partial,
         "error": error,
     }

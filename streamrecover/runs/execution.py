@@ -44,7 +44,7 @@ from ..providers.registry import get_adapter
 from ..testing import demo_registry, fake_provider, is_fake
 from . import lifecycle
 from .checkpoints import FencedCheckpointStore, checkpoint_store_from_settings
-from .fence import Fence, FencedSink
+from .fence import Fence, FencedSink, again_on_a_fresh_connection
 from .loop import on_shared_loop
 from .recorder import RecorderSink
 from .toolresults import DjangoToolResultStore
@@ -231,9 +231,17 @@ async def _execute_claimed(
         async with (live or _no_live)(str(run.pk)) as channel:
             delivering: list[RunSink] = [channel] if channel is not None else []
             start_seq = max(existing.seq if existing else 0, channel.last_seq if channel is not None else 0)
+            if start_seq:
+                # An earlier claim streamed this run, and what Redis never got of it (a restart)
+                # is invisible from here: one seq is left out, so every client sees a gap and
+                # takes a snapshot, which has whatever that claim committed.
+                start_seq += 1
             sink = FencedSink(
                 FanOutSink(
-                    RecorderSink.for_run(run, fence), RunStatusSink(str(run.pk), fence), *delivering, *extra_sinks
+                    RunStatusSink(str(run.pk), fence),
+                    *delivering,
+                    *extra_sinks,
+                    store=RecorderSink.for_run(run, fence),
                 ),
                 fence,
             )
@@ -285,7 +293,8 @@ def _abandon(channel: LiveSink) -> None:
 async def _settle(fence: Fence, settlement: Settlement) -> None:
     """The run's end and its final answer, in one transaction (``lifecycle.finish``)."""
     error = settlement.error or {}
-    await sync_to_async(lifecycle.finish)(
+    settle = functools.partial(
+        lifecycle.finish,
         fence.run_id,
         settlement.status,
         error.get("kind", ""),
@@ -295,3 +304,6 @@ async def _settle(fence: Fence, settlement: Settlement) -> None:
         settlement.message,
         settlement.position,
     )
+    # a connection terminated under the settlement: once more on a fresh one (it is one
+    # transaction, and storing the answer twice stores it once)
+    await sync_to_async(again_on_a_fresh_connection)(settle)

@@ -12,7 +12,9 @@ claim). A worker writes for its run only while the epoch it claimed with is stil
   claim is still this worker's; past it, the worker beats first (``Fence.ensure``).
 
 A refused write raises ``ClaimLost`` and marks the fence lost: every later write is refused
-at once, without asking the database.
+at once, without asking the database. A write that failed on its connection (a restarted
+server, a terminated backend) is made once more on a fresh connection: its transaction was
+rolled back, and the fenced writes are idempotent (``get_or_create``) or harmless to repeat.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from ..engine.errors import ClaimLost
@@ -67,8 +69,12 @@ class Fence:
             raise self.lose()
 
     def write(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` (database writes) in one transaction, only while this claim is current."""
+        """Run ``fn`` (database writes) in one transaction, only while this claim is current;
+        once more on a fresh connection when this thread's connection was broken."""
         self.check()
+        return again_on_a_fresh_connection(lambda: self._write_once(fn))
+
+    def _write_once(self, fn: Callable[[], T]) -> T:
         with transaction.atomic():
             self.hold()
             return fn()
@@ -105,6 +111,21 @@ class Fence:
         async with self._renewing:
             if time.monotonic() >= self._lease_until:
                 await self.beat()
+
+
+def again_on_a_fresh_connection(fn: Callable[[], T]) -> T:
+    """``fn()`` (one transaction), and once more on a fresh connection when this thread's
+    connection failed under it (a restarted server, a terminated backend): the transaction was
+    rolled back, so ``fn`` must be idempotent. Never inside a caller's transaction."""
+    try:
+        return fn()
+    except (OperationalError, InterfaceError):
+        if connection.in_atomic_block:
+            raise  # a caller's transaction: not ours to retry
+        # The connection may still look usable (psycopg reports a terminated backend's
+        # connection idle): drop it whatever it says, the retry opens a fresh one.
+        connection.close()
+    return fn()
 
 
 class FencedSink:

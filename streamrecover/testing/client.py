@@ -34,6 +34,11 @@ class ClientView(FrameReducer):
         super().apply(frame)
 
     def on_commit(self, position: int | None, message: dict[str, Any]) -> None:
+        if position is not None and position < len(self.messages):
+            # already here (a snapshot read it from the database before this frame came): the
+            # frame confirms it, in its place
+            self.messages[position] = message
+            return
         if message.get("role") == "assistant":
             self.turns.append((self.reconstructed(), [comparable(b) for b in message["content"]]))
         self.messages.append(message)

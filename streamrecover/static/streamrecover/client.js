@@ -5,7 +5,7 @@
  * reducer the tests' reference client builds on): deltas append to the in-flight block they
  * name (a server tool call's input too, after the block frame that announced it), citation
  * frames append to a text block's citations, a block frame (re)places a whole block,
- * tool_call_cancel / block_cancel drop one block, stream_reset drops them all, message_committed moves the turn into the committed messages, a snapshot replaces
+ * tool_call_cancel / block_cancel drop one block, stream_reset drops them all, message_committed moves the turn into the committed messages (at its position: one a snapshot already holds is replaced, not added again), a snapshot replaces
  * everything. A coalesced frame covers seqs first_seq..seq; any other jump means a frame
  * was lost, and the client asks for a fresh snapshot ("resync"). A dropped socket is
  * reopened with backoff and ?after=<last seq>, so the server replays only what was missed.
@@ -262,8 +262,14 @@
       partial.clear();
     } else if (kind === "message_committed") {
       var message = frame.message;
-      if (message.role === "assistant") this.check(message);
-      this.messages.push(message);
+      var position = typeof frame.position === "number" ? frame.position : this.messages.length;
+      if (position < this.messages.length) {
+        // already here (a snapshot read it from the database first): confirmed in its place
+        this.messages[position] = message;
+      } else {
+        if (message.role === "assistant") this.check(message);
+        this.messages.push(message);
+      }
       partial.clear();
     } else if (kind === "snapshot") {
       this.messages = (frame.messages || []).slice();
