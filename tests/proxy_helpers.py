@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 from django.core.asgi import get_asgi_application
+
+from streamrecover.testing.fake.local import local_fake_server
 
 _lock = threading.Lock()
 _base_url: str | None = None
@@ -49,3 +54,16 @@ def proxy_settings(base: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "REQUEST_RETRY_BASE": 0.0,
         **extra,
     }
+
+
+def upstream_events(path: str, body: dict[str, Any]) -> int:
+    """How many SSE events the fake sends for ``body`` uninterrupted (each is a boundary to cut at)."""
+    headers = {"x-api-key": "k", "authorization": "Bearer k", "anthropic-version": "2023-06-01"}
+    response = httpx.post(local_fake_server().base_url + path, json={**body, "stream": True}, headers=headers)
+    return sum(1 for line in response.text.splitlines() if line.startswith("data:"))
+
+
+def sweep(answer: Callable[[str], dict[str, Any]], cuts: range) -> list[dict[str, Any]]:
+    """``answer(faults)`` for a cut at every boundary, a few at a time (each is one proxied run)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda cut: answer(f"cut:events={cut}"), cuts))

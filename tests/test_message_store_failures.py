@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import psycopg
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
@@ -23,6 +22,8 @@ from streamrecover.engine.sink import CollectingSink, FanOutSink
 from streamrecover.models import Message, Run
 from streamrecover.runs import execution, lifecycle
 from streamrecover.runs.toolresults import DjangoToolResultStore
+
+from .pg_admin import pg_terminate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,16 +38,7 @@ def _backend_pid() -> int:
 
 
 def _terminate(pid: int) -> None:
-    settings = connection.settings_dict
-    with psycopg.connect(
-        host=settings["HOST"] or "127.0.0.1",
-        port=settings["PORT"] or 5432,
-        user=settings["USER"],
-        password=settings.get("PASSWORD") or None,
-        dbname="postgres",
-        autocommit=True,
-    ) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    pg_terminate("pid = %s", (pid,))
 
 
 def test_a_connection_terminated_between_the_tool_result_and_its_message_leaves_no_hole(monkeypatch):

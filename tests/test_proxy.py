@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anthropic
@@ -25,7 +24,7 @@ from streamrecover.testing import DEFAULT_SCENARIO, parse_faults
 from streamrecover.testing.fake.local import local_fake_server
 from streamrecover.testing.host import wait_for
 
-from .proxy_helpers import daphne_url, proxy_settings
+from .proxy_helpers import daphne_url, proxy_settings, sweep, upstream_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,19 +62,6 @@ def site() -> Iterator[str]:
 def raw_key(django_user_model: Any) -> str:
     user = django_user_model.objects.create_user("proxy-user", password="x")
     return issue_key(user)[1]
-
-
-def upstream_events(path: str, body: dict[str, Any]) -> int:
-    """How many SSE events the fake sends for ``body`` uninterrupted (each is a boundary to cut at)."""
-    headers = {"x-api-key": "k", "authorization": "Bearer k", "anthropic-version": "2023-06-01"}
-    response = httpx.post(local_fake_server().base_url + path, json={**body, "stream": True}, headers=headers)
-    return sum(1 for line in response.text.splitlines() if line.startswith("data:"))
-
-
-def sweep(answer: Any, cuts: range) -> list[dict[str, Any]]:
-    """``answer(faults)`` for a cut at every boundary, a few at a time (each is one proxied run)."""
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return list(pool.map(lambda cut: answer(f"cut:events={cut}"), cuts))
 
 
 def stored_assistant(run_id: str) -> list[dict[str, Any]]:

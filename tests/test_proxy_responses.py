@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from django.conf import settings
@@ -24,7 +22,7 @@ from streamrecover.testing import DEFAULT_SCENARIO, parse_faults
 from streamrecover.testing.fake.local import local_fake_server
 from streamrecover.testing.host import wait_for
 
-from .proxy_helpers import daphne_url, proxy_settings
+from .proxy_helpers import daphne_url, proxy_settings, sweep, upstream_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,21 +57,6 @@ def site() -> Iterator[str]:
 def client(site: str, django_user_model: Any) -> openai.OpenAI:
     user = django_user_model.objects.create_user("responses-user", password="x")
     return openai.OpenAI(base_url=site + "/v1", api_key=issue_key(user)[1], max_retries=0)
-
-
-def upstream_events(body: dict[str, Any]) -> int:
-    """How many SSE events the fake's Responses dialect sends for ``body`` uninterrupted."""
-    response = httpx.post(
-        local_fake_server().base_url + "/v1/responses",
-        json={**body, "stream": True},
-        headers={"authorization": "Bearer k"},
-    )
-    return sum(1 for line in response.text.splitlines() if line.startswith("data:"))
-
-
-def sweep(answer: Any, cuts: range) -> list[dict[str, Any]]:
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return list(pool.map(lambda cut: answer(f"cut:events={cut}"), cuts))
 
 
 def stored_assistant(run_id: str) -> list[dict[str, Any]]:
@@ -147,7 +130,7 @@ def test_responses_client_sees_one_uninterrupted_answer_at_every_break(
     if tools:
         assert [i["type"] for i in expected["output"]] == ["message", "function_call"]
         assert json.loads(expected["output"][1]["args"])
-    events = upstream_events({"model": "gpt-4o", "input": prompt, "max_output_tokens": 400, **extra})
+    events = upstream_events("/v1/responses", {"model": "gpt-4o", "input": prompt, "max_output_tokens": 400, **extra})
     assert events > 8
     cuts = range(1, events)
     for cut, seen in zip(cuts, sweep(lambda faults: answer(client, prompt, faults, **extra), cuts), strict=True):
@@ -254,7 +237,7 @@ def test_reasoning_arrives_as_a_whole_item_before_the_answer(client: openai.Open
     reasoning = clean["final"].output[0]
     assert reasoning.encrypted_content  # as the provider sent it: the client can send it back
     body = {"model": "gpt-4o", "input": prompt, "max_output_tokens": 400, "reasoning": {"effort": "low"}}
-    events = upstream_events(body)
+    events = upstream_events("/v1/responses", body)
     for cut in (2, 4, events - 3):
         seen = answer(client, prompt, f"cut:events={cut}", reasoning={"effort": "low"})
         assert comparable(seen["final"]) == comparable(clean["final"]), f"cut:events={cut}"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 
-import psycopg
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
@@ -20,6 +19,8 @@ from django.db import connection
 from streamrecover.models import Run
 from streamrecover.runs import lifecycle
 from streamrecover.tasks import execute_run_task
+
+from .pg_admin import pg_terminate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,20 +30,7 @@ def _terminate_other_connections() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (mine,) = cursor.fetchone()
-    settings = connection.settings_dict
-    with psycopg.connect(
-        host=settings["HOST"] or "127.0.0.1",
-        port=settings["PORT"] or 5432,
-        user=settings["USER"],
-        password=settings.get("PASSWORD") or None,
-        dbname="postgres",
-        autocommit=True,
-    ) as admin:
-        rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
-            (settings["NAME"], mine),
-        ).fetchall()
-    return len(rows)
+    return pg_terminate("datname = %s AND pid <> %s", (connection.settings_dict["NAME"], mine))
 
 
 def _connect_in_the_run_thread() -> None:

@@ -82,6 +82,13 @@ def _max_tokens(value: Any, name: str) -> int:
     return value
 
 
+def _structured(output_format: Any, tool_choice: Any) -> bool:
+    """Whether an OpenAI-format request asks for a structured answer: an output format other
+    than text (Chat's ``response_format``, Responses' ``text.format``), or a forced tool call."""
+    formatted = isinstance(output_format, dict) and output_format.get("type") not in (None, "text")
+    return formatted or tool_choice == "required" or isinstance(tool_choice, dict)
+
+
 def _temperature(body: dict[str, Any]) -> float | None:
     value = body.get("temperature")
     if value is None:
@@ -182,10 +189,7 @@ def _openai(body: dict[str, Any], model: str, messages: list[Any], default_max_t
     stream_options = body.get("stream_options")
     include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
     response_format = body.get("response_format")
-    choice = body.get("tool_choice")
-    structured = (isinstance(response_format, dict) and response_format.get("type") != "text") or (
-        choice == "required" or isinstance(choice, dict)
-    )
+    structured = _structured(response_format, body.get("tool_choice"))
     return ProxyRequest(
         format=OPENAI,
         model=model,
@@ -255,10 +259,7 @@ def _responses(body: dict[str, Any], model: str, default_max_tokens: int) -> Pro
     if instructions is not None and not isinstance(instructions, str):
         raise BadRequest("instructions: must be a string")
     text_format = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
-    choice = body.get("tool_choice")
-    structured = (isinstance(text_format, dict) and text_format.get("type") not in (None, "text")) or (
-        choice == "required" or isinstance(choice, dict)
-    )
+    structured = _structured(text_format, body.get("tool_choice"))
     return ProxyRequest(
         format=RESPONSES,
         model=model,
