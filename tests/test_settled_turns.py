@@ -167,7 +167,7 @@ class _DiesAtTheTurnsEnd:
 def test_a_worker_dying_as_its_turn_ends_leaves_the_run_settled_with_its_answer(wire, monkeypatch):
     real = execution.checkpoint_store_from_settings
     dying = _DiesAtTheTurnsEnd(real())
-    monkeypatch.setattr(execution, "checkpoint_store_from_settings", lambda: dying)
+    monkeypatch.setattr(execution, "checkpoint_store_from_settings", lambda **_: dying)
     run = lifecycle.create_run(prompt=STORY, model=MODELS[wire])
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(execution.execute_run(str(run.pk)))
