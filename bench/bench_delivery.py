@@ -69,6 +69,7 @@ class ClientResult:
     frames: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     snapshot: dict[str, Any] | None = None
     error: str = ""  # why the socket ended before the run's end (the server closed it...)
+    resyncs: int = 0  # snapshots asked for after a seq gap (frames lost on the way), as client.js does
 
 
 def _db_name() -> str:
@@ -173,10 +174,21 @@ async def _client(url: str, headers: list[tuple[str, str]], result: ClientResult
         async with websockets.connect(url, additional_headers=headers, max_size=None, open_timeout=60) as ws:
             result.snapshot = json.loads(await ws.recv())
             ready.set()
+            last_seq = result.snapshot.get("seq", 0)
+            awaiting_snapshot = False
             async for raw in ws:
                 received = time.time()
                 frame = json.loads(raw)
                 result.frames.append((received, frame))
+                # As the browser's client does: a seq gap means frames were lost on the way, and
+                # the client asks for a snapshot (once, until it comes) rather than show a hole.
+                if frame.get("type") == "snapshot":
+                    awaiting_snapshot = False
+                elif frame.get("first_seq", frame.get("seq", last_seq + 1)) > last_seq + 1 and not awaiting_snapshot:
+                    awaiting_snapshot = True
+                    result.resyncs += 1
+                    await ws.send(json.dumps({"type": "resync"}))
+                last_seq = max(last_seq, frame.get("seq", last_seq))
                 if frame.get("type") == "run_status" and frame.get("status") in TERMINAL:
                     return
         result.error = "closed before the run's end"
@@ -265,6 +277,8 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
         "publish_ms": percentiles(publish),
         "first_delta_ms": percentiles(first_delta),
         "mismatches": mismatches,
+        "resyncs": sum(r.resyncs for r in results),
+        "runs_resynced": sum(1 for r in results if r.resyncs),
         "dropped": dropped,
         "errors": sorted({r.error for r in results if r.error})[:3],
         "text_bytes_per_run": sum(text_chars) / max(1, len(text_chars)),
@@ -483,6 +497,8 @@ def row(result: dict[str, Any]) -> str:
     pub, first = result["publish_ms"], result["first_delta_ms"]
     cpu = result["cpu_s"]
     dropped = f" ({result['dropped']} sockets dropped)" if result["dropped"] else ""
+    if result.get("runs_resynced"):
+        dropped = f" ({result['runs_resynced']} clients resynced after lost frames){dropped}"
     return (
         f"| {c.name} | {c.runs} x {1 / c.event_delay:.0f}/s | {c.workers} | {c.coalesce_ms:g} ms | {c.layer} "
         f"| {result['received_per_s']:,.0f} / {result['offered_per_s']:,.0f} ({100 * result['completeness']:.0f}%) "

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import structlog
 
 from ..engine.protocol import FrameKind, frame_span
+from ..redisclients import shared_async_client
 from .state import RunState
 
 if TYPE_CHECKING:  # redis is the distributed extra: imported only where a Redis buffer is used
@@ -249,9 +250,7 @@ class RedisFrameBuffer:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            from redis.asyncio import Redis
-
-            client = Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=5)
+            client = shared_async_client(self.url, socket_connect_timeout=2, socket_timeout=5)
             self._clients[loop] = client
         return client
 

@@ -35,6 +35,7 @@ from ..engine.checkpoint import Checkpoint, CheckpointStore, InMemoryCheckpointS
 from ..engine.errors import ClaimLost
 from ..models import Run, StreamCheckpoint
 from ..redaction import cut_secrets
+from ..redisclients import shared_async_client
 from .fence import Fence
 
 if TYPE_CHECKING:  # redis is the distributed extra: imported only where a Redis store is used
@@ -187,11 +188,10 @@ class RedisCheckpointStore:
     def _redis(self) -> Redis:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            from redis.asyncio import Redis
             from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
 
-            self._client = Redis.from_url(
+            self._client = shared_async_client(
                 self.url,
                 socket_connect_timeout=self._connect_timeout_s,
                 socket_timeout=self._timeout_s,
