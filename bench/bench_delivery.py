@@ -234,7 +234,7 @@ def _deltas(frame: dict[str, Any]) -> int:
 
 def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
     from streamrecover.models import Message, Run
-    from streamrecover.testing.client import ClientView
+    from streamrecover.testing.client import ClientView, comparable
 
     frames = [(t, f) for r in results for t, f in r.frames]
     delta_frames = [(t, f) for t, f in frames if f.get("type") in DELTA_TYPES]
@@ -260,9 +260,13 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
         run = Run.objects.get(pk=result.run_id)
         statuses[run.status] = statuses.get(run.status, 0) + 1
         committed = [m.content for m in Message.objects.filter(run=run, role="assistant").order_by("position")]
-        rebuilt = [c for _, c in view.turns]
+        # What the client ends up showing: the assistant messages it holds (a snapshot that came
+        # after the answer was stored brings it whole; the message_committed after it confirms
+        # it in place), and at each commit it did see, the deltas it had rebuilt.
+        shown = [[comparable(b) for b in m["content"]] for m in view.messages if m.get("role") == "assistant"]
         if not result.error:  # a socket that ended early cannot have rebuilt the whole run
-            mismatches += int(rebuilt != committed or any(a != b for a, b in view.turns))
+            expected = [[comparable(b) for b in content] for content in committed]
+            mismatches += int(shown != expected or any(a != b for a, b in view.turns))
         text_chars.append(sum(len(json.dumps(c, ensure_ascii=False).encode()) for c in committed) if committed else 0)
     offered = config.runs / config.event_delay if config.event_delay else float("nan")
     return {

@@ -207,7 +207,8 @@ its run starts and reads to the final `run_status`.
   Each client does what the browser's does on a seq gap (frames lost on the way): it asks for
   a snapshot (`resync`); "clients resynced" counts those that had to. The core channels_redis
   layer drops a `group_send` message to a channel that already holds its capacity (100 by
-  default), so the per-token baseline loses frames once its consumers fall behind.
+  default), so the per-token baseline loses frames once its consumers fall behind; its
+  mismatches are among those clients.
   "sockets dropped": clients whose socket the server closed, or whose run was not over within
   the bench's time limit (4 × the stream's nominal length + 2 min): a load the host did not carry.
 * **load avg**: the 1-minute load average before and after: **this machine was shared with
