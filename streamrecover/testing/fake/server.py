@@ -70,7 +70,8 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
     """A fault-injecting fake LLM provider on ``host:port`` (port 0: any free port); its log is
     the billing log.
 
-    ``event_delay`` (seconds) spaces the SSE events out, so a demo streams visibly.
+    ``event_delay`` (seconds) spaces the SSE events out, so a demo streams visibly: event n of a
+    response is due ``n * event_delay`` after its first, however late the ones before it went.
     """
 
     _what = "the fake provider"
@@ -324,11 +325,17 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             await self._send_endless(writer, delivery, outcome, record)
             return
         last = len(pieces) - 1 if delivery.stall_before != len(pieces) else -1
+        loop = asyncio.get_running_loop()
+        due = loop.time()  # when the next event is due: paced on a schedule, not by sleeps
         for index, piece in enumerate(pieces):
             if index == delivery.stall_before:
                 await asyncio.sleep(delivery.stall_seconds)
+                due = loop.time()
             elif index and self.event_delay:
-                await asyncio.sleep(self.event_delay)
+                # A model generates at its own rate: an event written late (a busy loop) does
+                # not push every later one back, so the offered rate is the one asked for.
+                due += self.event_delay
+                await asyncio.sleep(max(0.0, due - loop.time()))
             if writer.closing():
                 return
             outcome.bytes_sent += len(piece.data)
