@@ -92,6 +92,40 @@ async def test_a_stall_is_an_idle_stall_and_a_reset_a_connection_reset() -> None
             assert caught.value.cause.value == cause
 
 
+async def test_a_steady_stream_never_times_out_and_a_stall_after_it_still_does() -> None:
+    # The read timeout is one timer per connection that follows the last read's deadline: chunks
+    # every 0.1 s for twice the 0.3 s idle window must not time out, the stall after them must.
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n")
+        for _ in range(6):
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(3)
+        writer.close()
+
+    server, port = await _serve(trickle)
+    async with server, HttpxTransport() as transport:
+        opened = await transport.open("POST", f"http://127.0.0.1:{port}/", {}, {}, 0.3, 5.0)
+        received = bytearray()
+        last = [0.0]
+        loop = asyncio.get_running_loop()
+
+        async def drain() -> None:
+            async for chunk in opened.chunks:
+                received.extend(chunk)
+                last[0] = loop.time()
+
+        with pytest.raises(StreamInterrupted) as caught:
+            await drain()
+        stalled_for = loop.time() - last[0]
+        await opened.close()
+    assert bytes(received) == b"x" * 6
+    assert caught.value.cause.value == "idle_stall"
+    assert 0.25 <= stalled_for < 2.0  # the idle window after the last chunk, not before or never
+
+
 async def test_a_refused_connection_is_a_connect_error() -> None:
     server, port = await _serve(lambda r, w: None)
     server.close()

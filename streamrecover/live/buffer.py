@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import structlog
 
+from ..conf import app_settings
 from ..engine.protocol import FrameKind, frame_span
 from ..redisclients import shared_async_client
 from .state import RunState
@@ -96,8 +97,6 @@ def _replay_complete(frames: list[dict[str, Any]], after: int, last: int) -> boo
 
 
 def _max_frames() -> int:
-    from ..conf import app_settings
-
     return max(1, int(app_settings.REPLAY_BUFFER_FRAMES))
 
 

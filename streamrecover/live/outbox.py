@@ -24,6 +24,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
 import structlog
 
 from .buffer import RedisFrameBuffer
@@ -42,30 +43,31 @@ class _Item:
     text: str
 
 
-# Every frame of a batch in one script call: one command to encode and one reply to parse per
-# batch, where a pipeline of XADD and PUBLISH had two (and more when the state was saved) per
-# frame, which was most of the worker's Redis cost. KEYS per frame: its stream and state hash
-# ("" when the frame is only published); ARGV: the TTL and the stream cap, then per frame the
+# Every frame of a batch in one script call, its arguments packed as one msgpack array: one
+# command to encode and one reply to parse per batch, where a pipeline of XADD and PUBLISH had
+# two (and more when the state was saved) per frame, and where one argument per field made
+# redis-py's command packing (a Python loop over every argument) the largest Redis cost left.
+# The array: the TTL and the stream cap, then per frame its stream key, its state hash key, the
 # entry id ("": publish only), the frame's JSON, the channel, the pub/sub message, and the state
 # to save ("" "": none). A refused XADD (a later seq already there) does not stop the others.
 # Not for Redis Cluster: one call writes many runs' keys (as the pipeline did, over one client).
 _FLUSH = """
-local ttl, cap, refused, first_error = ARGV[1], ARGV[2], 0, ''
-local a = 3
-for i = 1, #KEYS, 2 do
-  if ARGV[a] ~= '' then
-    local ok = redis.pcall('XADD', KEYS[i], 'MAXLEN', '~', cap, ARGV[a], 'f', ARGV[a + 1])
+local v = cmsgpack.unpack(ARGV[1])
+local ttl, cap, refused, first_error = v[1], v[2], 0, ''
+for a = 3, #v, 8 do
+  local stream, state, id = v[a], v[a + 1], v[a + 2]
+  if id ~= '' then
+    local ok = redis.pcall('XADD', stream, 'MAXLEN', '~', cap, id, 'f', v[a + 3])
     if type(ok) == 'table' and ok.err then
       refused = refused + 1
       if first_error == '' then first_error = ok.err end
-    elseif ARGV[a + 4] ~= '' then
-      redis.call('HSET', KEYS[i + 1], 'seq', ARGV[a + 4], 'data', ARGV[a + 5])
-      redis.call('EXPIRE', KEYS[i], ttl)
-      redis.call('EXPIRE', KEYS[i + 1], ttl)
+    elseif v[a + 6] ~= '' then
+      redis.call('HSET', state, 'seq', v[a + 6], 'data', v[a + 7])
+      redis.call('EXPIRE', stream, ttl)
+      redis.call('EXPIRE', state, ttl)
     end
   end
-  redis.call('PUBLISH', ARGV[a + 2], ARGV[a + 3])
-  a = a + 6
+  redis.call('PUBLISH', v[a + 4], v[a + 5])
 end
 if refused > 0 then return {refused, first_error} end
 return {}
@@ -120,7 +122,6 @@ class Outbox:
     async def _send(self, batch: list[_Item]) -> None:
         serialize = self.layer.serialize
         buffer = self.buffer
-        keys: list[str] = []
         args: list[str | bytes | int] = [buffer.active_ttl_s, buffer.max_frames]
         for item in batch:
             try:
@@ -133,13 +134,12 @@ class Outbox:
                 {"type": FRAME_EVENT, "text": item.text, "seq": item.frame.get("seq"), "first_seq": first}
             )
             if write is None:
-                keys += ["", ""]
-                args += ["", "", item.channel, message, "", ""]
+                args += ["", "", "", "", item.channel, message, "", ""]
             else:
-                keys += [write.frames_key, write.state_key]
                 saved = write.save or ("", "")
-                args += [write.entry_id, write.text, item.channel, message, saved[0], saved[1]]
-        refused = await self._script(keys=keys, args=args, client=buffer._redis())
+                args += [write.frames_key, write.state_key, write.entry_id, write.text, item.channel, message, *saved]
+        # use_bin_type=False: Redis' Lua msgpack reads the old raw strings, not the bin type.
+        refused = await self._script(args=[msgpack.packb(args, use_bin_type=False)], client=buffer._redis())
         self.pipelines += 1
         self.frames += len(batch)
         if refused:  # e.g. another worker wrote a later seq for a run: its XADD is refused

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import os
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -57,8 +59,53 @@ def _merged(pending: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any]:
     return {**pending, name: pending.get(name, "") + frame.get(name, ""), "seq": frame["seq"], "first_seq": first}
 
 
+class _Deadlines:
+    """Every publisher's pending delta on one loop, flushed from one timer: a frame's timer and
+    task each (``call_later`` then ``ensure_future``) were a tenth of a busy worker's time.
+
+    Entries are never removed: a publisher that flushed early ignores its stale deadline."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._heap: list[tuple[float, int, Publisher]] = []
+        self._count = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, when: float, publisher: Publisher) -> None:
+        self._count += 1
+        heapq.heappush(self._heap, (when, self._count, publisher))
+        if self._timer is None or when < self._timer.when():
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        while self._heap and self._heap[0][0] <= now + 0.001:
+            _, _, publisher = heapq.heappop(self._heap)
+            publisher._due()
+        if self._heap:
+            self._timer = self._loop.call_at(self._heap[0][0], self._fire)
+
+
+_deadlines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = weakref.WeakKeyDictionary()
+
+
+def _deadlines_here() -> _Deadlines:
+    loop = asyncio.get_running_loop()
+    found = _deadlines.get(loop)
+    if found is None:
+        found = _deadlines[loop] = _Deadlines(loop)
+    return found
+
+
 class Publisher(BaseSink):
-    """``RunSink`` for one run's frames; ``last_seq`` is the last frame number kept."""
+    """``RunSink`` for one run's frames; ``last_seq`` is the last frame number kept.
+
+    What to send and when is decided without awaiting (``_take``), so frames are numbered and
+    ordered as they come; through an ``Outbox`` sending awaits nothing either, otherwise the
+    buffer write and ``group_send`` are awaited in that order under a lock."""
 
     def __init__(
         self,
@@ -90,7 +137,6 @@ class Publisher(BaseSink):
         self._lock = asyncio.Lock()
         self._pending: dict[str, Any] | None = None
         self._deadline = 0.0
-        self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._buffer_down_until = 0.0
         self._layer_down_until = 0.0
@@ -100,65 +146,86 @@ class Publisher(BaseSink):
 
     async def on_frame(self, frame: Frame) -> None:
         # The publisher relays frames without looking into their kinds' shapes.
-        await self._relay(cast("dict[str, Any]", frame))
+        ready = self._take(cast("dict[str, Any]", frame))
+        if ready:
+            await self._deliver(ready)
 
-    async def _relay(self, frame: dict[str, Any]) -> None:
+    def _take(self, frame: dict[str, Any]) -> list[dict[str, Any]]:
+        """Fold ``frame`` into the pending delta or not; the frames now ready to send, in order."""
         if self.timestamps:
             frame = {**frame, "debug_ts": {"in": time.time()}}
-        async with self._lock:
-            if frame.get("type") not in DELTA_FIELDS:
-                await self._flush()
-                await self._send(frame)
-                return
-            text = frame.get(DELTA_FIELDS[frame["type"]], "")
-            if _mergeable(self._pending, frame):
-                assert self._pending is not None
-                name = DELTA_FIELDS[frame["type"]]
-                if len(self._pending.get(name, "")) + len(text) <= self.max_chars:
-                    self._pending = _merged(self._pending, frame)
-                    if self._clock() >= self._deadline or len(self._pending[name]) >= self.max_chars:
-                        await self._flush()
-                    return
-            await self._flush()
-            if self.coalesce_s <= 0 or len(text) >= self.max_chars:
-                await self._send(frame)
-                return
-            self._pending = dict(frame)
-            self._deadline = self._clock() + self.coalesce_s
-            self._timer = asyncio.get_running_loop().call_later(self.coalesce_s, self._on_timer)
+        kind = frame.get("type")
+        name = DELTA_FIELDS.get(kind) if isinstance(kind, str) else None
+        if name is None:
+            return [*self._take_pending(), frame]
+        text = frame.get(name, "")
+        pending = self._pending
+        if (
+            pending is not None
+            and _mergeable(pending, frame)
+            and len(pending.get(name, "")) + len(text) <= self.max_chars
+        ):
+            self._pending = merged = _merged(pending, frame)
+            if self._clock() >= self._deadline or len(merged[name]) >= self.max_chars:
+                return self._take_pending()
+            return []
+        ready = self._take_pending()
+        if self.coalesce_s <= 0 or len(text) >= self.max_chars:
+            return [*ready, frame]
+        self._pending = dict(frame)
+        self._deadline = self._clock() + self.coalesce_s
+        _deadlines_here().add(asyncio.get_running_loop().time() + self.coalesce_s, self)
+        return ready
 
-    # ---- flushing -----------------------------------------------------------------------
+    def _take_pending(self) -> list[dict[str, Any]]:
+        pending, self._pending = self._pending, None
+        return [] if pending is None else [pending]
 
-    def _on_timer(self) -> None:
-        task = asyncio.ensure_future(self._flush_when_due())
+    def _due(self) -> None:
+        """The loop's timer: send the pending delta if its window is over (else it went already,
+        or a later one is pending with a deadline of its own)."""
+        if self._pending is None or self._clock() < self._deadline - 0.001:
+            return
+        ready = self._take_pending()
+        if self.outbox is not None:
+            self._put(ready)
+            return
+        task = asyncio.ensure_future(self._deliver(ready))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _flush_when_due(self) -> None:
-        async with self._lock:
-            if self._pending is not None and self._clock() >= self._deadline - 0.001:
-                await self._flush()
+    # ---- sending ------------------------------------------------------------------------
 
-    async def _flush(self) -> None:
-        """Send the pending delta (caller holds the lock)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            await self._send(pending)
-
-    async def _send(self, frame: dict[str, Any]) -> None:
-        if self._abandoned:
+    async def _deliver(self, frames: list[dict[str, Any]]) -> None:
+        if self.outbox is not None:
+            self._put(frames)
             return
+        async with self._lock:  # FIFO: frames leave in the order they were taken
+            for frame in frames:
+                await self._send(frame)
+
+    def _stamped(self, frame: dict[str, Any]) -> dict[str, Any]:
         if self.timestamps:
             frame = {**frame, "debug_ts": {**frame.get("debug_ts", {}), "out": time.time()}}
         self.last_seq = max(self.last_seq, int(frame.get("seq") or 0))
         self.sent += 1
-        if self.outbox is not None:
+        return frame
+
+    def _put(self, frames: list[dict[str, Any]]) -> None:
+        """Hand frames to the outbox: encoded once, sent by its flusher (awaits nothing)."""
+        assert self.outbox is not None
+        for frame in frames:
+            if self._abandoned:
+                return
+            frame = self._stamped(frame)
             text = json.dumps(frame, separators=(",", ":"), ensure_ascii=False)  # the one encoding
             self.outbox.put(self.run_id, self._channel, frame, text)
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        """One frame to the buffer, then to the group (caller holds the lock)."""
+        if self._abandoned:
             return
+        frame = self._stamped(frame)
         now = self._clock()
         if now < self._buffer_down_until and isinstance(self.buffer, RedisFrameBuffer):
             self.buffer.skip(self.run_id, frame)  # not written: its state still goes on
@@ -179,17 +246,18 @@ class Publisher(BaseSink):
             log.exception("live_group_send_failed", run_id=self.run_id, seq=frame.get("seq"))
 
     async def flush(self) -> None:
-        async with self._lock:
-            await self._flush()
+        ready = self._take_pending()
+        if ready:
+            await self._deliver(ready)
+        elif self.outbox is None:
+            async with self._lock:  # every frame taken so far has been sent
+                pass
 
     def abandon(self) -> None:
         """The worker lost its claim of the run: send nothing more, not even the held-back delta,
         and leave the replay buffer to the run's new owner (``aclose`` then only lets go)."""
         self._abandoned = True
         self._pending = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
     async def aclose(self) -> None:
         """Flush, let the buffered frames expire in a while, release the connections."""
@@ -202,7 +270,6 @@ class Publisher(BaseSink):
             return
         await self.flush()
         for task in list(self._tasks):
-            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.outbox is not None:
