@@ -98,6 +98,14 @@ async def follow(ws: WebsocketCommunicator, view: ClientView, timeout: float) ->
         view.apply(frame)
 
 
+async def run_that_began(owner: Any, frames_out: Any, text: str = "") -> Any:  # noqa: F811
+    """A new run whose worker published its running status and, when ``text``, a first delta."""
+    run = await new_run(owner)
+    first = [{"type": "text_delta", "block": 0, "text": text}] if text else []
+    await frames_out(run, {"type": "run_status", "status": "running"}, *first)
+    return run
+
+
 def _committed(run_id: str) -> list[dict[str, Any]]:
     run = lifecycle.Run.objects.get(pk=run_id)
     return list(Message.objects.of_thread(run.thread_id).canonical())
@@ -138,8 +146,7 @@ async def test_a_reconnect_after_what_the_buffer_holds_of_an_ended_run_gets_a_sn
     owner: Any,  # noqa: F811
     frames_out: Any,  # noqa: F811
 ) -> None:
-    run = await new_run(owner)
-    await frames_out(run, {"type": "run_status", "status": "running"}, {"type": "text_delta", "block": 0, "text": "Hi"})
+    run = await run_that_began(owner, frames_out, "Hi")
     # the run ends, but its last frames never reached the buffer (lost while Redis was down)
     answer = {"role": "assistant", "content": [{"type": "text", "text": "Hi there"}]}
     await sync_to_async(lifecycle.finish)(str(run.pk), "completed", message=answer, position=1)
@@ -157,8 +164,7 @@ async def test_a_connected_client_whose_end_frames_were_lost_gets_a_snapshot(
     owner: Any,  # noqa: F811
     frames_out: Any,  # noqa: F811
 ) -> None:
-    run = await new_run(owner)
-    await frames_out(run, {"type": "run_status", "status": "running"}, {"type": "text_delta", "block": 0, "text": "Hi"})
+    run = await run_that_began(owner, frames_out, "Hi")
     with override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "LIVE_CHECK_SECONDS": CHECK_S}):
         ws = await socket(run.pk, owner)
         view = ClientView()
@@ -175,8 +181,7 @@ async def test_a_client_behind_a_buffer_it_never_heard_from_gets_the_missed_fram
     owner: Any,  # noqa: F811
     frames_out: Any,  # noqa: F811
 ) -> None:
-    run = await new_run(owner)
-    await frames_out(run, {"type": "run_status", "status": "running"})
+    run = await run_that_began(owner, frames_out)
     with override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "LIVE_CHECK_SECONDS": CHECK_S}):
         ws = await socket(run.pk, owner)
         assert (await receive(ws))["seq"] == 1
