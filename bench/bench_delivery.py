@@ -558,6 +558,7 @@ def main(argv: list[str] | None = None) -> None:
         help="sample the workers' run loop thread (bench.sampler), or cProfile it (slower, deterministic);"
         " Daphne is sampled or cProfiled (its main thread) alike; or tracemalloc the workers' memory",
     )
+    parser.add_argument("--workers", type=int, default=0, help="override the number of worker processes")
     parser.add_argument("--nice", type=int, default=0, help="run the workers at this niceness")
     args = parser.parse_args(argv)
     setup()
@@ -570,12 +571,15 @@ def main(argv: list[str] | None = None) -> None:
             config = replace(config, runs=args.runs)
         if args.words:
             config = replace(config, words=args.words)
+        if args.workers:
+            config = replace(config, workers=args.workers, name=f"{config.name}, {args.workers} workers")
         result = run_config(config, logs, nice=args.nice, profile=args.profile)
         print(row(result), flush=True)
         print(
             f"   memory/stream {result['memory_per_stream_bytes'] / 1024:.0f} KiB "
             f"(text {result['text_bytes_per_run']:.0f} B), "
-            f"checkpoint writes/s/run {result['checkpoint_writes_per_run_s']:.2f}, wall {result['wall_s']:.1f} s",
+            f"checkpoint writes/s/run {result['checkpoint_writes_per_run_s']:.2f}, wall {result['wall_s']:.1f} s, "
+            f"frames {result['frames']:,} for {result['deltas']:,} deltas",
             flush=True,
         )
         if result["profile"]:
