@@ -225,7 +225,6 @@ async def test_frames_an_outage_kept_from_the_buffer_still_reach_the_snapshot(mo
 
     from streamrecover.live import outbox as outbox_module
     from streamrecover.live.buffer import RedisFrameBuffer
-    from streamrecover.live.delivery import group_name
 
     run_id = str(uuid.uuid4())
     prefix = f"test:lost:{uuid.uuid4().hex}:"
@@ -233,7 +232,7 @@ async def test_frames_an_outage_kept_from_the_buffer_still_reach_the_snapshot(mo
     reader = RedisFrameBuffer(settings.STREAMRECOVER["REDIS_URL"], prefix=prefix)
     await writer.prepare(run_id)
     box = outbox_module.Outbox(writer, get_channel_layer())
-    channel = box.channel(group_name(run_id))
+    channel = box.channel(run_id)
     monkeypatch.setattr(outbox_module, "PAUSE_AFTER_FAILURE_S", 0.2)
 
     def put(seq: int, frame: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from django.db.models import F
 
 from streamrecover.engine.cancel import CancelToken
 from streamrecover.live.buffer import RedisFrameBuffer
-from streamrecover.live.delivery import group_name
+from streamrecover.live.fanout import fanout_for, frames_channel
 from streamrecover.live.outbox import outbox_for
 from streamrecover.live.publisher import make_publisher
 from streamrecover.models import Run
@@ -33,15 +33,25 @@ RUNS = 5
 DELTAS = 20
 
 
+class Watcher:
+    """What the fan-out pushes to one socket."""
+
+    def __init__(self) -> None:
+        self.frames: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
+
+    async def push_frame(self, seq: int, text: str) -> None:
+        self.frames.put_nowait((seq, text))
+
+
 @pytest.mark.services
 async def test_many_runs_frames_leave_in_a_few_pipelines_in_order_and_encoded_once() -> None:
     layer = get_channel_layer()
     buffer = RedisFrameBuffer(settings.REDIS_URL, prefix=f"streamrecover:test:{uuid.uuid4().hex}:")
     run_ids = [uuid.uuid4().hex for _ in range(RUNS)]
-    channels = {}
-    for run_id in run_ids:  # a watcher of each run's group, as a consumer is
-        channels[run_id] = await layer.new_channel()
-        await layer.group_add(group_name(run_id), channels[run_id])
+    fanout = fanout_for(buffer)
+    watchers = {run_id: Watcher() for run_id in run_ids}
+    for run_id, watcher in watchers.items():  # a socket of each run, as a consumer is
+        await fanout.join(frames_channel(buffer, run_id), watcher)
     publishers = [await make_publisher(run_id, buffer=buffer, layer=layer) for run_id in run_ids]
     outbox = outbox_for(buffer, layer)
     assert outbox is not None
@@ -62,13 +72,15 @@ async def test_many_runs_frames_leave_in_a_few_pipelines_in_order_and_encoded_on
         for run_id in run_ids:
             received = []
             for _ in range(DELTAS):
-                message = await asyncio.wait_for(layer.receive(channels[run_id]), 5)
-                assert json.loads(message["text"])["seq"] == message["seq"]  # the text is the frame
-                received.append(json.loads(message["text"]))
+                seq, text = await asyncio.wait_for(watchers[run_id].frames.get(), 5)
+                assert json.loads(text)["seq"] == seq  # the text is the frame
+                received.append(json.loads(text))
             assert received == sent[run_id]  # in order, nothing lost, nothing changed
             # and the replay buffer kept the very same frames
             assert await buffer.frames_after(run_id, 0) == sent[run_id]
     finally:
+        for run_id, watcher in watchers.items():
+            await fanout.leave(frames_channel(buffer, run_id), watcher)
         for p in publishers:
             await p.aclose()
         client = buffer._redis()

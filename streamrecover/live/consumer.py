@@ -13,6 +13,11 @@ buffer's last seq. A client still behind at the next check (frames in flight hav
 then) gets the missed frames, or a snapshot when the buffer lacks them or the run has ended.
 The group subscription itself needs no care: channels_redis' pub/sub layer reconnects and
 subscribes again by itself (redis-py); what it misses while Redis is down is what this catches.
+
+On the distributed setup frames come from the process's ``fanout.Fanout``, not the layer
+(``push_frame``), outside Channels' dispatch. The consumer keeps dispatch's promise itself: a
+frame pushed while a handler runs (connect, a resync, a catch-up) is held and sent after it,
+so a snapshot never goes out after a newer frame.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
@@ -32,8 +38,9 @@ from ..conf import app_settings
 from ..engine.protocol import TERMINAL_STATUSES, FrameKind, frame_span
 from ..models import Message, Run
 from ..runs import lifecycle
-from .buffer import FrameBuffer, reader_buffer
+from .buffer import FrameBuffer, RedisFrameBuffer, reader_buffer
 from .delivery import FRAME_EVENT, bind_home_loop, group_name
+from .fanout import Fanout, direct_frames, fanout_for, frames_channel
 from .snapshot import RunRecord, build_snapshot
 
 FORBIDDEN_CLOSE_CODE = 4403
@@ -64,6 +71,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     last_seq: int = 0
     joined: bool = False
     checker: asyncio.Task[None] | None = None
+    fanout: Fanout | None = None  # where frames come from, when not from the layer
+    frames_channel: str = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._holding = 0  # handlers running: pushed frames wait in _held
+        self._held: deque[tuple[int, str]] = deque()
 
     @property
     def buffer(self) -> FrameBuffer:
@@ -82,6 +96,12 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             bind_home_loop(self.channel_layer)
             await self.channel_layer.group_add(self.group, self.channel_name)
             self.joined = True
+            if direct_frames(self.buffer, self.channel_layer):
+                buffer = self.buffer
+                assert isinstance(buffer, RedisFrameBuffer)
+                self.frames_channel = frames_channel(buffer, self.run_id)
+                self.fanout = fanout_for(buffer)
+                await self.fanout.join(self.frames_channel, self)
         if record.status not in TERMINAL_STATUSES:
             self.checker = asyncio.ensure_future(self._check_periodically())
         after = _after(self.scope)
@@ -110,6 +130,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.checker
             self.checker = None
+        self._held.clear()
+        if self.fanout is not None:
+            await self.fanout.leave(self.frames_channel, self)
+            self.fanout = None
         if self.joined and self.channel_layer is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             self.joined = False
@@ -120,11 +144,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         """A frame goes straight to ``run_frame``. Channels' own dispatch first closes stale
         database connections through ``sync_to_async`` (a hop to the sync thread and back) for
         every message: per frame that was about a third of Daphne's CPU, and a frame never
-        touches the database. Every other message (connect, receive, disconnect) keeps it."""
+        touches the database. Every other message (connect, receive, disconnect) keeps it,
+        with the fan-out's frames held until it is handled."""
         if message.get("type") == FRAME_EVENT:
             await self.run_frame(message)
             return
-        await super().dispatch(message)
+        async with self._frames_held():
+            await super().dispatch(message)
 
     async def run_frame(self, event: dict[str, Any]) -> None:
         """``run.frame``: one published frame, as a dict (``frame``) or already encoded by the
@@ -133,7 +159,28 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if text is None:
             await self._forward(event["frame"])
             return
-        seq = int(event["seq"])
+        await self._send_text(int(event["seq"]), text)
+
+    async def push_frame(self, seq: int, text: str) -> None:
+        """From the fan-out: a frame's JSON, sent as it is (or held while a handler runs)."""
+        if self._holding:
+            self._held.append((seq, text))
+            return
+        await self._send_text(seq, text)
+
+    @contextlib.asynccontextmanager
+    async def _frames_held(self) -> AsyncIterator[None]:
+        self._holding += 1
+        try:
+            yield
+        finally:
+            try:
+                while self._held and self._holding == 1:  # still held: later pushes queue behind
+                    await self._send_text(*self._held.popleft())
+            finally:
+                self._holding -= 1
+
+    async def _send_text(self, seq: int, text: str) -> None:
         if seq <= self.last_seq:
             return  # already in the snapshot or the replay
         self.last_seq = seq
@@ -163,7 +210,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
                 if verdict == "done":
                     return
                 if verdict == "behind" and behind_at == self.last_seq:
-                    if await self._catch_up():
+                    async with self._frames_held():
+                        caught_up = await self._catch_up()
+                    if caught_up:
                         return
                     behind_at = None
                 else:

@@ -5,15 +5,16 @@ the channel layer's ``PUBLISH``, which channels_redis serialises behind one lock
 connection). With a hundred runs on one loop they queued behind each other. Here a
 publisher hands over the frame encoded once (its JSON text) and returns at once; one flusher
 task per loop sends whatever has gathered since its last send in one pipeline: per frame the
-buffer's ``XADD`` (the state hash now and then) and the ``PUBLISH`` to the run's group, in
-the order the frames were put. Nothing waits for a window: the next pipeline starts as soon
+buffer's ``XADD`` (the state hash now and then) and the ``PUBLISH`` on the run's frames
+channel, in the order the frames were put. Nothing waits for a window: the next pipeline starts as soon
 as the previous one is answered, so under load a pipeline carries many frames and when idle
 a frame leaves alone.
 
 Used when the channel layer is channels_redis' pub/sub layer on the same Redis as the
 replay buffer (the distributed setup); any other layer keeps one ``group_send`` per frame.
-The pub/sub message is the layer's own (``layer.serialize``, the group's channel name), with
-the frame as text: a consumer sends the text as it is, without encoding it again.
+The message is ``<seq> <frame JSON>`` on the run's own channel (``fanout.frames_channel``),
+read by each Daphne's ``fanout.Fanout``, not by the layer: a consumer sends the text as it is,
+without decoding or encoding it again.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import msgpack
 import structlog
 
 from .buffer import RedisFrameBuffer
-from .delivery import FRAME_EVENT
+from .fanout import direct_frames, encode_message, frames_channel
 
 log = structlog.get_logger("streamrecover.live")
 
@@ -87,9 +88,9 @@ class Outbox:
         self.pipelines = 0  # pipelines sent
         self.frames = 0  # frames sent
 
-    def channel(self, group: str) -> str:
-        """The Redis channel the pub/sub layer uses for ``group``."""
-        return str(self.layer._get_layer()._get_group_channel_name(group))
+    def channel(self, run_id: str) -> str:
+        """The Redis channel the run's frames go out on (read by ``fanout.Fanout``)."""
+        return frames_channel(self.buffer, run_id)
 
     def put(self, run_id: str, channel: str, frame: dict[str, Any], text: str) -> None:
         self._pending.append(_Item(run_id, channel, frame, text))
@@ -120,7 +121,6 @@ class Outbox:
                 log.exception("live_outbox_failed", frames=len(batch))
 
     async def _send(self, batch: list[_Item]) -> None:
-        serialize = self.layer.serialize
         buffer = self.buffer
         args: list[str | bytes | int] = [buffer.active_ttl_s, buffer.max_frames]
         for item in batch:
@@ -129,10 +129,7 @@ class Outbox:
             except KeyError:  # the run's buffer was finished already: publish, keep nothing
                 log.warning("live_outbox_run_finished", run_id=item.run_id, seq=item.frame.get("seq"))
                 write = None
-            first = item.frame.get("first_seq", item.frame.get("seq"))
-            message = serialize(
-                {"type": FRAME_EVENT, "text": item.text, "seq": item.frame.get("seq"), "first_seq": first}
-            )
+            message = encode_message(int(item.frame.get("seq") or 0), item.text)
             if write is None:
                 args += ["", "", "", "", item.channel, message, "", ""]
             else:
@@ -149,25 +146,9 @@ class Outbox:
 _outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Outbox]] = weakref.WeakKeyDictionary()
 
 
-def _same_redis(layer: Any, url: str) -> bool:
-    """Whether ``layer`` is the pub/sub layer with one host, the Redis at ``url``."""
-    try:
-        from channels_redis.pubsub import RedisPubSubChannelLayer
-    except ImportError:
-        return False
-    if not isinstance(layer, RedisPubSubChannelLayer):
-        return False
-    hosts = layer._kwargs.get("hosts") or (layer._args[0] if layer._args else None)
-    if not hosts or len(hosts) != 1:
-        return False
-    host = hosts[0]
-    address = host.get("address") if isinstance(host, dict) else host
-    return isinstance(address, str) and address == url
-
-
 def outbox_for(buffer: Any, layer: Any) -> Outbox | None:
     """This loop's outbox for ``buffer`` and ``layer``, or None when they cannot share one."""
-    if not isinstance(buffer, RedisFrameBuffer) or not _same_redis(layer, buffer.url):
+    if not direct_frames(buffer, layer):
         return None
     loop = asyncio.get_running_loop()
     boxes = _outboxes.setdefault(loop, {})

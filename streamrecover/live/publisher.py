@@ -7,10 +7,11 @@ seq and says where it starts (``first_seq``), so a client can still tell a gap f
 merge. Strings are joined whole: nothing is ever split, so no character is. Any other frame
 first flushes the pending delta, so the order never changes.
 
-Each frame goes into the replay buffer, then to the run's group. On the distributed setup
+Each frame goes into the replay buffer, then to the run's watchers. On the distributed setup
 (channels_redis' pub/sub layer on the buffer's Redis) a frame is encoded once and handed to
-the loop's ``Outbox``, which sends every run's frames in one pipeline per round trip;
-otherwise each frame is one buffer write and one ``group_send``.
+the loop's ``Outbox``, which sends every run's frames in one script call per round trip, on
+each run's frames channel (``fanout``); otherwise each frame is one buffer write and one
+``group_send``.
 
 With ``STREAMRECOVER_FRAME_TIMESTAMPS=1`` in the worker's environment every frame carries
 ``debug_ts``: when its first delta reached the publisher (``in``) and when it was published
@@ -123,7 +124,7 @@ class Publisher(BaseSink):
     ) -> None:
         self.run_id = run_id
         self.outbox = outbox
-        self._channel = outbox.channel(group_name(run_id)) if outbox is not None else ""
+        self._channel = outbox.channel(run_id) if outbox is not None else ""
         self.group = group_name(run_id)
         self.buffer = buffer
         self.layer = layer

@@ -1,0 +1,69 @@
+"""The fan-out: frames published on a run's channel reach every socket watching it on this
+process, however many join at once, and nothing is left running once the last one leaves
+(real Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from django.conf import settings
+from redis.asyncio import Redis
+
+from streamrecover.live.buffer import RedisFrameBuffer
+from streamrecover.live.fanout import decode_message, encode_message, fanout_for, frames_channel
+
+pytestmark = pytest.mark.services
+
+
+class Socket:
+    def __init__(self) -> None:
+        self.frames: list[tuple[int, str]] = []
+
+    async def push_frame(self, seq: int, text: str) -> None:
+        self.frames.append((seq, text))
+
+
+async def _until(predicate: object, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < deadline, "the frames did not all arrive"
+        await asyncio.sleep(0.01)
+
+
+def test_a_message_is_the_seq_and_the_frame_text_as_sent() -> None:
+    text = '{"type":"text_delta","seq":12,"text":"café 🚀 a b"}'
+    assert decode_message(encode_message(12, text)) == (12, text)
+
+
+async def test_sockets_joining_at_once_all_get_their_runs_frames_in_order() -> None:
+    buffer = RedisFrameBuffer(settings.REDIS_URL, prefix=f"streamrecover:test:{uuid.uuid4().hex}:")
+    fanout = fanout_for(buffer)
+    runs = [uuid.uuid4().hex for _ in range(20)]
+    sockets = {run: [Socket(), Socket()] for run in runs}  # two watchers of each run
+    # every socket's first subscribe at once: they must share one connection and all be read
+    await asyncio.gather(*(fanout.join(frames_channel(buffer, run), socket) for run in runs for socket in sockets[run]))
+    publisher = Redis.from_url(settings.REDIS_URL)
+    try:
+        for seq in range(1, 4):
+            for run in runs:
+                await publisher.publish(frames_channel(buffer, run), encode_message(seq, f'"{run}:{seq}"'))
+        await _until(lambda: all(len(s.frames) == 3 for pair in sockets.values() for s in pair))
+        for run, pair in sockets.items():
+            for socket in pair:
+                assert socket.frames == [(seq, f'"{run}:{seq}"') for seq in range(1, 4)]
+    finally:
+        for run in runs:
+            for socket in sockets[run]:
+                await fanout.leave(frames_channel(buffer, run), socket)
+        await publisher.aclose()
+    # the last socket gone: no reader task, no connection held
+    assert fanout._reader is None
+    assert fanout._pubsub is None
+
+
+async def test_a_run_id_is_one_channel_however_it_is_spelt() -> None:
+    buffer = RedisFrameBuffer(settings.REDIS_URL)
+    run = uuid.uuid4()
+    assert frames_channel(buffer, str(run)) == frames_channel(buffer, run.hex) == frames_channel(buffer, run)
