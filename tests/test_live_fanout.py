@@ -67,3 +67,61 @@ async def test_a_run_id_is_one_channel_however_it_is_spelt() -> None:
     buffer = RedisFrameBuffer(settings.REDIS_URL)
     run = uuid.uuid4()
     assert frames_channel(buffer, str(run)) == frames_channel(buffer, run.hex) == frames_channel(buffer, run)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_frames_pushed_while_a_socket_connects_come_after_its_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fan-out pushes frames outside Channels' dispatch; the connect handler must hold them.
+    from asgiref.sync import sync_to_async
+
+    from streamrecover.live.buffer import reader_buffer
+    from streamrecover.live.publisher import make_publisher
+    from streamrecover.testing.client import ClientView
+
+    from .factories import make_user
+    from .test_live_consumer import close, new_run, receive, socket
+
+    owner = await sync_to_async(make_user)()
+    run = await new_run(owner)
+    run_id = str(run.pk)
+    publisher = await make_publisher(run_id)
+    assert publisher.outbox is not None  # the fan-out's path: the outbox, the run's channel
+    publisher.coalesce_s = 0.0
+    texts = ["Once", " upon", " a", " time"]
+
+    async def say(*frames: dict[str, object]) -> None:
+        for frame in frames:
+            await publisher.on_frame({"run_id": run_id, "seq": publisher.last_seq + 1, **frame})  # type: ignore[arg-type]
+        assert publisher.outbox is not None
+        await publisher.outbox.barrier()
+
+    await say({"type": "run_status", "status": "running"}, {"type": "text_delta", "block": 0, "text": texts[0]})
+    buffer = reader_buffer()
+    read_state = buffer.state
+
+    async def slow_state(run: str) -> object:
+        # the socket has joined the run's channel and read the state its snapshot is built from;
+        # a frame goes out before the snapshot does
+        state = await read_state(run)
+        await say({"type": "text_delta", "block": 0, "text": texts[1]})
+        await asyncio.sleep(0.2)
+        return state
+
+    monkeypatch.setattr(buffer, "state", slow_state)
+    ws = await socket(run_id, owner)
+    try:
+        first = await receive(ws)
+        assert first["type"] == "snapshot"  # nothing pushed during connect went out before it
+        view = ClientView()
+        view.apply(first)
+        await say(
+            {"type": "text_delta", "block": 0, "text": texts[2]}, {"type": "text_delta", "block": 0, "text": texts[3]}
+        )
+        while view.last_seq < publisher.last_seq:
+            frame = await receive(ws)
+            assert frame["seq"] > first["seq"]  # never a frame the snapshot already holds
+            view.apply(frame)
+        assert "".join(b.text for b in view.blocks.values()) == "".join(texts)
+    finally:
+        await close(ws)
+        await publisher.aclose()
