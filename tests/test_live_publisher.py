@@ -101,6 +101,22 @@ async def test_the_coalescing_window_is_time_based_and_a_timer_flushes_a_lone_de
     await pub.aclose()
 
 
+async def test_a_delta_whose_window_ends_goes_out_before_the_frame_taken_after_it() -> None:
+    # Without an outbox each frame's sends are awaited; the window's timer hands its delta to a
+    # task, and the engine's next frame may get the lock before that task starts.
+    layer = CapturingLayer()
+    now = [0.0]
+    pub = Publisher(
+        uuid.uuid4().hex, InMemoryFrameBuffer(), layer, coalesce_s=0.05, max_chars=4096, clock=lambda: now[0]
+    )
+    await pub.on_frame(text_frame(pub.run_id, 1, "Hello"))  # pending: its window is open
+    now[0] = 1.0
+    pub._due()  # the loop's timer: the window is over
+    await pub.on_frame({"type": "run_status", "run_id": pub.run_id, "seq": 2, "status": "completed"})  # type: ignore[typeddict-item]
+    await pub.aclose()
+    assert [f["seq"] for f in layer.frames()] == [1, 2]
+
+
 async def test_frames_never_exceed_the_size_limit_and_never_split_a_delta() -> None:
     layer = CapturingLayer()
     pub = publisher(InMemoryFrameBuffer(), layer, coalesce_s=10, max_chars=10)

@@ -27,6 +27,7 @@ import json
 import os
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -105,8 +106,8 @@ class Publisher(BaseSink):
     """``RunSink`` for one run's frames; ``last_seq`` is the last frame number kept.
 
     What to send and when is decided without awaiting (``_take``), so frames are numbered and
-    ordered as they come; through an ``Outbox`` sending awaits nothing either, otherwise the
-    buffer write and ``group_send`` are awaited in that order under a lock."""
+    ordered as they come; through an ``Outbox`` sending awaits nothing either, otherwise frames
+    queue in that order and each one's buffer write and ``group_send`` are awaited in turn."""
 
     def __init__(
         self,
@@ -139,6 +140,7 @@ class Publisher(BaseSink):
         self._pending: dict[str, Any] | None = None
         self._deadline = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._queue: deque[dict[str, Any]] = deque()  # taken, not yet sent (without an outbox)
         self._buffer_down_until = 0.0
         self._layer_down_until = 0.0
         self._abandoned = False
@@ -191,7 +193,8 @@ class Publisher(BaseSink):
         if self.outbox is not None:
             self._put(ready)
             return
-        task = asyncio.ensure_future(self._deliver(ready))
+        self._queue.extend(ready)  # now, not in the task: a frame taken after it goes after it
+        task = asyncio.ensure_future(self._drain())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -201,9 +204,14 @@ class Publisher(BaseSink):
         if self.outbox is not None:
             self._put(frames)
             return
-        async with self._lock:  # FIFO: frames leave in the order they were taken
-            for frame in frames:
-                await self._send(frame)
+        self._queue.extend(frames)
+        await self._drain()
+
+    async def _drain(self) -> None:
+        """Send the queued frames in the order they were taken, whoever gets the lock first."""
+        async with self._lock:
+            while self._queue:
+                await self._send(self._queue.popleft())
 
     def _stamped(self, frame: dict[str, Any]) -> dict[str, Any]:
         if self.timestamps:
@@ -247,12 +255,9 @@ class Publisher(BaseSink):
             log.exception("live_group_send_failed", run_id=self.run_id, seq=frame.get("seq"))
 
     async def flush(self) -> None:
-        ready = self._take_pending()
-        if ready:
-            await self._deliver(ready)
-        elif self.outbox is None:
-            async with self._lock:  # every frame taken so far has been sent
-                pass
+        """Send the pending delta; return once every frame taken so far is sent (or handed to
+        the outbox)."""
+        await self._deliver(self._take_pending())
 
     def abandon(self) -> None:
         """The worker lost its claim of the run: send nothing more, not even the held-back delta,
