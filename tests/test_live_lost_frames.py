@@ -221,7 +221,6 @@ async def test_a_run_taken_over_without_a_checkpoint_drops_what_the_first_worker
 
 
 async def test_frames_an_outage_kept_from_the_buffer_still_reach_the_snapshot(monkeypatch: Any) -> None:
-    from channels.layers import get_channel_layer
 
     from streamrecover.live import outbox as outbox_module
     from streamrecover.live.buffer import RedisFrameBuffer
@@ -231,7 +230,7 @@ async def test_frames_an_outage_kept_from_the_buffer_still_reach_the_snapshot(mo
     writer = RedisFrameBuffer(settings.STREAMRECOVER["REDIS_URL"], prefix=prefix)
     reader = RedisFrameBuffer(settings.STREAMRECOVER["REDIS_URL"], prefix=prefix)
     await writer.prepare(run_id)
-    box = outbox_module.Outbox(writer, get_channel_layer())
+    box = outbox_module.Outbox(writer)
     channel = box.channel(run_id)
     monkeypatch.setattr(outbox_module, "PAUSE_AFTER_FAILURE_S", 0.2)
 

@@ -38,7 +38,7 @@ from ..conf import app_settings
 from ..engine.protocol import TERMINAL_STATUSES, FrameKind, frame_span
 from ..models import Message, Run
 from ..runs import lifecycle
-from .buffer import FrameBuffer, RedisFrameBuffer, reader_buffer
+from .buffer import FrameBuffer, reader_buffer
 from .delivery import FRAME_EVENT, bind_home_loop, group_name
 from .fanout import Fanout, direct_frames, fanout_for, frames_channel
 from .snapshot import RunRecord, build_snapshot
@@ -96,9 +96,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             bind_home_loop(self.channel_layer)
             await self.channel_layer.group_add(self.group, self.channel_name)
             self.joined = True
-            if direct_frames(self.buffer, self.channel_layer):
-                buffer = self.buffer
-                assert isinstance(buffer, RedisFrameBuffer)
+            buffer = self.buffer
+            if direct_frames(buffer, self.channel_layer):
                 self.frames_channel = frames_channel(buffer, self.run_id)
                 self.fanout = fanout_for(buffer)
                 await self.fanout.join(self.frames_channel, self)

@@ -22,9 +22,15 @@ FRAME_EVENT = "run.frame"  # handled by RunConsumer.run_frame
 _home_loops: weakref.WeakKeyDictionary[Any, asyncio.AbstractEventLoop] = weakref.WeakKeyDictionary()
 
 
+def run_hex(run_id: str | uuid.UUID) -> str:
+    """The run id spelt one way, whoever names it (a URL's ``<uuid:run_id>`` and a worker's task
+    argument differ): every name derived from a run id goes through here."""
+    return uuid.UUID(str(run_id)).hex
+
+
 def group_name(run_id: str | uuid.UUID) -> str:
     """``streamrecover.run.<hex>``: valid for every layer (``^[a-zA-Z\\d\\-_.]+$``, < 100 chars)."""
-    return GROUP_PREFIX + uuid.UUID(str(run_id)).hex
+    return GROUP_PREFIX + run_hex(run_id)
 
 
 def bind_home_loop(layer: Any) -> None:

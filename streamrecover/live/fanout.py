@@ -20,11 +20,12 @@ import asyncio
 import contextlib
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import structlog
 
 from .buffer import RedisFrameBuffer
+from .delivery import run_hex
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -41,9 +42,8 @@ class Receiver(Protocol):
 
 def frames_channel(buffer: RedisFrameBuffer, run_id: str | uuid.UUID) -> str:
     """The Redis channel the run's frames are published on (pub/sub ignores the db number: the
-    buffer's prefix keeps apps on one server apart, the run id runs apart). The id is spelt one
-    way (hex), whoever names it: a URL's ``<uuid:run_id>`` and a worker's task argument differ."""
-    return f"{buffer.prefix}frames:{uuid.UUID(str(run_id)).hex}"
+    buffer's prefix keeps apps on one server apart, the run id runs apart)."""
+    return f"{buffer.prefix}frames:{run_hex(run_id)}"
 
 
 def encode_message(seq: int, text: str) -> bytes:
@@ -71,7 +71,7 @@ def same_redis(layer: Any, url: str) -> bool:
     return isinstance(address, str) and address == url
 
 
-def direct_frames(buffer: Any, layer: Any) -> bool:
+def direct_frames(buffer: Any, layer: Any) -> TypeGuard[RedisFrameBuffer]:
     """Whether frames travel outbox → ``frames_channel`` → ``Fanout`` (else: the layer's group)."""
     return isinstance(buffer, RedisFrameBuffer) and same_redis(layer, buffer.url)
 
@@ -88,7 +88,6 @@ class Fanout:
         # One (un)subscribe at a time: two sockets' first subscribes at once made redis-py's
         # PubSub take a connection each, and the one it dropped stayed subscribed, unread.
         self._lock = asyncio.Lock()
-        self.delivered = 0  # frames handed to receivers
 
     def _connection(self) -> PubSub:
         if self._pubsub is None:
@@ -165,7 +164,6 @@ class Fanout:
                     await receiver.push_frame(seq, text)
                 except Exception:  # one socket's failure is not the others'
                     log.warning("live_fanout_push_failed", exc_info=True)
-            self.delivered += 1
 
 
 _fanouts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Fanout]] = weakref.WeakKeyDictionary()

@@ -78,9 +78,8 @@ return {}
 class Outbox:
     """One per event loop and buffer: ``put`` stages a frame, a flusher task sends them."""
 
-    def __init__(self, buffer: RedisFrameBuffer, layer: Any) -> None:
+    def __init__(self, buffer: RedisFrameBuffer) -> None:
         self.buffer = buffer
-        self.layer = layer
         self._script = buffer._redis().register_script(_FLUSH)
         self._pending: list[_Item] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -147,12 +146,12 @@ _outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Outbox
 
 
 def outbox_for(buffer: Any, layer: Any) -> Outbox | None:
-    """This loop's outbox for ``buffer`` and ``layer``, or None when they cannot share one."""
+    """This loop's outbox for ``buffer``, or None when frames cannot skip ``layer`` (``direct_frames``)."""
     if not direct_frames(buffer, layer):
         return None
     loop = asyncio.get_running_loop()
     boxes = _outboxes.setdefault(loop, {})
     box = boxes.get(id(buffer))
-    if box is None or box.layer is not layer or box.buffer is not buffer:
-        box = boxes[id(buffer)] = Outbox(buffer, layer)
+    if box is None or box.buffer is not buffer:
+        box = boxes[id(buffer)] = Outbox(buffer)
     return box
