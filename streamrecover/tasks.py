@@ -1,4 +1,7 @@
-"""The app's Celery tasks, a few lines each: the work is in ``starter`` and ``runs``."""
+"""The app's Celery tasks, a few lines each: the work is in ``starter`` and ``runs``.
+
+None stores a result: what a run did is in the database, and with the threads pool Celery's
+result backend is per thread, so storing one cost a Redis connection per worker thread."""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from .runs import lifecycle
 from .runs.loop import run_on_shared_loop
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, name="streamrecover.execute_run")
+@shared_task(
+    bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True, name="streamrecover.execute_run"
+)
 def execute_run_task(self, run_id: str) -> str | None:
     """Execute (or resume) one run. A message for a finished run is acknowledged and dropped.
 
@@ -25,7 +30,7 @@ def execute_run_task(self, run_id: str) -> str | None:
     return result.status if result is not None else None
 
 
-@shared_task(name="streamrecover.sweep_stale_runs")
+@shared_task(ignore_result=True, name="streamrecover.sweep_stale_runs")
 def sweep_stale_runs_task() -> list[str]:
     """Hand back to the workers runs nobody executes (a worker's heartbeat stopped, a queued run
     nobody claimed) and delete leftover checkpoints (schedule it every few seconds with beat)."""
@@ -36,7 +41,7 @@ def sweep_stale_runs_task() -> list[str]:
     return swept
 
 
-@shared_task(name="streamrecover.fold_analytics")
+@shared_task(ignore_result=True, name="streamrecover.fold_analytics")
 def fold_analytics_task(limit: int = 50_000) -> int:
     """Fold settled runs into the analytics rollup (schedule it every minute or so with beat).
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from django.conf import settings as django_settings
 from django.db import connection
 from django.test import override_settings
 
@@ -167,6 +168,10 @@ def test_worker_completes_a_run_through_injected_cuts(celery_settings, workers, 
     # the worker's API key reached neither its log nor any stored request
     assert "sk-fake-worker-key" not in worker.log()
     assert all("sk-fake-worker-key" not in str(a.request) for a in Attempt.objects.filter(run=run))
+    # the run's outcome lives in the database: nothing in the result backend (no connection per
+    # worker thread for it, no key per run left behind)
+    wait_for(lambda: "streamrecover.execute_run" in worker.log() and "succeeded" in worker.log(), what="the ack")
+    assert redis.Redis.from_url(django_settings.CELERY_RESULT_BACKEND).keys("celery-task-meta-*") == []
 
 
 def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(celery_settings, workers, slow_fake):
