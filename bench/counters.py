@@ -92,15 +92,19 @@ def trace_memory(target: str, every_s: float = 2.0, top: int = 40) -> None:
     out = Path(target.replace("{pid}", str(os.getpid())))
     first_task = threading.Event()
 
-    from celery.signals import task_prerun
+    from celery.signals import task_postrun
 
-    task_prerun.connect(lambda **_: first_task.set(), weak=False)
+    task_postrun.connect(lambda **_: first_task.set(), weak=False)
+    ignored = [
+        tracemalloc.Filter(False, tracemalloc.__file__),
+        tracemalloc.Filter(False, "<frozen importlib._bootstrap*"),
+    ]
 
     def watch() -> None:
         peak = 0
-        first_task.wait()  # the base: every import done, no run started
-        time.sleep(0.5)  # the first task's own imports settle
-        base = tracemalloc.take_snapshot()
+        first_task.wait()  # the base: the warm-up run has ended (what it imports and builds once is in)
+        time.sleep(0.5)
+        base = tracemalloc.take_snapshot().filter_traces(ignored)
         peak = tracemalloc.get_traced_memory()[0]
         while True:
             time.sleep(every_s)
@@ -108,13 +112,8 @@ def trace_memory(target: str, every_s: float = 2.0, top: int = 40) -> None:
             if current <= peak:
                 continue  # the report stays the one taken at the peak
             peak = current
-            snapshot = tracemalloc.take_snapshot().filter_traces(
-                [
-                    tracemalloc.Filter(False, tracemalloc.__file__),
-                    tracemalloc.Filter(False, "<frozen importlib._bootstrap*"),
-                ]
-            )
-            lines = [f"# traced {current / 1024:.0f} KiB (growth since the first task, by line, then by file)", ""]
+            snapshot = tracemalloc.take_snapshot().filter_traces(ignored)
+            lines = [f"# traced {current / 1024:.0f} KiB (growth since the warm-up run, by line, then by file)", ""]
             for stat in snapshot.compare_to(base, "lineno")[:top]:
                 lines.append(f"{stat.size_diff / 1024:9.1f} KiB {stat.count_diff:+7d}  {stat.traceback[0]}")
             lines.append("")
