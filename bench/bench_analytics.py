@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,7 @@ RUN_COLUMNS = [
     "cancel_requested",
     "cancel_reason",
     "claims",
+    "claim_epoch",
     "worker",
     "error_kind",
     "error_message",
@@ -139,15 +141,15 @@ EVENT_COLUMNS = [
 ]
 
 
-def setup_django() -> None:
+def setup_django(database: str = BENCH_DB) -> None:
     """The demo project's settings on the bench database (created when missing)."""
     import psycopg
 
     with psycopg.connect(f"{PG_URL}/postgres", autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (BENCH_DB,)).fetchone()
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
         if not exists:
-            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    os.environ["DATABASE_URL"] = f"{PG_URL}/{BENCH_DB}"
+            conn.execute(f'CREATE DATABASE "{database}"')
+    os.environ["DATABASE_URL"] = f"{PG_URL}/{database}"
     os.environ.pop("REDIS_URL", None)
     os.environ["DJANGO_DEBUG"] = "0"  # no query log in memory
     os.environ["DJANGO_ALLOWED_HOSTS"] = "testserver,localhost"
@@ -313,6 +315,7 @@ class RunBuilder:
                 status == "cancelled",
                 "user" if status == "cancelled" else "",
                 1,
+                1,  # claim_epoch: claimed once
                 "bench-worker",
                 error_kind,
                 "",
@@ -454,10 +457,10 @@ def generate(runs: int, seed: int, end: datetime, batch: int = 40_000) -> dict[s
             status, error_kind = play(builder, scenarios[i])
             builder.finish(status, t0, (offset + i) // threads_per_run + 1, error_kind)
         with raw.cursor() as cur:
-            with cur.copy("COPY streamrecover_thread (id, title, created) FROM STDIN") as copy:
+            with cur.copy("COPY streamrecover_thread (id, title, created, pending_notices) FROM STDIN") as copy:
                 for tid in thread_ids:
                     if tid > counts["threads"]:
-                        copy.write_row((tid, f"bench thread {tid}", start))
+                        copy.write_row((tid, f"bench thread {tid}", start, "[]"))
                         counts["threads"] = tid
             for table, columns, data in (
                 ("streamrecover_run", RUN_COLUMNS, rows.runs),
@@ -479,10 +482,10 @@ def generate(runs: int, seed: int, end: datetime, batch: int = 40_000) -> dict[s
     return counts
 
 
-def vacuum_analyze() -> None:
+def vacuum_analyze(database: str) -> None:
     import psycopg
 
-    with psycopg.connect(f"{PG_URL}/{BENCH_DB}", autocommit=True) as conn:
+    with psycopg.connect(f"{PG_URL}/{database}", autocommit=True) as conn:
         for table in ("streamrecover_run", "streamrecover_attempt", "streamrecover_recoveryevent"):
             conn.execute(f"VACUUM (ANALYZE) {table}")
 
@@ -552,10 +555,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regenerate", action="store_true", help="drop the stored history and make a new one")
     parser.add_argument("--explain", action="store_true", help="add EXPLAIN ANALYZE of each query (30d window)")
     parser.add_argument("--fold-batch", type=int, default=2000, help="runs per fold transaction")
+    parser.add_argument("--database", default=BENCH_DB, help="the PostgreSQL database of the history")
+    parser.add_argument(
+        "--min-events", type=int, default=1_000_000, help="a smaller history is generated again (smoke runs: less)"
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the section for BENCHMARKS.md goes")
     args = parser.parse_args(argv)
 
     load_before = os.getloadavg()
-    setup_django()
+    setup_django(args.database)
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db.models import Max
@@ -568,20 +576,20 @@ def main(argv: list[str] | None = None) -> int:
 
     have = RecoveryEvent.objects.count()
     generated = None
-    if args.regenerate or have < 1_000_000:
-        print(f"generating {args.runs:,} runs into {BENCH_DB} ...", flush=True)
+    if args.regenerate or have < args.min_events:
+        print(f"generating {args.runs:,} runs into {args.database} ...", flush=True)
         t = time.perf_counter()
         counts = generate(args.runs, args.seed, datetime.now(UTC).replace(microsecond=0))
         t_copy = time.perf_counter() - t
         t = time.perf_counter()
-        vacuum_analyze()
+        vacuum_analyze(args.database)
         generated = (counts, t_copy, time.perf_counter() - t)
     sizes = {
         "runs": Run.objects.count(),
         "attempts": Attempt.objects.count(),
         "events": RecoveryEvent.objects.count(),
     }
-    if sizes["events"] < 1_000_000:
+    if sizes["events"] < args.min_events:
         print(f"only {sizes['events']:,} events: raise --runs", file=sys.stderr)
         return 1
     end = Run.objects.aggregate(last=Max("created"))["last"] + timedelta(seconds=1)
@@ -590,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     if Run.objects.filter(analytics_folded=False).exists():
         print("folding the history into the rollup ...", flush=True)
         folded, t_fold = fold_history(args.fold_batch)
-        vacuum_analyze()
+        vacuum_analyze(args.database)
         folding = (folded, t_fold)
         print(f"  folded {folded:,} runs in {t_fold:,.1f} s", flush=True)
     single = time_single_folds(200)
@@ -607,13 +615,13 @@ def main(argv: list[str] | None = None) -> int:
         for filters in ({}, {"provider": "anthropic", "model": "claude-sonnet-4-5"}):
             window = Window(end - span, end, **filters)
             name = label + (" · anthropic/claude-sonnet-4-5" if filters else "")
-            first, best, median = timed(lambda window=window: build_report(window), args.repeat)
+            first, best, median = timed(partial(build_report, window), args.repeat)
             rows.append(("build_report", name, first, best, median, cohort(window)))
             print(f"  build_report {name:<45} median {median * 1000:8.1f} ms", flush=True)
     raw_rows = []
     for label, span in windows[2:]:  # what the rollup saves: the same reports, every row read
         window = Window(end - span, end)
-        first, best, median = timed(lambda window=window: build_report(window, rollup=False), 3)
+        first, best, median = timed(partial(build_report, window, rollup=False), 3)
         raw_rows.append((label, first, best, median))
         print(f"  build_report(rollup=False) {label:<30} median {median * 1000:8.1f} ms", flush=True)
 
@@ -632,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoint_rows.append(("GET /streamrecover/analytics.json", label, first, best, median))
         print(f"  endpoint {label:<10} median {median * 1000:8.1f} ms", flush=True)
         page_first, page_best, page_median = timed(
-            lambda params=params: client.get("/streamrecover/analytics/", params), args.repeat
+            partial(client.get, "/streamrecover/analytics/", params), args.repeat
         )
         endpoint_rows.append(("GET /streamrecover/analytics/ (page)", label, page_first, page_best, page_median))
 
@@ -665,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load = (load_before, os.getloadavg())
     write_results(sizes, generated, rows, endpoint_rows, part_rows, plans, args, load, folding, single, raw_rows)
-    print(f"wrote {RESULTS}")
+    print(f"wrote {args.results}")
     return 0
 
 
@@ -761,7 +769,7 @@ def write_results(
         lines += ["", "## Query plans (EXPLAIN ANALYZE, 30-day window, the report's settings)", ""]
         for name, text in plans:
             lines += [f"### {name}", "", "```", text, "```", ""]
-    RESULTS.write_text("\n".join(lines).rstrip() + "\n")
+    args.results.write_text("\n".join(lines).rstrip() + "\n")
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def _db_name() -> str:
     return urlparse(DATABASE_URL).path.lstrip("/")
 
 
-def _env(config: Config, logs: Path, fake_url: str, profile: bool) -> dict[str, str]:
+def _env(config: Config, logs: Path, fake_url: str, profile: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE",)}
     env.update(
         DJANGO_SETTINGS_MODULE="bench.delivery_settings",
@@ -341,8 +341,8 @@ def _profile_top(logs: Path, tag: str, lines: int = 25) -> str:
     for path in sorted([*logs.glob(f"{tag}-memory-*.txt")]):
         out.append(path.read_text())
     for path in sorted([*logs.glob(f"{tag}-profile-*.txt"), *logs.glob(f"{tag}-daphne-profile-*.txt")]):
-        text = path.read_text().splitlines()
-        out.append("\n".join(text[: lines + 4]))
+        head = path.read_text().splitlines()[: lines + 4]
+        out.append("\n".join(head))
     return "\n\n".join(out)
 
 

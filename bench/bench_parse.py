@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx2
@@ -252,7 +252,7 @@ def run_sdk_direct(chunks: list[bytes]) -> tuple[int, Any]:
         count += 1
         if sse.event == "ping" or not sse.data:
             continue
-        event = construct_type(type_=RawMessageStreamEvent, value=sse.json())
+        event = cast(RawMessageStreamEvent, construct_type(type_=RawMessageStreamEvent, value=sse.json()))
         snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs=json_bufs)
     return count, snapshot
 

@@ -30,7 +30,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -112,7 +112,7 @@ async def _run(
 
 def _backoff_s(run: Run) -> float:
     started = [e for e in run.sink.events if e.name == "llm_stream_continuation_started"]
-    return float(started[0].fields["backoff_s"]) if started else 0.0  # type: ignore[typeddict-item]
+    return float(cast(float, started[0].fields["backoff_s"])) if started else 0.0
 
 
 def _overhead_ms(run: Run) -> float | None:

@@ -51,14 +51,16 @@ def _versions() -> str:
     }
     try:
         out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False).stdout
-        names["Redis"] = re.search(r"v=(\S+)", out).group(1) if out and re.search(r"v=(\S+)", out) else "?"
+        version = re.search(r"v=(\S+)", out)
+        names["Redis"] = version.group(1) if version else "?"
     except OSError:
         names["Redis"] = "?"
     try:
         import psycopg
 
         with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres") as conn:
-            names["PostgreSQL"] = str(conn.execute("SHOW server_version").fetchone()[0]).split()[0]
+            row = conn.execute("SHOW server_version").fetchone()
+            names["PostgreSQL"] = str(row[0]).split()[0] if row else "?"
     except Exception:
         names["PostgreSQL"] = "?"
     return ", ".join(f"{k} {v}" for k, v in names.items())

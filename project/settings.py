@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 import structlog
@@ -76,7 +77,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": BASE_DIR / "db" / "streamrecover.sqlite3",
+            "NAME": str(BASE_DIR / "db" / "streamrecover.sqlite3"),
             # Runs write from their threads while requests read and write: every transaction takes
             # the write lock when it begins (IMMEDIATE) and waits for it up to `timeout` seconds.
             # SQLite's default (DEFERRED) upgrades a read to a write mid-transaction and fails at
@@ -123,7 +124,7 @@ CELERY_BEAT_SCHEDULE = {
     "streamrecover-fold-analytics": {"task": "streamrecover.fold_analytics", "schedule": 60.0},
 }
 
-STREAMRECOVER = {
+STREAMRECOVER: dict[str, Any] = {
     "CHECKPOINT_STORE": "redis" if DISTRIBUTED else "orm",
     "EXECUTION": "celery" if DISTRIBUTED else "inprocess",
     "REDIS_URL": REDIS_URL or "redis://127.0.0.1:6379/0",
@@ -160,7 +161,7 @@ _pre_chain = [
     structlog.processors.TimeStamper(fmt="iso"),
 ]
 
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {

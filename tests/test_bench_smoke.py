@@ -73,3 +73,27 @@ def test_delivery_bench_runs_every_process_and_checks_the_rebuild() -> None:
     assert float(cells[8]) > 0  # worker CPU per delta was measured
     assert "memory/stream" in proc.stdout
     assert "checkpoint writes/s/run" in proc.stdout
+
+
+@pytest.mark.services
+def test_analytics_bench_generates_a_history_and_times_every_query(tmp_path: Path) -> None:
+    """A small history (its 1,000,000-event floor lowered) on a database of its own, every query,
+    endpoint and command timed once, the BENCHMARKS.md section written where it is told."""
+    database = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/streamrecover")
+    name = urlparse(database).path.lstrip("/") or "streamrecover"
+    results = tmp_path / "analytics.md"
+    env = {**os.environ, "BENCH_PG_URL": database.rsplit("/", 1)[0]}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "bench.bench_analytics", "--database", f"{name}_analytics_smoke",
+            "--runs", "1200", "--min-events", "1000", "--repeat", "1", "--regenerate", "--results", str(results),
+        ],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    section = results.read_text()
+    assert "history: 1,200 runs" in section
+    for figure in ("build_report", "rollup=False", "GET /streamrecover/analytics.json", "streamrecover_stats --json"):
+        assert figure in section, figure
+    assert "fold " in section  # a finished run's fold was timed

@@ -287,6 +287,11 @@ def _turn_of(request: Any) -> int:
     return turn
 
 
+def _text(value: bytes | str) -> str:
+    """A Redis reply as text (redis-py gives bytes unless the client decodes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def check_checkpoints(redis_url: str) -> Check:
     """No checkpoint of a settled (or deleted) run is left; an active run's is its own business.
     A run's fencing key (its highest claim epoch, ``<prefix>fence:<run>``) is not a checkpoint: it
@@ -294,9 +299,9 @@ def check_checkpoints(redis_url: str) -> Check:
     check = Check("no checkpoint left in Redis")
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     try:
-        keys = [k.decode() for k in client.scan_iter(match=REDIS_KEY_PREFIX + "*", count=1000)]
+        keys = [_text(k) for k in client.scan_iter(match=REDIS_KEY_PREFIX + "*", count=1000)]
         left = [k for k in keys if not k.endswith("index") and not k.startswith(REDIS_KEY_PREFIX + "fence:")]
-        members = [m.decode() for m in client.smembers(REDIS_KEY_PREFIX + "index")]
+        members = [_text(m) for m in client.smembers(REDIS_KEY_PREFIX + "index")]
     finally:
         client.close()
     active = {str(pk) for pk in Run.objects.filter(status__in=Run.ACTIVE_STATUSES).values_list("pk", flat=True)}
