@@ -221,7 +221,6 @@ async def test_a_run_taken_over_without_a_checkpoint_drops_what_the_first_worker
 
 
 async def test_frames_an_outage_kept_from_the_buffer_still_reach_the_snapshot(monkeypatch: Any) -> None:
-
     from streamrecover.live import outbox as outbox_module
     from streamrecover.live.buffer import RedisFrameBuffer
 

@@ -4,8 +4,8 @@ httpcore's default backend reads through anyio: every read opens a cancel scope 
 timeout, and anyio's stream pauses the transport after each chunk and resumes it on the next
 read (two ``epoll_ctl`` system calls and an extra loop wake-up per chunk). A provider sends
 one chunk per event, so that was paid per delta. Here the transport keeps reading into a
-small queue; a read takes what is there, or waits on one future with one timer handle for
-its timeout (the idle window, one lazy timer per connection). Reading pauses only when a megabyte is waiting unread.
+small queue; a read takes what is there, or waits on one future, timed out by one lazy timer
+per connection (the idle window). Reading pauses only when a megabyte is waiting unread.
 
 Exceptions are httpcore's own (``ReadTimeout``, ``ReadError``...), which httpx maps as
 usual, so ``transport.classify_transport_error`` sees the same errors as before.

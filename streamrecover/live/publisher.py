@@ -189,23 +189,26 @@ class Publisher(BaseSink):
         or a later one is pending with a deadline of its own)."""
         if self._pending is None or self._clock() < self._deadline - 0.001:
             return
-        ready = self._take_pending()
-        if self.outbox is not None:
-            self._put(ready)
-            return
-        self._queue.extend(ready)  # now, not in the task: a frame taken after it goes after it
-        task = asyncio.ensure_future(self._drain())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # handed over now, not in the task: a frame taken after it goes after it
+        if self._hand_over(self._take_pending()):
+            task = asyncio.ensure_future(self._drain())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     # ---- sending ------------------------------------------------------------------------
 
-    async def _deliver(self, frames: list[dict[str, Any]]) -> None:
+    def _hand_over(self, frames: list[dict[str, Any]]) -> bool:
+        """Frames to the outbox, or onto the queue in the order taken; True for the queue: the
+        caller drains it (even empty, draining waits for a drain under way to end)."""
         if self.outbox is not None:
             self._put(frames)
-            return
+            return False
         self._queue.extend(frames)
-        await self._drain()
+        return True
+
+    async def _deliver(self, frames: list[dict[str, Any]]) -> None:
+        if self._hand_over(frames):
+            await self._drain()
 
     async def _drain(self) -> None:
         """Send the queued frames in the order they were taken, whoever gets the lock first."""
