@@ -84,7 +84,7 @@ def _env(config: Config, logs: Path, fake_url: str, profile: str) -> dict[str, s
         REDIS_URL=REDIS_URL,
         DJANGO_DEBUG="0",
         LOG_FORMAT="json",
-        LOG_LEVEL="WARNING",
+        LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
         PYTHONUNBUFFERED="1",
         STREAMRECOVER_FRAME_TIMESTAMPS="1",
         STREAMRECOVER_FAKE_URL=fake_url,
@@ -189,7 +189,8 @@ async def _client(url: str, headers: list[tuple[str, str]], result: ClientResult
                     result.resyncs += 1
                     await ws.send(json.dumps({"type": "resync"}))
                 last_seq = max(last_seq, frame.get("seq", last_seq))
-                if frame.get("type") == "run_status" and frame.get("status") in TERMINAL:
+                # the run's end, in a run_status frame or in a snapshot (which replaces everything)
+                if frame.get("type") in ("run_status", "snapshot") and frame.get("status") in TERMINAL:
                     return
         result.error = "closed before the run's end"
     except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as exc:
@@ -254,6 +255,7 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
     mismatches = 0
     dropped = sum(1 for r in results if r.error)
     statuses: dict[str, int] = {}
+    stuck: list[str] = []
     for result in results:
         snapshot = [result.snapshot] if result.snapshot is not None else []
         view = ClientView().apply_all([*snapshot, *(frame for _, frame in result.frames)])
@@ -264,6 +266,16 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
         # after the answer was stored brings it whole; the message_committed after it confirms
         # it in place), and at each commit it did see, the deltas it had rebuilt.
         shown = [[comparable(b) for b in m["content"]] for m in view.messages if m.get("role") == "assistant"]
+        if result.error:
+            seen = [f.get("seq", 0) for _, f in result.frames]
+            start = result.frames[0][0] if result.frames else 0.0
+            stuck.append(
+                f"{result.run_id} {run.status}: {result.error}; {len(result.frames)} frames, last seq "
+                f"{max(seen, default=(result.snapshot or {}).get('seq'))}"
+                f" ({result.frames[-1][1].get('type') if result.frames else 'snapshot only'})"
+                + "; last frames: "
+                + ", ".join(f"{f.get('type')}#{f.get('seq')}@{t - start:.1f}s" for t, f in result.frames[-4:])
+            )
         if not result.error:  # a socket that ended early cannot have rebuilt the whole run
             expected = [[comparable(b) for b in content] for content in committed]
             mismatches += int(shown != expected or any(a != b for a, b in view.turns))
@@ -285,6 +297,7 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
         "runs_resynced": sum(1 for r in results if r.resyncs),
         "dropped": dropped,
         "errors": sorted({r.error for r in results if r.error})[:3],
+        "stuck": stuck,
         "text_bytes_per_run": sum(text_chars) / max(1, len(text_chars)),
     }
 
@@ -559,6 +572,9 @@ def main(argv: list[str] | None = None) -> None:
         " Daphne is sampled or cProfiled (its main thread) alike; or tracemalloc the workers' memory",
     )
     parser.add_argument("--workers", type=int, default=0, help="override the number of worker processes")
+    parser.add_argument(
+        "--drive-timeout", type=float, default=900, help="seconds to wait for every run's end at its client"
+    )
     parser.add_argument("--nice", type=int, default=0, help="run the workers at this niceness")
     args = parser.parse_args(argv)
     setup()
@@ -573,7 +589,7 @@ def main(argv: list[str] | None = None) -> None:
             config = replace(config, words=args.words)
         if args.workers:
             config = replace(config, workers=args.workers, name=f"{config.name}, {args.workers} workers")
-        result = run_config(config, logs, nice=args.nice, profile=args.profile)
+        result = run_config(config, logs, nice=args.nice, profile=args.profile, drive_timeout_s=args.drive_timeout)
         print(row(result), flush=True)
         print(
             f"   memory/stream {result['memory_per_stream_bytes'] / 1024:.0f} KiB "
@@ -582,6 +598,8 @@ def main(argv: list[str] | None = None) -> None:
             f"frames {result['frames']:,} for {result['deltas']:,} deltas",
             flush=True,
         )
+        for line in result["stuck"]:
+            print(f"   ended early: {line}", flush=True)
         if result["profile"]:
             print(result["profile"])
     print(f"logs in {logs}")

@@ -14,7 +14,8 @@ STREAMRECOVER = {**STREAMRECOVER, "FRAME_COALESCE_MS": float(os.environ.get("BEN
 if os.environ.get("BENCH_LAYER") == "core":
     CHANNEL_LAYERS = {"default": {**CHANNEL_LAYERS["default"], "BACKEND": "channels_redis.core.RedisChannelLayer"}}
 LOGGING["root"]["level"] = "ERROR"  # noqa: F405
-LOGGING["loggers"]["streamrecover"]["level"] = "WARNING"  # noqa: F405
+# BENCH_LOG_LEVEL=INFO: the app's own log lines too (a client caught up, a run's end...).
+LOGGING["loggers"]["streamrecover"]["level"] = os.environ.get("BENCH_LOG_LEVEL", "WARNING")  # noqa: F405
 LOGGING["loggers"]["django_structlog"]["level"] = "WARNING"  # noqa: F405
 
 # BENCH_PROFILE=<file>: sample every thread of this process (bench.sampler) into that file.

@@ -131,16 +131,17 @@ def fold_all(*, batch: int = BATCH, limit: int | None = None) -> int:
     return total
 
 
-def fold_settled(run_id: Any) -> None:
-    """After a run settles: fold it now, so reports find it in the rollup at once.
+def fold_settled(run_ids: list[Any]) -> None:
+    """After runs settle: fold them now, so reports find them in the rollup at once.
 
-    Best effort: a failure is logged and the periodic fold picks the run up later (it is
+    Best effort: a failure is logged and the periodic fold picks the runs up later (they are
     counted row by row meanwhile, so reports stay right).
     """
     try:
-        fold_runs([run_id])
+        for start in range(0, len(run_ids), BATCH):
+            fold_runs(run_ids[start : start + BATCH])
     except Exception:
-        log.exception("analytics_fold_failed", run_id=str(run_id))
+        log.exception("analytics_fold_failed", run_ids=[str(run_id) for run_id in run_ids])
 
 
 def unfold_run(run_id: Any) -> bool:

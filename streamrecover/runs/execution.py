@@ -42,7 +42,7 @@ from ..engine.sink import (
 from ..models import Attempt, Message, Run
 from ..providers.registry import get_adapter
 from ..testing import demo_registry, fake_provider, is_fake
-from . import lifecycle
+from . import folds, lifecycle
 from .checkpoints import FencedCheckpointStore, checkpoint_store_from_settings
 from .fence import Fence, FencedSink, again_on_a_fresh_connection
 from .loop import on_shared_loop
@@ -167,15 +167,25 @@ async def execute_run(
     assert running is not None
     # Every log line while the run executes carries it (the project's structlog configuration
     # merges contextvars; its stdlib formatter does too, for httpx's and the engine's lines).
-    with structlog.contextvars.bound_contextvars(run_id=str(run.pk), provider=run.provider, model=run.model):
+    # A run settling in here is folded into the analytics only once its live channel is closed:
+    # the fold's ORM work (in the thread every run's ORM calls share) never stands between the
+    # run's end and its clients, and runs that end together are folded together (``folds``).
+    with (
+        structlog.contextvars.bound_contextvars(run_id=str(run.pk), provider=run.provider, model=run.model),
+        folds.deferring() as settled,
+    ):
         try:
-            return await _execute_claimed(run_id, fence, running, live, extra_sinks, tools, provider_override)
+            result = await _execute_claimed(run_id, fence, running, live, extra_sinks, tools, provider_override)
         except ClaimLost:
             fence.lost = True
         except asyncio.CancelledError:
             if not fence.lost:
                 raise  # cancelled from outside: not ours to swallow
             running.uncancel()
+        else:
+            await folds.fold(settled)
+            await _release_connections()
+            return result
         log.warning("run_fenced_out", run_id=str(run.pk), epoch=fence.epoch)
         await _release_connections()
         return None
@@ -278,7 +288,6 @@ async def _execute_claimed(
         with contextlib.suppress(Exception):
             await checkpoints.aclose()
     log.info("run_finished", run_id=str(run.pk), status=result.status, error_kind=(result.error or {}).get("kind"))
-    await _release_connections()
     return result
 
 
