@@ -107,14 +107,15 @@ else:
 # worker dies, and a hard limit below the visibility timeout so Redis never hands a run
 # that is still streaming to a second worker.
 CELERY_BROKER_URL = REDIS_URL or "memory://"
-CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
+# No result backend: the app's tasks store no result (a run's outcome is its row), and with the
+# threads pool Celery builds a backend per worker thread on its first task (a few ms each, and a
+# Redis connection each for a Redis backend), all of it in the burst when many runs start.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 2 * 3600}
 CELERY_TASK_TIME_LIMIT = 3600
 CELERY_TASK_SOFT_TIME_LIMIT = 3600 - 60
-CELERY_TASK_TRACK_STARTED = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # logging is configured below, by structlog
 # The sweeper re-queues runs whose worker died (heartbeat older than STALE_AFTER_SECONDS):
 # a dead host's run resumes within seconds instead of after the visibility timeout.

@@ -64,7 +64,8 @@ def test_a_runs_end_reaches_its_live_channel_before_its_fold(monkeypatch) -> Non
     monkeypatch.setattr(rollup, "fold_runs", folds)
     run = lifecycle.create_run(prompt="Tell me a story [[words=40]]", faults=["cut:bytes=400"])
     result = asyncio.run(execution.execute_run(str(run.pk), live=live.open))
-    assert result is not None and result.status == Run.Status.COMPLETED
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED
     # the channel is closed (its last frame, the run's end, sent) before the fold begins;
     # the fold is done by the time execute_run returns
     assert live.log == ["open:running", "close:completed", f"fold:{run.pk}"]
@@ -104,7 +105,8 @@ def test_a_fold_that_fails_leaves_the_run_to_the_periodic_fold(monkeypatch) -> N
     monkeypatch.setattr(rollup, "fold_runs", broken)
     run = lifecycle.create_run(prompt="Tell me a story [[words=20]]")
     result = asyncio.run(execution.execute_run(str(run.pk), live=RecordingLive().open))
-    assert result is not None and result.status == Run.Status.COMPLETED  # the run is not failed by it
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED  # the run is not failed by it
     assert not Run.objects.get(pk=run.pk).analytics_folded
     monkeypatch.undo()
     assert fold_analytics_task() == 1
