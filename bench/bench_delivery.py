@@ -513,7 +513,7 @@ def row(result: dict[str, Any]) -> str:
     c: Config = result["config"]
     pub, first = result["publish_ms"], result["first_delta_ms"]
     cpu = result["cpu_s"]
-    dropped = f" ({result['dropped']} sockets dropped)" if result["dropped"] else ""
+    dropped = f" ({result['dropped']} clients without the run's end)" if result["dropped"] else ""
     if result.get("runs_resynced"):
         dropped = f" ({result['runs_resynced']} clients resynced after lost frames){dropped}"
     return (

@@ -124,8 +124,8 @@ def delivery(quick: bool) -> str:
         limit = 4 * config.words * config.event_delay + 120
         results[key] = bd.run_config(config, logs, drive_timeout_s=limit)
         print(bd.row(results[key]), flush=True)
-        if results[key]["errors"]:
-            print(f"   sockets dropped: {results[key]['errors']}", flush=True)
+        for line in results[key]["stuck"]:
+            print(f"   ended early: {line}", flush=True)
     main, base, faults = results["100x30"], results["baseline"], results["faults"]
 
     lines = [bd.HEADER, *(bd.row(results[k]) for k in keys), ""]
@@ -211,8 +211,9 @@ its run starts and reads to the final `run_status`.
   layer drops a `group_send` message to a channel that already holds its capacity (100 by
   default), so the per-token baseline loses frames once its consumers fall behind; its
   mismatches are among those clients.
-  "sockets dropped": clients whose socket the server closed, or whose run was not over within
-  the bench's time limit (4 × the stream's nominal length + 2 min): a load the host did not carry.
+  "clients without the run's end": clients whose socket the server closed, or that had not
+  seen their run end (in a `run_status` frame or a snapshot) within the bench's time limit
+  (4 × the stream's nominal length + 2 min): a load the host did not carry, or frames lost.
 * **load avg**: the 1-minute load average before and after: **this machine was shared with
   other work during the measurements** (other jobs' processes included), so latencies here are
   worse than on a quiet host; the CPU per delta figures are the ones that transfer.

@@ -10,14 +10,14 @@ from django.db.models.signals import pre_delete
 from .analytics import rollup
 from .conf import reload_app_settings
 from .models import Run
-from .runs import folds
+from .runs import deferred
 from .runs.signals import run_requeued, run_settled
 
 
 def fold_settled_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
     """A run that just settled goes into the analytics rollup (best effort); a worker's run
-    later, once its clients have the end (``runs.folds``)."""
-    if not folds.defer(run_id):
+    once its clients have the end, with the other runs ending then (``runs.deferred``)."""
+    if not deferred.defer(rollup.fold_settled, run_id):
         rollup.fold_settled([run_id])
 
 

@@ -42,7 +42,7 @@ from ..engine.sink import (
 from ..models import Attempt, Message, Run
 from ..providers.registry import get_adapter
 from ..testing import demo_registry, fake_provider, is_fake
-from . import folds, lifecycle
+from . import deferred, lifecycle
 from .checkpoints import FencedCheckpointStore, checkpoint_store_from_settings
 from .fence import Fence, FencedSink, again_on_a_fresh_connection
 from .loop import on_shared_loop
@@ -167,12 +167,12 @@ async def execute_run(
     assert running is not None
     # Every log line while the run executes carries it (the project's structlog configuration
     # merges contextvars; its stdlib formatter does too, for httpx's and the engine's lines).
-    # A run settling in here is folded into the analytics only once its live channel is closed:
-    # the fold's ORM work (in the thread every run's ORM calls share) never stands between the
-    # run's end and its clients, and runs that end together are folded together (``folds``).
+    # What the run's settlement leaves to do (the analytics fold) waits until its live channel
+    # is closed: that ORM work (in the thread every run's ORM calls share) never stands between
+    # the run's end and its clients, and runs that end together share it (``deferred``).
     with (
         structlog.contextvars.bound_contextvars(run_id=str(run.pk), provider=run.provider, model=run.model),
-        folds.deferring() as settled,
+        deferred.deferring() as settled,
     ):
         try:
             result = await _execute_claimed(run_id, fence, running, live, extra_sinks, tools, provider_override)
@@ -183,7 +183,7 @@ async def execute_run(
                 raise  # cancelled from outside: not ours to swallow
             running.uncancel()
         else:
-            await folds.fold(settled)
+            await deferred.run_deferred(settled)
             await _release_connections()
             return result
         log.warning("run_fenced_out", run_id=str(run.pk), epoch=fence.epoch)

@@ -1,5 +1,5 @@
 """A worker folds a settled run into the analytics after its clients have the run's end, and
-the runs of one loop that end together in few folds (``runs.folds``)."""
+the runs of one loop that end together in few folds (``runs.deferred``)."""
 
 from __future__ import annotations
 
