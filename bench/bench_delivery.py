@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import socket
@@ -233,6 +234,28 @@ def _deltas(frame: dict[str, Any]) -> int:
     return int(frame["seq"]) - int(frame.get("first_seq", frame["seq"])) + 1
 
 
+def _publish_by_phase(results: list[ClientResult]) -> dict[str, list[float]]:
+    """Publish -> client latencies (ms) split by when the frame was published: ``start`` until
+    every run has published its first frame (runs being claimed, their rows read, their first
+    requests sent), ``end`` from the first run's last frame (runs settling, their messages and
+    usage stored), ``steady`` in between: where a tail comes from, not only how long it is."""
+    stamped = [[f["debug_ts"]["out"] for _, f in r.frames if "debug_ts" in f] for r in results]
+    stamped = [outs for outs in stamped if outs]
+    phases: dict[str, list[float]] = {"start": [], "steady": [], "end": []}
+    if not stamped:
+        return phases
+    all_started = max(min(outs) for outs in stamped)
+    first_ended = min(max(outs) for outs in stamped)
+    for r in results:
+        for t, f in r.frames:
+            if "debug_ts" not in f:
+                continue
+            out = f["debug_ts"]["out"]
+            phase = "start" if out < all_started else "end" if out >= first_ended else "steady"
+            phases[phase].append((t - out) * 1000)
+    return phases
+
+
 def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
     from streamrecover.models import Message, Run
     from streamrecover.testing.client import ClientView, comparable
@@ -252,6 +275,7 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
             rate += (count - 1) / (times[-1] - times[0])
     publish = [(t - f["debug_ts"]["out"]) * 1000 for t, f in frames if "debug_ts" in f]
     first_delta = [(t - f["debug_ts"]["in"]) * 1000 for t, f in delta_frames if "debug_ts" in f]
+    phases = _publish_by_phase(results)
     mismatches = 0
     dropped = sum(1 for r in results if r.error)
     statuses: dict[str, int] = {}
@@ -291,6 +315,7 @@ def _analyse(config: Config, results: list[ClientResult]) -> dict[str, Any]:
         "completeness": rate / offered if offered == offered and offered else float("nan"),
         "mean_span_s": sum(spans) / len(spans) if spans else 0.0,
         "publish_ms": percentiles(publish),
+        "publish_ms_by_phase": {name: percentiles(values) for name, values in phases.items()},
         "first_delta_ms": percentiles(first_delta),
         "mismatches": mismatches,
         "resyncs": sum(r.resyncs for r in results),
@@ -481,7 +506,17 @@ def run_config(
             meter.start()
 
         wall = time.monotonic()
-        results = asyncio.run(_drive(base, cookie, run_ids, started, drive_timeout_s))
+        # The clients keep every frame for the checks afterwards, so this process's heap grows
+        # through the measured phase, and each full collection of it paused all the clients at
+        # once (160-170 ms at 500 streams): latency that no part of the pipeline caused. The
+        # heap as it is now is frozen and collection waits until the clients are done.
+        gc.freeze()
+        gc.disable()
+        try:
+            results = asyncio.run(_drive(base, cookie, run_ids, started, drive_timeout_s))
+        finally:
+            gc.enable()
+            gc.unfreeze()
         wall = time.monotonic() - wall
         cpu = meter.stop()
         rss[0].stop()
@@ -591,6 +626,11 @@ def main(argv: list[str] | None = None) -> None:
             config = replace(config, workers=args.workers, name=f"{config.name}, {args.workers} workers")
         result = run_config(config, logs, nice=args.nice, profile=args.profile, drive_timeout_s=args.drive_timeout)
         print(row(result), flush=True)
+        print(
+            "   publish→client p50 / p99 ms by phase: "
+            + ", ".join(f"{name} {p['p50']:.1f} / {p['p99']:.1f}" for name, p in result["publish_ms_by_phase"].items()),
+            flush=True,
+        )
         print(
             f"   memory/stream {result['memory_per_stream_bytes'] / 1024:.0f} KiB "
             f"(text {result['text_bytes_per_run']:.0f} B), "

@@ -106,6 +106,9 @@ BEFORE = {
 }
 
 
+PHASES = ("start", "steady", "end")
+
+
 def delivery(quick: bool) -> str:
     from bench import bench_delivery as bd
 
@@ -145,6 +148,15 @@ def delivery(quick: bool) -> str:
                 else ""
             )
             + f" | {r['mismatches']} | {r['load_before'][0]:.1f} → {r['load_after'][0]:.1f} |"
+        )
+    phases = []
+    for key in ("100x30", "500x10"):
+        r = results[key]
+        by_phase = r["publish_ms_by_phase"]
+        phases.append(
+            f"| {r['config'].name} | "
+            + " | ".join(f"{by_phase[name]['p50']:.1f} / {by_phase[name]['p99']:.1f} ms" for name in PHASES)
+            + " |"
         )
     memory = []
     for key in ("100x30", "500x10"):
@@ -235,6 +247,17 @@ measured rate: the measured rates are in the table above and below.
 | load | received | publish→client p99 | first delta→client p99 | mismatches | load avg |
 |---|---|---|---|---|---|
 {chr(10).join(goals)}
+
+### Where the tail comes from: publish→client p50 / p99 by phase
+
+Every run starts at once and has the same length, so the runs' starts (claims, first requests)
+and their ends (answers, usage and events stored) come in bursts. **start**: frames published
+before every run had published its first; **end**: from the first run's last frame on;
+**steady**: in between, all the streams flowing.
+
+| load | start | steady | end |
+|---|---|---|---|
+{chr(10).join(phases)}
 
 ### Against the per-token `group_send` on the core channels_redis layer (same run)
 

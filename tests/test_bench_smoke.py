@@ -45,6 +45,24 @@ def test_parse_bench_produces_its_table() -> None:
     assert "| smoke |" in bench_parse.table([row])
 
 
+def test_delivery_latency_is_split_by_when_the_frame_was_published() -> None:
+    """Two runs: frames before the later run's first one are the start burst, frames from the
+    earlier run's last one on are the end burst; each latency lands in one phase only."""
+    from bench.bench_delivery import ClientResult, _publish_by_phase
+
+    def frame(out: float, latency_ms: float) -> tuple[float, dict[str, object]]:
+        return out + latency_ms / 1000, {"type": "text_delta", "debug_ts": {"in": out, "out": out}}
+
+    early = ClientResult("a", frames=[frame(0.0, 5), frame(1.0, 6), frame(2.0, 7), frame(3.0, 40)])
+    late = ClientResult("b", frames=[frame(0.5, 30), frame(1.5, 8), frame(4.0, 50), (4.1, {"type": "run_status"})])
+    phases = _publish_by_phase([early, late, ClientResult("never connected")])
+    assert {name: sorted(round(v) for v in values) for name, values in phases.items()} == {
+        "start": [5],  # published before "b" had published anything
+        "steady": [6, 7, 8, 30],
+        "end": [40, 50],  # from "a"'s last frame on
+    }
+
+
 @pytest.mark.services
 def test_delivery_bench_runs_every_process_and_checks_the_rebuild() -> None:
     """Two streams through a fake provider process, Daphne, a Celery worker and two WebSocket
@@ -72,6 +90,7 @@ def test_delivery_bench_runs_every_process_and_checks_the_rebuild() -> None:
     assert cells[11] == "0"  # rebuild mismatches
     assert float(cells[8]) > 0  # worker CPU per delta was measured
     assert "memory/stream" in proc.stdout
+    assert "by phase: start" in proc.stdout
     assert "checkpoint writes/s/run" in proc.stdout
 
 
