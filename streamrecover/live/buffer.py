@@ -63,6 +63,10 @@ class FrameBuffer(Protocol):
         """The highest seq kept for the run (0: none)."""
         ...
 
+    async def last_seqs(self, run_ids: list[str]) -> dict[str, int]:
+        """``last_seq`` of each of ``run_ids``, in one read."""
+        ...
+
     async def frames_after(self, run_id: str, after: int) -> list[dict[str, Any]] | None:
         """Exactly the frames with seq > ``after``, or None when some of them are gone."""
         ...
@@ -147,6 +151,10 @@ class InMemoryFrameBuffer:
         with self._lock:
             kept = self._get(run_id)
             return kept.state.seq if kept else 0
+
+    async def last_seqs(self, run_ids: list[str]) -> dict[str, int]:
+        with self._lock:
+            return {run_id: kept.state.seq if (kept := self._get(run_id)) else 0 for run_id in run_ids}
 
     async def frames_after(self, run_id: str, after: int) -> list[dict[str, Any]] | None:
         with self._lock:
@@ -333,6 +341,18 @@ class RedisFrameBuffer:
         _, frames_key = self.keys(run_id)
         last = await self._redis().xrevrange(frames_key, count=1)
         return frame_span(_decode_entries(last)[0])[1] if last else 0
+
+    async def last_seqs(self, run_ids: list[str]) -> dict[str, int]:
+        """``last_seq`` of many runs in one round trip."""
+        found = {run_id: self._writing[run_id].seq for run_id in run_ids if run_id in self._writing}
+        others = [run_id for run_id in run_ids if run_id not in found]
+        if others:
+            pipe = self._redis().pipeline(transaction=False)
+            for run_id in others:
+                pipe.xrevrange(self.keys(run_id)[1], count=1)
+            for run_id, last in zip(others, await pipe.execute(), strict=True):
+                found[run_id] = frame_span(_decode_entries(last)[0])[1] if last else 0
+        return found
 
     async def frames_after(self, run_id: str, after: int) -> list[dict[str, Any]] | None:
         _, frames_key = self.keys(run_id)

@@ -7,10 +7,11 @@ one slow handler would stall every later frame. A frame with a seq the client al
 
 Frames can be lost on the way without any later frame showing the gap (a Redis restart drops
 a run's last frames, its end included; a reconnect then finds nothing missing in a buffer
-that never got them). So while the run is not over, each socket checks every
-``LIVE_CHECK_SECONDS``: the run's status in the database (one primary-key read) and the
-buffer's last seq. A client still behind at the next check (frames in flight have arrived by
-then) gets the missed frames, or a snapshot when the buffer lacks them or the run has ended.
+that never got them). So while the run is not over, the socket is watched by the process's
+catch-up check (``catchup``): every ``LIVE_CHECK_SECONDS`` the run's status and the buffer's
+last seq, read for all the process's sockets at once. A client still behind at the next check
+(frames in flight have arrived by then) gets the missed frames, or a snapshot when the buffer
+lacks them or the run has ended.
 The group subscription itself needs no care: channels_redis' pub/sub layer reconnects and
 subscribes again by itself (redis-py); what it misses while Redis is down is what this catches.
 
@@ -22,7 +23,6 @@ so a snapshot never goes out after a newer frame.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections import deque
@@ -34,11 +34,11 @@ import structlog
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from ..conf import app_settings
 from ..engine.protocol import TERMINAL_STATUSES, FrameKind, frame_span
 from ..models import Message, Run
 from ..runs import lifecycle
 from .buffer import FrameBuffer, reader_buffer
+from .catchup import catch_up_check
 from .delivery import FRAME_EVENT, bind_home_loop, group_name
 from .fanout import Fanout, direct_frames, fanout_for, frames_channel
 from .snapshot import RunRecord, build_snapshot
@@ -70,7 +70,6 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     group: str
     last_seq: int = 0
     joined: bool = False
-    checker: asyncio.Task[None] | None = None
     fanout: Fanout | None = None  # where frames come from, when not from the layer
     frames_channel: str = ""
 
@@ -102,7 +101,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
                 self.fanout = fanout_for(buffer)
                 await self.fanout.join(self.frames_channel, self)
         if record.status not in TERMINAL_STATUSES:
-            self.checker = asyncio.ensure_future(self._check_periodically())
+            catch_up_check().watch(self)
         after = _after(self.scope)
         if after is not None and await self._replay(record, after):
             return
@@ -124,11 +123,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return True
 
     async def disconnect(self, code: int) -> None:
-        if self.checker is not None:
-            self.checker.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.checker
-            self.checker = None
+        catch_up_check().forget(self)
         self._held.clear()
         if self.fanout is not None:
             await self.fanout.leave(self.frames_channel, self)
@@ -194,42 +189,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     # ---- the client is not left behind lost frames -------------------------------------------
 
-    async def _check_periodically(self) -> None:
-        """Until the client has the run's end: every ``LIVE_CHECK_SECONDS``, catch the client up
-        when it has been behind since the previous check (two checks: frames in flight at the
-        first have arrived by the second)."""
-        interval = float(app_settings.LIVE_CHECK_SECONDS)
-        if interval <= 0:
-            return
-        behind_at: int | None = None  # the client's seq when it was first seen behind
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                verdict = await self._check()
-                if verdict == "done":
-                    return
-                if verdict == "behind" and behind_at == self.last_seq:
-                    async with self._frames_held():
-                        caught_up = await self._catch_up()
-                    if caught_up:
-                        return
-                    behind_at = None
-                else:
-                    behind_at = self.last_seq if verdict == "behind" else None
-            except Exception:  # a database or Redis hiccup: try again at the next check
-                log.exception("live_check_failed", run_id=self.run_id)
-
-    async def _check(self) -> str:
-        """``done`` (the client has the end, or the run is gone), ``behind`` or ``ok``."""
-        status = await self._status()
-        if status is None:
-            return "done"
-        if status in TERMINAL_STATUSES:
-            state = await self._buffered(self.buffer.state(self.run_id))
-            has_end = state is not None and state.status in TERMINAL_STATUSES and state.seq <= self.last_seq
-            return "done" if has_end else "behind"
-        last = await self._buffered(self.buffer.last_seq(self.run_id))
-        return "behind" if last is not None and last > self.last_seq else "ok"
+    async def catch_up(self) -> bool:
+        """For the process's catch-up check (``catchup``): the missed frames or a snapshot, with
+        the fan-out's frames held meanwhile. True when the client now has the run's end."""
+        async with self._frames_held():
+            return await self._catch_up()
 
     async def _catch_up(self) -> bool:
         """The missed frames (a run still going, a buffer that has them all), else a snapshot.
@@ -311,11 +275,6 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         messages = {m.position: m.as_canonical() for m in Message.objects.filter(thread_id=run.thread_id)}
         error = {"kind": run.error_kind, "message": run.error_message} if run.error_kind else None
         return RunRecord(str(run.pk), run.status, error, messages)
-
-    @database_sync_to_async
-    def _status(self) -> str | None:
-        """The run's status (None: gone): the periodic check's one primary-key read."""
-        return Run.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
 
     @database_sync_to_async
     def _cancel(self) -> bool:
