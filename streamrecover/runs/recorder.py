@@ -126,32 +126,35 @@ class RecorderSink(BaseSink):
 
     def _store_attempt(self, attempt: AttemptRecord) -> None:
         usage = attempt.usage
-        Attempt.objects.update_or_create(
-            run_id=self.run_id,
-            index=attempt.index,
-            defaults={
-                "turn": attempt.turn,
-                "kind": attempt.kind,
-                "continuation": attempt.continuation,
-                "strategy": attempt.strategy or "",
-                "status_code": attempt.status_code,
-                "provider_request_id": attempt.request_id or "",
-                "started_at": _dt(attempt.started_at),
-                "first_byte_at": _dt(attempt.first_byte_at),
-                "ended_at": _dt(attempt.ended_at),
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-                "cache_read_input_tokens": usage.cache_read_input_tokens,
-                "bytes_received": attempt.bytes_received,
-                "interrupt_cause": str(attempt.interrupt_cause or ""),
-                "error_kind": str(attempt.error_kind or ""),
-                "error_message": redact(attempt.error_message or ""),
-                "stop_reason": str(attempt.stop_reason or ""),
-                "outcome": str(attempt.outcome),
-                "request": redact_request(jsonable(attempt.request)),
-            },
-        )
+        fields = {
+            "turn": attempt.turn,
+            "kind": attempt.kind,
+            "continuation": attempt.continuation,
+            "strategy": attempt.strategy or "",
+            "status_code": attempt.status_code,
+            "provider_request_id": attempt.request_id or "",
+            "started_at": _dt(attempt.started_at),
+            "first_byte_at": _dt(attempt.first_byte_at),
+            "ended_at": _dt(attempt.ended_at),
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+            "cache_read_input_tokens": usage.cache_read_input_tokens,
+            "bytes_received": attempt.bytes_received,
+            "interrupt_cause": str(attempt.interrupt_cause or ""),
+            "error_kind": str(attempt.error_kind or ""),
+            "error_message": redact(attempt.error_message or ""),
+            "stop_reason": str(attempt.stop_reason or ""),
+            "outcome": str(attempt.outcome),
+            "request": redact_request(jsonable(attempt.request)),
+        }
+        # In the writer's transaction, which holds the run's row (``Fence.write``; unfenced, a
+        # run's one recorder writes its attempts in turn): no other write of this run's
+        # attempts can come between the update and the insert. An
+        # ``update_or_create`` cost a savepoint and a locking read more (and a savepoint for the
+        # insert), twice per attempt, in the one thread a worker's runs share for the ORM.
+        if not Attempt.objects.filter(run_id=self.run_id, index=attempt.index).update(**fields):
+            Attempt.objects.create(run_id=self.run_id, index=attempt.index, **fields)
         if attempt.ended_at is not None:
             self._refresh_totals()
 
