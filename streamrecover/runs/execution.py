@@ -16,7 +16,7 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import structlog
@@ -118,6 +118,30 @@ def _load(run_id: str) -> tuple[Run, list[dict[str, Any]], int, int]:
     return run, Message.objects.of_thread(run.thread_id).canonical(), Attempt.objects.of_run(run.pk).count(), turns
 
 
+def _claim(run_id: str, worker: str) -> Run | None:
+    """The run's claim, on a connection that works (``_close_broken_connections`` first)."""
+    _close_broken_connections()
+    return lifecycle.claim_run(run_id, worker)
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """What a claimed run needs from the database and the settings before it streams."""
+
+    run: Run
+    messages: list[dict[str, Any]]
+    consumed: int  # attempts made so far (by earlier claims)
+    turns: int  # assistant turns committed so far
+    config: ProviderConfig
+    failover: Failover | None
+
+
+def _inputs(run_id: str, provider_override: ProviderConfig | None) -> _Inputs:
+    run, messages, consumed, turns = _load(run_id)
+    config = provider_for_run(run, consumed, provider_override)
+    return _Inputs(run, messages, consumed, turns, config, failover_for_run(run))
+
+
 def lease_seconds() -> float:
     """How long a successful heartbeat vouches for the claim: half the stale window (nobody
     may take the run before its heartbeat is a whole window old)."""
@@ -157,9 +181,9 @@ async def execute_run(
     worker = worker or lifecycle.worker_id()  # the executing process's, never the importer's
     # The ORM calls below run in asgiref's one thread, whose connection outlives a run: one that
     # broke (a database restart, a terminated backend, a run that crashed mid-query) is closed
-    # here, before this run's first query, instead of failing every later run of this process.
-    await sync_to_async(_close_broken_connections)()
-    run = await sync_to_async(lifecycle.claim_run)(run_id, worker)
+    # before this run's first query (``_claim``), instead of failing every later run of this
+    # process.
+    run = await sync_to_async(_claim)(run_id, worker)
     if run is None:
         return None
     fence = Fence(str(run.pk), run.claim_epoch, lease_seconds())
@@ -206,13 +230,15 @@ async def _execute_claimed(
     tools: ToolRegistry | None,
     provider_override: ProviderConfig | None,
 ) -> RunResult:
-    run, messages, consumed, turns = await sync_to_async(_load)(run_id)
+    # One hop to the ORM thread for all of it: at a burst of run starts each hop waits its turn
+    # for that thread and then for the GIL, while the loop relays the other runs' frames.
+    inputs = await sync_to_async(_inputs)(run_id, provider_override)
+    run, messages, consumed, turns = inputs.run, inputs.messages, inputs.consumed, inputs.turns
     options = run.options
     engine = app_settings.engine_config()
     if options.get("engine"):
         engine = replace(engine, **options["engine"])
-    config = await sync_to_async(provider_for_run)(run, consumed, provider_override)
-    adapter = get_adapter(config)
+    adapter = get_adapter(inputs.config)
     tools = tools or tools_for_run(run)
     request = ModelRequest(
         model=run.model,
@@ -273,7 +299,7 @@ async def _execute_claimed(
                     turns=turns,
                     settle=functools.partial(_settle, fence),
                     provider_name=run.provider,
-                    failover=await sync_to_async(failover_for_run)(run),
+                    failover=inputs.failover,
                 )
                 result = await run_agent(ctx, request, tools=tools, resume=existing is not None, one_turn=bool(proxied))
             except BaseException:
