@@ -296,3 +296,21 @@ async def test_a_failing_buffer_never_stops_delivery_and_is_left_alone_for_a_whi
     await pub.aclose()
     assert [f["text"] for f in layer.frames()] == PIECES
     assert buffer.calls == 1  # one failure, then skipped instead of stalling every frame
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_last_seqs_reads_many_runs_at_once_as_last_seq_does_one(
+    kind: str,
+    redis_buffer: RedisFrameBuffer,
+) -> None:
+    buffer: InMemoryFrameBuffer | RedisFrameBuffer = InMemoryFrameBuffer() if kind == "memory" else redis_buffer
+    plain, merged, empty = (str(uuid.uuid4()) for _ in range(3))
+    for seq in (1, 2, 3):
+        await buffer.append(plain, text_frame(plain, seq, PIECES[seq]))
+    # a coalesced frame (seqs 4 to 9 in one) ends the other run's stream: its last seq counts
+    await buffer.append(merged, text_frame(merged, 3, "a"))
+    await buffer.append(merged, {**text_frame(merged, 9, "bcdefg"), "first_seq": 4})
+    found = await buffer.last_seqs([plain, merged, empty])
+    assert found == {plain: 3, merged: 9, empty: 0}
+    assert found == {run: await buffer.last_seq(run) for run in (plain, merged, empty)}
