@@ -23,6 +23,7 @@ import platform
 import re
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,20 @@ BEFORE = {
 
 
 PHASES = ("start", "steady", "end")
+SETTLE_LOAD = 1.0  # the 1-minute load average a configuration waits for (at most SETTLE_MAX_S)
+SETTLE_MAX_S = 90.0
+
+
+def _settle() -> float:
+    """Wait until the machine has calmed down after the previous configuration (its processes'
+    exit, the database's autovacuum of the rows it wrote): each configuration starts from about
+    the same quiet machine, not from where the one before it left it (run right after the
+    others, 500 x 10/s measured a p99 of 156 and 270 ms in two reports, and 63 to 110 ms in
+    nine runs alone the same hour)."""
+    start = time.monotonic()
+    while os.getloadavg()[0] > SETTLE_LOAD and time.monotonic() - start < SETTLE_MAX_S:
+        time.sleep(2)
+    return time.monotonic() - start
 
 
 def delivery(quick: bool) -> str:
@@ -117,10 +132,13 @@ def delivery(quick: bool) -> str:
     logs.mkdir(parents=True, exist_ok=True)
     keys = ("100x30", "baseline", "faults", "500x10")
     results: dict[str, dict[str, Any]] = {}
-    for key in keys:
+    for number, key in enumerate(keys):
         config = bd.CONFIGS[key]
         if quick:
             config = replace(config, runs=4 if key != "500x10" else 6, words=20)
+        if number and not quick:
+            waited = _settle()
+            print(f"-- settled for {waited:.0f} s (load average {os.getloadavg()[0]:.1f})", flush=True)
         print(f"-- delivery: {config.name} ({config.runs} streams)", flush=True)
         # The per-token baseline may not keep up at all: it gets as long as the streams need
         # at their pace plus a margin, then what arrived is measured and the rest counted.
@@ -228,7 +246,11 @@ its run starts and reads to the final `run_status`.
   (4 × the stream's nominal length + 2 min): a load the host did not carry, or frames lost.
 * **load avg**: the 1-minute load average before and after: **this machine was shared with
   other work during the measurements** (other jobs' processes included), so latencies here are
-  worse than on a quiet host; the CPU per delta figures are the ones that transfer.
+  worse than on a quiet host; the CPU per delta figures are the ones that transfer. Before each
+  configuration after the first the bench waits (at most 90 s) for the load average to fall to
+  1.0, so none starts where the one before it left the machine. Even so a p99 moves a lot from
+  one run to the next on this host, most of all at 500 streams, where the host is near its
+  limit: one run is one sample (docs/delivery.md gives the spread seen).
 
 {chr(10).join(lines)}
 ### What two idle cores could carry (estimate)
