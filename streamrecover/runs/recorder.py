@@ -148,13 +148,16 @@ class RecorderSink(BaseSink):
             "outcome": str(attempt.outcome),
             "request": redact_request(jsonable(attempt.request)),
         }
-        # In the writer's transaction, which holds the run's row (``Fence.write``; unfenced, a
-        # run's one recorder writes its attempts in turn): no other write of this run's
-        # attempts can come between the update and the insert. An
-        # ``update_or_create`` cost a savepoint and a locking read more (and a savepoint for the
-        # insert), twice per attempt, in the one thread a worker's runs share for the ORM.
-        if not Attempt.objects.filter(run_id=self.run_id, index=attempt.index).update(**fields):
-            Attempt.objects.create(run_id=self.run_id, index=attempt.index, **fields)
+        # One upsert on (run, index) (``INSERT ... ON CONFLICT DO UPDATE``): an attempt's start
+        # and its end are one statement each. ``update_or_create`` took a savepoint, a locking
+        # read and, at the start, a savepoint for the insert: all of it in the one thread a
+        # worker's runs share for the ORM, where each statement waits for the GIL.
+        Attempt.objects.bulk_create(
+            [Attempt(run_id=self.run_id, index=attempt.index, **fields)],
+            update_conflicts=True,
+            unique_fields=["run", "index"],
+            update_fields=list(fields),
+        )
         if attempt.ended_at is not None:
             self._refresh_totals()
 
