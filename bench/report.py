@@ -116,8 +116,8 @@ def _settle() -> float:
     """Wait until the machine has calmed down after the previous configuration (its processes'
     exit, the database's autovacuum of the rows it wrote): each configuration starts from about
     the same quiet machine, not from where the one before it left it (run right after the
-    others, 500 x 10/s measured a p99 of 156 and 270 ms in two reports, and 63 to 110 ms in
-    nine runs alone the same hour)."""
+    others, 500 x 10/s measured a p99 of 156 and 270 ms in two reports; runs of it alone the
+    same hour were mostly under 150 ms: docs/delivery.md gives the spread)."""
     start = time.monotonic()
     while os.getloadavg()[0] > SETTLE_LOAD and time.monotonic() - start < SETTLE_MAX_S:
         time.sleep(2)

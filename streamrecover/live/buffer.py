@@ -148,9 +148,7 @@ class InMemoryFrameBuffer:
             kept.expires_at = None
 
     async def last_seq(self, run_id: str) -> int:
-        with self._lock:
-            kept = self._get(run_id)
-            return kept.state.seq if kept else 0
+        return (await self.last_seqs([run_id]))[run_id]
 
     async def last_seqs(self, run_ids: list[str]) -> dict[str, int]:
         with self._lock:
@@ -347,11 +345,7 @@ class RedisFrameBuffer:
             raise
 
     async def last_seq(self, run_id: str) -> int:
-        if run_id in self._writing:
-            return self._writing[run_id].seq
-        _, frames_key = self.keys(run_id)
-        last = await self._redis().xrevrange(frames_key, count=1)
-        return frame_span(_decode_entries(last)[0])[1] if last else 0
+        return (await self.last_seqs([run_id]))[run_id]
 
     async def last_seqs(self, run_ids: list[str]) -> dict[str, int]:
         """``last_seq`` of many runs in one round trip: each stream's last entry id (``<seq>-0``),

@@ -111,13 +111,6 @@ def tools_for_run(run: Run) -> ToolRegistry:
     return demo_registry() if run.options.get("demo_tools") else ToolRegistry()
 
 
-def _load(run_id: str) -> tuple[Run, list[dict[str, Any]], int, int]:
-    """The run, its thread's committed messages, its attempts and its committed turns so far."""
-    run = Run.objects.select_related("thread").get(pk=run_id)
-    turns = Message.objects.filter(run=run, role=Message.Role.ASSISTANT).count()
-    return run, Message.objects.of_thread(run.thread_id).canonical(), Attempt.objects.of_run(run.pk).count(), turns
-
-
 def _claim(run_id: str, worker: str) -> Run | None:
     """The run's claim, on a connection that works (``_close_broken_connections`` first)."""
     _close_broken_connections()
@@ -137,7 +130,12 @@ class _Inputs:
 
 
 def _inputs(run_id: str, provider_override: ProviderConfig | None) -> _Inputs:
-    run, messages, consumed, turns = _load(run_id)
+    """The run, its thread's committed messages, its attempts and committed turns so far, and
+    its provider and failover."""
+    run = Run.objects.select_related("thread").get(pk=run_id)
+    turns = Message.objects.filter(run=run, role=Message.Role.ASSISTANT).count()
+    messages = Message.objects.of_thread(run.thread_id).canonical()
+    consumed = Attempt.objects.of_run(run.pk).count()
     config = provider_for_run(run, consumed, provider_override)
     return _Inputs(run, messages, consumed, turns, config, failover_for_run(run))
 
