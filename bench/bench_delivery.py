@@ -358,10 +358,12 @@ class _RssPeak:
         self._thread.join()
 
 
-def _checkpoint_writes(logs: Path, tag: str) -> int:
-    total = 0
+def _counts(logs: Path, tag: str) -> dict[str, int]:
+    """The workers' counters (``bench.counters``), summed over the worker processes."""
+    total: dict[str, int] = {}
     for path in logs.glob(f"{tag}-counts-*.json"):
-        total += int(json.loads(path.read_text()).get("checkpoint_writes", 0))
+        for name, value in json.loads(path.read_text()).items():
+            total[name] = total.get(name, 0) + int(value)
     return total
 
 
@@ -522,7 +524,8 @@ def run_config(
         rss[0].stop()
         time.sleep(1.2)  # the counters are written every second
         result = _analyse(config, results)
-        writes = _checkpoint_writes(logs, tag)
+        counts = _counts(logs, tag)
+        writes = counts.get("checkpoint_writes", 0)
         result.update(
             config=config,
             load_before=load_before,
@@ -536,6 +539,7 @@ def run_config(
             memory_per_stream_bytes=(rss[0].peak - rss[0].base) * 1024 * 1024 / config.runs,
             checkpoint_writes=writes,
             checkpoint_writes_per_run_s=writes / max(1e-9, config.runs * max(result["mean_span_s"], 1e-9)),
+            frames_per_redis_call=counts.get("outbox_frames", 0) / max(1, counts.get("outbox_calls", 0)),
         )
     finally:
         for process in [*workers, daphne, fake]:
@@ -635,7 +639,8 @@ def main(argv: list[str] | None = None) -> None:
             f"   memory/stream {result['memory_per_stream_bytes'] / 1024:.0f} KiB "
             f"(text {result['text_bytes_per_run']:.0f} B), "
             f"checkpoint writes/s/run {result['checkpoint_writes_per_run_s']:.2f}, wall {result['wall_s']:.1f} s, "
-            f"frames {result['frames']:,} for {result['deltas']:,} deltas",
+            f"frames {result['frames']:,} for {result['deltas']:,} deltas, "
+            f"frames per Redis call {result['frames_per_redis_call']:.1f}",
             flush=True,
         )
         for line in result["stuck"]:

@@ -1,6 +1,8 @@
-"""Counts of a worker's checkpoint writes, written to a file every second (``BENCH_COUNTS``).
+"""A worker's checkpoint writes and outbox calls (frames per Redis call), to a file every second.
 
-The engine's ``CheckpointWriter.write`` is wrapped in the worker process only (by
+The file is ``BENCH_COUNTS`` (``{pid}`` replaced).
+
+The engine's ``CheckpointWriter.write`` and the outbox's send are wrapped in the worker process only (by
 ``bench.delivery_settings``); the bench reads the files after the run.
 """
 
@@ -14,11 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-COUNTS: dict[str, int] = {"checkpoint_writes": 0}
+COUNTS: dict[str, int] = {"checkpoint_writes": 0, "outbox_calls": 0, "outbox_frames": 0}
 
 
 def install(target: str) -> None:
     from streamrecover.engine.checkpoint import CheckpointWriter
+    from streamrecover.live.outbox import Outbox
 
     original = CheckpointWriter.write
 
@@ -28,6 +31,15 @@ def install(target: str) -> None:
         await original(self, checkpoint)
 
     CheckpointWriter.write = write  # type: ignore[method-assign]
+    send = Outbox._send
+
+    @functools.wraps(send)
+    async def send_counted(self: Any, batch: list[Any]) -> None:
+        COUNTS["outbox_calls"] += 1
+        COUNTS["outbox_frames"] += len(batch)
+        await send(self, batch)
+
+    Outbox._send = send_counted  # type: ignore[method-assign]
     out = Path(target.replace("{pid}", str(os.getpid())))
 
     def dump() -> None:

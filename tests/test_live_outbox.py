@@ -25,7 +25,7 @@ from streamrecover.models import Run
 from streamrecover.runs import lifecycle
 from streamrecover.runs.fence import Fence
 from streamrecover.runs.loop import on_shared_loop, run_on_shared_loop
-from streamrecover.runs.watch import watch
+from streamrecover.runs.watch import _beat, watch
 
 from .factories import make_user
 
@@ -156,3 +156,30 @@ async def test_one_watcher_beats_every_run_and_cancels_only_the_run_asked_to_sto
         for task in [*watchers, *running]:
             task.cancel()
         await asyncio.gather(*watchers, *running, return_exceptions=True)
+
+
+@pytest.mark.django_db
+def test_one_heartbeat_statement_beats_runs_of_every_claim_epoch_and_names_the_lost_ones(
+    django_assert_num_queries: Any,
+) -> None:
+    user = make_user()
+    runs = [lifecycle.create_run(prompt=f"story {i}", owner=user) for i in range(12)]
+    fences = []
+    for run in runs:
+        claimed = lifecycle.claim_run(str(run.pk), "worker-a")
+        assert claimed is not None
+        fences.append(Fence(str(run.pk), claimed.claim_epoch, 10.0))
+    # runs 0-3 were resumed by a later claim (a later epoch, still theirs); run 11's was taken over
+    for index in range(4):
+        Run.objects.filter(pk=runs[index].pk).update(claim_epoch=F("claim_epoch") + 2)
+        fences[index] = Fence(str(runs[index].pk), fences[index].epoch + 2, 10.0)
+    Run.objects.filter(pk=runs[11].pk).update(claim_epoch=F("claim_epoch") + 1)
+    Run.objects.filter(pk__in=[r.pk for r in runs]).update(heartbeat_at=None)
+
+    with django_assert_num_queries(1):  # every claim current: one UPDATE, whatever the run count
+        assert _beat(fences[:11]) == set()
+    assert _beat(fences) == {str(runs[11].pk)}
+
+    beaten = dict(Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("pk", "heartbeat_at"))
+    assert all(beaten[r.pk] is not None for r in runs[:11])
+    assert beaten[runs[11].pk] is None  # a lost claim's heartbeat is never written

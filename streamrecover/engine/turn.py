@@ -32,7 +32,7 @@ from .continuation import (
     strategy_for,
     summary,
 )
-from .contract import ModelRequest, ResumableAdapter, ResumableParser, ResumePoint, Strategy
+from .contract import ModelRequest, ResumePoint, Strategy, follows_cursor, resumes_natively
 from .errors import ErrorClass, InterruptCause, RequestFailed, StreamInterrupted
 from .plan import PlanKind, RecoveryPlan, native_plan, plan
 from .protocol import FrameKind, RunStatus
@@ -192,7 +192,7 @@ class TurnRunner:
         native = self.native
         budgeted: ModelRequest | None = None
         if native is not None:
-            assert isinstance(self.ctx.adapter, ResumableAdapter)
+            assert resumes_natively(self.ctx.adapter)
             http_request = self.ctx.adapter.resume_request(native)
         else:
             messages = continuation_messages(self.request.messages, self.prefix, self.strategy)
@@ -435,9 +435,7 @@ class TurnRunner:
         """Where the broken response can be re-attached, when the provider's setting allows it
         and the blocks hold exactly its state there (not while a continuation's seam is open)."""
         adapter, parser = self.ctx.adapter, self.translator.parser
-        if not isinstance(adapter, ResumableAdapter) or not adapter.native_resume:
-            return None
-        if not isinstance(parser, ResumableParser):
+        if not resumes_natively(adapter) or not follows_cursor(parser):
             return None
         joiner = self.translator.joiner
         if joiner is not None and not joiner.decided:
@@ -450,11 +448,11 @@ class TurnRunner:
         """A cancelled run stops its background response too, which would otherwise go on
         generating (and being billed) with nobody reading it. Best effort, briefly."""
         adapter, parser, transport = self.ctx.adapter, self.translator.parser, self.ctx.transport
-        if not isinstance(adapter, ResumableAdapter) or not adapter.native_resume or transport is None:
+        if not resumes_natively(adapter) or transport is None:
             return
         point = (
             parser.resume_point(self.native.response_id if self.native else None)
-            if isinstance(parser, ResumableParser)
+            if follows_cursor(parser)
             else self.native
         )
         if point is None:
@@ -635,7 +633,7 @@ class TurnRunner:
     def _checkpoint_point(self, checkpoint: Checkpoint) -> ResumePoint | None:
         native = checkpoint.native
         adapter = self.ctx.adapter
-        if not native or not isinstance(adapter, ResumableAdapter) or not adapter.native_resume:
+        if not native or not resumes_natively(adapter):
             return None
         response_id, after = native.get("response_id"), native.get("after")
         if not isinstance(response_id, str) or type(after) is not int:

@@ -47,9 +47,15 @@ def _beat(fences: list[Fence]) -> set[str]:
     live = [f for f in fences if not f.lost]
     if not live:
         return set()
-    current = Q()
+    # One ``pk IN (...)`` per claim epoch, not one ``(pk, epoch)`` pair per run: almost every
+    # run is on its first claim, and building a condition of hundreds of OR'd pairs held the
+    # GIL for ~16 ms at 250 runs, against ~1 ms for this (the loop's frames wait meanwhile).
+    by_epoch: dict[int, list[str]] = {}
     for fence in live:
-        current |= Q(pk=fence.run_id, claim_epoch=fence.epoch)
+        by_epoch.setdefault(fence.epoch, []).append(fence.run_id)
+    current = Q()
+    for epoch, run_ids in by_epoch.items():
+        current |= Q(pk__in=run_ids, claim_epoch=epoch)
     if Run.objects.filter(current).update(heartbeat_at=timezone.now()) == len(live):
         return set()
     held = {str(pk) for pk in Run.objects.filter(current).values_list("pk", flat=True)}
@@ -70,8 +76,9 @@ class Watcher:
         self._last_beat = 0.0
 
     def add(self, cancel: CancelToken, fence: Fence, running: asyncio.Task[Any]) -> None:
+        # No beat of its own: its claim wrote its heartbeat a moment ago. (Beating every run at
+        # each arrival made a burst of run starts beat all of them four times a second.)
         self.runs[fence.run_id] = _Watched(cancel, fence, running)
-        self._last_beat = 0.0  # beat at the next tick: the new run is alive
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._poll())
 
