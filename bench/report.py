@@ -184,7 +184,8 @@ def delivery(quick: bool) -> str:
         memory.append(
             f"| {r['config'].name} | {per / 1024:.0f} KiB | {text:,.0f} B | {_ratio(per, 2 * text)} of the goal "
             f"(2 × text: {_ok(per <= 2 * text)}) | {r['checkpoint_writes_per_run_s']:.2f} "
-            f"(goal ≤ 4: {_ok(r['checkpoint_writes_per_run_s'] <= 4)}) | {r['rss_base_mib']:.0f} → "
+            f"(goal ≤ 4: {_ok(r['checkpoint_writes_per_run_s'] <= 4)}) | {r['frames_per_redis_call']:.1f} "
+            f"| {r['rss_base_mib']:.0f} → "
             f"{r['rss_peak_mib']:.0f} MiB |"
         )
     per_delta = main["worker_us_per_delta"] + main["daphne_us_per_delta"]
@@ -302,12 +303,15 @@ this machine at commit 202b999 (100 streams × 30/s, load average 0.7 → 3.4):
 
 ### Memory and checkpoint writes per active stream
 
-Worker memory per stream: the workers' peak RSS growth while the streams ran, over the streams;
+Worker memory per stream: the workers' RSS growth from before the streams to its peak while they
+ran (the RSS column), over the streams;
 against the stream's committed text (UTF-8 JSON). Checkpoint writes: counted in the worker
-(`CheckpointWriter.write`), per run per second of its span.
+(`CheckpointWriter.write`), per run per second of its span. Frames per Redis call: the frames
+each of the workers' outbox script calls carried, on average (every run's frames on a worker's
+loop leave together, one call per round trip), in the "frames per call" column.
 
-| load | memory per stream | text per stream | ratio to 2 × text | checkpoint writes/s/run | worker RSS |
-|---|---|---|---|---|---|
+| load | memory per stream | text per stream | ratio to 2 × text | checkpoint writes/s/run | frames per call | RSS |
+|---|---|---|---|---|---|---|
 {chr(10).join(memory)}
 
 Cut streams (`faults` row: every 2nd stream's connection cut once after 4,000 bytes, R1): of the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,8 @@ def test_delivery_bench_runs_every_process_and_checks_the_rebuild() -> None:
     assert "memory/stream" in proc.stdout
     assert "by phase: start" in proc.stdout
     assert "checkpoint writes/s/run" in proc.stdout
+    (per_call,) = re.findall(r"frames per Redis call ([0-9.]+)", proc.stdout)
+    assert float(per_call) >= 1  # the worker's outbox calls were counted, each with a frame or more
 
 
 @pytest.mark.services
