@@ -250,3 +250,27 @@ def test_a_resumed_run_counts_the_turns_already_committed_against_max_turns(wire
     assert (again.status, (again.error or {}).get("kind")) == (Run.Status.FAILED, "max_turns")
     assert _provider_calls() == calls  # no second turn: MAX_TURNS is the run's, not each worker's
     assert [m["role"] for m in _thread(run)] == ["user", "assistant", "user"]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "roles"), [(STORY, ["user", "assistant"]), (WEATHER, ["user", "assistant", "user", "assistant"])]
+)
+def test_each_committed_message_is_written_once_and_the_answer_with_the_runs_end(prompt, roles, monkeypatch):
+    """The final answer goes in the settling transaction; the recorder, told of it afterwards as
+    every sink is, does not open another to find it there. Earlier turns' messages (a tool call,
+    its results) are written as they are committed."""
+    from streamrecover.runs import recorder
+
+    written: list[tuple[str, int]] = []
+    real = recorder.write_message
+
+    def counted(thread_id: int, run_id: Any, message: dict[str, Any], position: int) -> None:
+        written.append((message["role"], position))
+        real(thread_id, run_id, message, position)
+
+    monkeypatch.setattr(recorder, "write_message", counted)
+    monkeypatch.setattr(lifecycle, "write_message", counted)
+    run = _completed(prompt, MODELS["anthropic"], demo_tools=True)
+    committed = _thread(run)
+    assert [m["role"] for m in committed] == roles
+    assert written == [(role, position) for position, role in enumerate(roles) if position > 0]

@@ -111,10 +111,14 @@ def tools_for_run(run: Run) -> ToolRegistry:
     return demo_registry() if run.options.get("demo_tools") else ToolRegistry()
 
 
-def _claim(run_id: str, worker: str) -> Run | None:
-    """The run's claim, on a connection that works (``_close_broken_connections`` first)."""
+def _claim(run_id: str, worker: str, provider_override: ProviderConfig | None) -> _Inputs | None:
+    """The run's claim and what it needs to stream, in one hop to the ORM thread (at a burst of
+    run starts each hop waits its turn for that thread and then for the GIL, while the loop
+    relays the other runs' frames), on a connection that works (``_close_broken_connections``
+    first). None when the run is not claimed."""
     _close_broken_connections()
-    return lifecycle.claim_run(run_id, worker)
+    run = lifecycle.claim_run(run_id, worker)
+    return _inputs(run, provider_override) if run is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +133,15 @@ class _Inputs:
     failover: Failover | None
 
 
-def _inputs(run_id: str, provider_override: ProviderConfig | None) -> _Inputs:
-    """The run, its thread's committed messages, its attempts and committed turns so far, and
-    its provider and failover."""
-    run = Run.objects.select_related("thread").get(pk=run_id)
-    turns = Message.objects.filter(run=run, role=Message.Role.ASSISTANT).count()
+def _inputs(run: Run, provider_override: ProviderConfig | None) -> _Inputs:
+    """The claimed run's thread's committed messages, its attempts and committed turns so far,
+    and its provider and failover."""
+    # A first claim (epoch 1) has nothing of its own yet: attempts and answers are written
+    # only under a claim, and a sweep or re-queue raises the epoch too.
+    first = run.claim_epoch == 1
+    turns = 0 if first else Message.objects.filter(run=run, role=Message.Role.ASSISTANT).count()
     messages = Message.objects.of_thread(run.thread_id).canonical()
-    consumed = Attempt.objects.of_run(run.pk).count()
+    consumed = 0 if first else Attempt.objects.of_run(run.pk).count()
     config = provider_for_run(run, consumed, provider_override)
     return _Inputs(run, messages, consumed, turns, config, failover_for_run(run))
 
@@ -181,9 +187,10 @@ async def execute_run(
     # broke (a database restart, a terminated backend, a run that crashed mid-query) is closed
     # before this run's first query (``_claim``), instead of failing every later run of this
     # process.
-    run = await sync_to_async(_claim)(run_id, worker)
-    if run is None:
+    inputs = await sync_to_async(_claim)(run_id, worker, provider_override)
+    if inputs is None:
         return None
+    run = inputs.run
     fence = Fence(str(run.pk), run.claim_epoch, lease_seconds())
     running = asyncio.current_task()
     assert running is not None
@@ -197,7 +204,7 @@ async def execute_run(
         deferred.deferring() as settled,
     ):
         try:
-            result = await _execute_claimed(run_id, fence, running, live, extra_sinks, tools, provider_override)
+            result = await _execute_claimed(inputs, fence, running, live, extra_sinks, tools)
         except ClaimLost:
             fence.lost = True
         except asyncio.CancelledError:
@@ -220,17 +227,13 @@ async def _release_connections() -> None:
 
 
 async def _execute_claimed(
-    run_id: str,
+    inputs: _Inputs,
     fence: Fence,
     running: asyncio.Task[Any],
     live: OpenLive | None,
     extra_sinks: Sequence[RunSink],
     tools: ToolRegistry | None,
-    provider_override: ProviderConfig | None,
 ) -> RunResult:
-    # One hop to the ORM thread for all of it: at a burst of run starts each hop waits its turn
-    # for that thread and then for the GIL, while the loop relays the other runs' frames.
-    inputs = await sync_to_async(_inputs)(run_id, provider_override)
     run, messages, consumed, turns = inputs.run, inputs.messages, inputs.consumed, inputs.turns
     options = run.options
     engine = app_settings.engine_config()
@@ -270,13 +273,9 @@ async def _execute_claimed(
                 # is invisible from here: one seq is left out, so every client sees a gap and
                 # takes a snapshot, which has whatever that claim committed.
                 start_seq += 1
+            recorder = RecorderSink.for_run(run, fence)
             sink = FencedSink(
-                FanOutSink(
-                    RunStatusSink(str(run.pk), fence),
-                    *delivering,
-                    *extra_sinks,
-                    store=RecorderSink.for_run(run, fence),
-                ),
+                FanOutSink(RunStatusSink(str(run.pk), fence), *delivering, *extra_sinks, store=recorder),
                 fence,
             )
             watcher = asyncio.ensure_future(watch(fence, cancel, running))  # heartbeat, cancel
@@ -295,7 +294,7 @@ async def _execute_claimed(
                     seq=start_seq,
                     attempts=consumed,
                     turns=turns,
-                    settle=functools.partial(_settle, fence),
+                    settle=functools.partial(_settle, fence, recorder),
                     provider_name=run.provider,
                     failover=inputs.failover,
                 )
@@ -323,8 +322,9 @@ def _abandon(channel: LiveSink) -> None:
         abandon()
 
 
-async def _settle(fence: Fence, settlement: Settlement) -> None:
-    """The run's end and its final answer, in one transaction (``lifecycle.finish``)."""
+async def _settle(fence: Fence, recorder: RecorderSink, settlement: Settlement) -> None:
+    """The run's end and its final answer, in one transaction (``lifecycle.finish``); the
+    recorder, told of the answer next as every sink is, then knows it is stored."""
     error = settlement.error or {}
     settle = functools.partial(
         lifecycle.finish,
@@ -340,3 +340,5 @@ async def _settle(fence: Fence, settlement: Settlement) -> None:
     # a connection terminated under the settlement: once more on a fresh one (it is one
     # transaction, and storing the answer twice stores it once)
     await sync_to_async(again_on_a_fresh_connection)(settle)
+    if settlement.message is not None:
+        recorder.stored(settlement.position)

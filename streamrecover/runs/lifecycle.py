@@ -164,12 +164,14 @@ def claim_run(run_id: str, worker: str | None = None) -> Run | None:
         run.worker = worker
         run.heartbeat_at = now
         run.started_at = run.started_at or now
-        run.save()
-        # Attempts an earlier claim left open (its worker died or was fenced out) end here: they
-        # can stream nothing more into this run, and its attempts never overlap the new ones.
-        Attempt.objects.filter(run=run, outcome=AttemptOutcome.PENDING).update(
-            outcome=AttemptOutcome.INTERRUPTED, error_kind="worker_lost", ended_at=now
-        )
+        run.save(update_fields=["claims", "claim_epoch", "status", "worker", "heartbeat_at", "started_at"])
+        if run.claim_epoch > 1:
+            # Attempts an earlier claim left open (its worker died or was fenced out) end here:
+            # they can stream nothing more into this run, and its attempts never overlap the new
+            # ones. (Epoch 1 is a run's first claim: no earlier one made attempts.)
+            Attempt.objects.filter(run=run, outcome=AttemptOutcome.PENDING).update(
+                outcome=AttemptOutcome.INTERRUPTED, error_kind="worker_lost", ended_at=now
+            )
     return run
 
 
@@ -212,16 +214,21 @@ def finish(
     With a fence, only while its claim is current (else ``ClaimLost``, nothing written).
     """
     with transaction.atomic():
+        # One locking read: with a fence it is also the claim's check (``Fence.hold``'s).
         if fence is not None:
-            fence.hold()
-        run = Run.objects.select_for_update().get(pk=run_id)
+            fence.check()
+            run = Run.objects.select_for_update().filter(pk=run_id, claim_epoch=fence.epoch).first()
+            if run is None:
+                raise fence.lose()
+        else:
+            run = Run.objects.select_for_update().get(pk=run_id)
         if message is not None:
             write_message(run.thread_id, run.pk, message, position)
         run.status = status
         run.error_kind = error_kind
         run.error_message = error_message
         run.finished_at = timezone.now()
-        run.save()
+        run.save(update_fields=["status", "error_kind", "error_message", "finished_at"])
         if notices:  # for the thread's next user message (create_run)
             thread = Thread.objects.select_for_update().get(pk=run.thread_id)
             kept = [{key: notice.get(key) for key in ("id", "name", "reason")} for notice in notices]

@@ -94,6 +94,7 @@ class RecorderSink(BaseSink):
         self.provider = provider
         self.model = model
         self.fence = fence
+        self._stored: set[int] = set()  # positions of messages stored with the run's end
 
     @classmethod
     def for_run(cls, run: Run, fence: Fence | None = None) -> RecorderSink:
@@ -171,8 +172,15 @@ class RecorderSink(BaseSink):
         )
         Run.objects.filter(pk=self.run_id).update(**totals)
 
+    def stored(self, position: int) -> None:
+        """The message at ``position`` was stored with the run's end (``lifecycle.finish``):
+        told of it next, as every sink is, the recorder has nothing to write."""
+        self._stored.add(position)
+
     async def on_message(self, message: dict[str, Any], position: int) -> None:
         """Write the committed message once; a retried write finds it and changes nothing."""
+        if position in self._stored:
+            return  # a transaction of its own would only find it there
         await self._write(lambda: write_message(self.thread_id, self.run_id, message, position))
 
 
