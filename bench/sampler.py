@@ -4,7 +4,10 @@ cProfile sees one thread and slows it several times; a worker serving many runs 
 time across threads and event loops. This samples ``sys._current_frames()`` every few
 milliseconds from a daemon thread and counts, per function, the samples in which it was on
 some thread's stack (inclusive) and at its top (self). Threads parked in a wait (a selector,
-a lock, a queue) are left out, so the counts approximate CPU time. Started by
+a lock, a queue) are left out, so the counts approximate CPU time, with a bias: the sampler
+itself runs only when it holds the GIL, mostly while the other threads are in system calls
+(which release it), so socket sends and receives are over-counted. ``py-spy record --gil``
+(outside the process, only the thread that holds the GIL) is the unbiased view. Started by
 ``bench.delivery_settings`` when ``BENCH_PROFILE`` names an output file; the report is
 rewritten every few seconds, so a worker stopped by a signal still leaves one.
 """
