@@ -5,9 +5,11 @@ runs a hundred threads fighting for the GIL, each loop with its own Redis and HT
 connections, every frame its own round trips. Instead the process starts one loop in a
 daemon thread on first use; a task submits its run's coroutine to it and blocks its own
 thread (its Celery slot) until the run ends. Blocked threads cost nothing; the loop
-interleaves the runs, and per-loop machinery (the live outbox, Redis clients, the
-provider's connection pool) is shared by all of them. A forked child (Celery's prefork
-pool) starts its own loop: a loop never crosses a fork.
+interleaves the runs, and per-loop machinery (the live outbox, the Redis clients, the
+heartbeat and cancel watcher) is shared by all of them. Each run still opens its own HTTP
+client to the provider, so a broken connection (or an HTTP/2 GOAWAY) is one run's break, not
+every run's on a shared connection. A forked child (Celery's prefork pool) starts its own
+loop: a loop never crosses a fork.
 """
 
 from __future__ import annotations
