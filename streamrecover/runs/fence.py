@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..engine.errors import ClaimLost
@@ -65,8 +66,20 @@ class Fence:
         """Inside a transaction: lock the run's row and raise ``ClaimLost`` unless this claim
         is the current one. The row stays locked until the transaction ends."""
         self.check()
-        if not Run.objects.select_for_update().filter(pk=self.run_id, claim_epoch=self.epoch).exists():
+        if not self._held().exists():
             raise self.lose()
+
+    def held_run(self) -> Run:
+        """``hold``, reading the run's row in the same locking read (for a write that needs it)."""
+        self.check()
+        run = self._held().first()
+        if run is None:
+            raise self.lose()
+        return run
+
+    def _held(self) -> QuerySet[Run]:
+        """The run's row at this claim's epoch, to be locked."""
+        return Run.objects.select_for_update().filter(pk=self.run_id, claim_epoch=self.epoch)
 
     def write(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` (database writes) in one transaction, only while this claim is current;

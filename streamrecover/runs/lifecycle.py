@@ -214,14 +214,8 @@ def finish(
     With a fence, only while its claim is current (else ``ClaimLost``, nothing written).
     """
     with transaction.atomic():
-        # One locking read: with a fence it is also the claim's check (``Fence.hold``'s).
-        if fence is not None:
-            fence.check()
-            run = Run.objects.select_for_update().filter(pk=run_id, claim_epoch=fence.epoch).first()
-            if run is None:
-                raise fence.lose()
-        else:
-            run = Run.objects.select_for_update().get(pk=run_id)
+        # One locking read: with a fence it is also the claim's check.
+        run = fence.held_run() if fence is not None else Run.objects.select_for_update().get(pk=run_id)
         if message is not None:
             write_message(run.thread_id, run.pk, message, position)
         run.status = status

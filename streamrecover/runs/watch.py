@@ -76,8 +76,8 @@ class Watcher:
         self._last_beat = 0.0
 
     def add(self, cancel: CancelToken, fence: Fence, running: asyncio.Task[Any]) -> None:
-        # No beat of its own: its claim wrote its heartbeat a moment ago. (Beating every run at
-        # each arrival made a burst of run starts beat all of them four times a second.)
+        # No beat of its own: its claim wrote its heartbeat a moment ago (a beat at each arrival
+        # beat every run of the loop again at the next tick).
         self.runs[fence.run_id] = _Watched(cancel, fence, running)
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._poll())
