@@ -17,6 +17,7 @@ Three rules, applied where each is safe:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -47,6 +48,16 @@ def configured_secrets() -> list[str]:
         return app_settings.secret_values()
     except Exception:
         return []
+
+
+def json_holds_secret(text: str, secrets: Iterable[str]) -> bool:
+    """Whether any of ``secrets`` (long enough to be cut) appears in the JSON ``text``.
+
+    A string's JSON form escapes it character by character, so a secret inside any string of
+    the document appears in ``text`` in its own JSON form: one substring test per secret tells
+    whether ``cut_secrets`` would change anything, without walking and copying the document.
+    """
+    return any(len(secret) >= _MIN_SECRET_LEN and json.dumps(secret)[1:-1] in text for secret in secrets)
 
 
 def redact_text(text: str, secrets: Iterable[str] | None = None, *, patterns: bool = True) -> str:

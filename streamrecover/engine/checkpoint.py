@@ -12,6 +12,7 @@ claim was taken over can neither overwrite nor delete the new owner's checkpoint
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -42,6 +43,10 @@ class Checkpoint:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def to_json(self) -> str:
+        """``to_dict`` as compact JSON, without its deep copy: encoded at once, nothing to protect."""
+        return json.dumps({name: getattr(self, name) for name in self.__dataclass_fields__}, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Checkpoint:

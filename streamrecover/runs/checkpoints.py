@@ -34,8 +34,9 @@ from ..conf import app_settings
 from ..engine.checkpoint import Checkpoint, CheckpointStore, InMemoryCheckpointStore
 from ..engine.errors import ClaimLost
 from ..models import Run, StreamCheckpoint
-from ..redaction import cut_secrets
+from ..redaction import configured_secrets, cut_secrets, json_holds_secret
 from ..redisclients import shared_async_client
+from .checkpoint_puts import CheckpointPuts
 from .fence import Fence
 
 if TYPE_CHECKING:  # redis is the distributed extra: imported only where a Redis store is used
@@ -60,7 +61,19 @@ def _hold(run_uuid: uuid.UUID, epoch: int) -> None:
 
 
 def _scrubbed(checkpoint: Checkpoint) -> dict[str, Any]:
-    return cut_secrets(checkpoint.to_dict())
+    return cast(dict[str, Any], cut_secrets(checkpoint.to_dict()))
+
+
+def _encoded(checkpoint: Checkpoint) -> str:
+    """The checkpoint as stored in Redis: compact JSON, configured API keys cut out.
+
+    Walking and copying the checkpoint to look for a key was most of a write's cost; the
+    encoded text is searched instead, and walked only when a key is in it."""
+    text = checkpoint.to_json()
+    secrets = configured_secrets()
+    if json_holds_secret(text, secrets):
+        text = json.dumps(cut_secrets(checkpoint.to_dict(), secrets=secrets), separators=(",", ":"))
+    return text
 
 
 def _run_uuid(run_id: str) -> uuid.UUID | None:
@@ -150,7 +163,8 @@ class RedisCheckpointStore:
 
     Fenced calls (an ``epoch``) run as Lua scripts that compare and raise the run's highest
     epoch (``fence_key``) and write in one step, so no write of an older claim can land after
-    a newer claim's first read or write.
+    a newer claim's first read or write. Writes of all the runs on a loop leave together, one
+    script call per round trip (``checkpoint_puts``).
     """
 
     def __init__(
@@ -168,6 +182,7 @@ class RedisCheckpointStore:
         self._connect_timeout_s = connect_timeout_s
         self._timeout_s = timeout_s
         self._client: Redis | None = None
+        self._puts: CheckpointPuts | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
@@ -197,23 +212,20 @@ class RedisCheckpointStore:
                 socket_timeout=self._timeout_s,
                 retry=Retry(NoBackoff(), 1),
             )
+            self._puts = CheckpointPuts(self._client, self.index_key, max(1, math.ceil(self.ttl_s)), FENCE_TTL_S)
             self._loop = loop
         return self._client
 
+    def _batched(self) -> CheckpointPuts:
+        self._redis()
+        assert self._puts is not None
+        return self._puts
+
     async def put(self, checkpoint: Checkpoint) -> None:
-        value = json.dumps(_scrubbed(checkpoint), separators=(",", ":"))
-        ttl = max(1, math.ceil(self.ttl_s))
-        run_id = checkpoint.run_id
-        if checkpoint.epoch:
-            keys = [self.key(run_id), self.fence_key(run_id), self.index_key]
-            done = await self._redis().eval(_PUT, 3, *keys, checkpoint.epoch, value, ttl, run_id, FENCE_TTL_S)
-            if not done:
-                raise _refused(run_id, checkpoint.epoch)
-            return
-        async with self._redis().pipeline(transaction=True) as pipe:
-            pipe.set(self.key(run_id), value, ex=ttl)
-            pipe.sadd(self.index_key, run_id)
-            await pipe.execute()
+        run_id, epoch = checkpoint.run_id, checkpoint.epoch
+        # with every other write of this loop's runs, in one call (``checkpoint_puts``)
+        if not await self._batched().put(self.key(run_id), self.fence_key(run_id), run_id, epoch, _encoded(checkpoint)):
+            raise _refused(run_id, epoch)
 
     async def get(self, run_id: str, *, epoch: int | None = None) -> Checkpoint | None:
         if epoch:
@@ -228,6 +240,7 @@ class RedisCheckpointStore:
     async def delete(self, run_id: str, *, epoch: int | None = None) -> None:
         from redis.exceptions import ConnectionError, TimeoutError
 
+        await self._batched().barrier()  # a put staged before this delete lands before it
         for delay in (*DELETE_RETRY_DELAYS_S, None):
             try:
                 if epoch:
@@ -276,21 +289,13 @@ class RedisCheckpointStore:
 
     async def aclose(self) -> None:
         if self._client is not None:
+            if self._puts is not None and self._loop is asyncio.get_running_loop():
+                await self._puts.barrier()
             await self._client.aclose()
             self._client = None
+            self._puts = None
             self._loop = None
 
-
-# KEYS: checkpoint, fence, index. ARGV: epoch, value, ttl, run id, fence ttl. 0: an older claim.
-_PUT = """
-local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
-local epoch = tonumber(ARGV[1])
-if seen > epoch then return 0 end
-if epoch > seen then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[5]) end
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-redis.call('SADD', KEYS[3], ARGV[4])
-return 1
-"""
 
 # KEYS: checkpoint, fence. ARGV: epoch, fence ttl. Raises the fence, returns the checkpoint.
 _GET = """
