@@ -363,8 +363,26 @@ def _counts(logs: Path, tag: str) -> dict[str, int]:
     total: dict[str, int] = {}
     for path in logs.glob(f"{tag}-counts-*.json"):
         for name, value in json.loads(path.read_text()).items():
-            total[name] = total.get(name, 0) + int(value)
+            if isinstance(value, int):
+                total[name] = total.get(name, 0) + value
     return total
+
+
+def _gc_pauses(logs: Path, tag: str, since: float, until: float) -> dict[str, float]:
+    """The workers' garbage collector passes between ``since`` and ``until`` (unix times): how
+    many, the time they stopped a worker in all (ms, summed over the workers) and the longest."""
+    pauses = [
+        (int(generation), microseconds / 1000)
+        for path in logs.glob(f"{tag}-counts-*.json")
+        for at, generation, microseconds in json.loads(path.read_text()).get("gc_passes", [])
+        if since <= at <= until
+    ]
+    return {
+        "passes": len(pauses),
+        "full_passes": sum(1 for generation, _ in pauses if generation == 2),
+        "total_ms": sum(ms for _, ms in pauses),
+        "longest_ms": max((ms for _, ms in pauses), default=0.0),
+    }
 
 
 def _profile_top(logs: Path, tag: str, lines: int = 25) -> str:
@@ -503,9 +521,12 @@ def run_config(
         _warm_up(user, config.workers)
         rss: list[_RssPeak] = []
 
+        phase: list[float] = []
+
         def started() -> None:
             rss.append(_RssPeak([w.pid for w in workers]))
             meter.start()
+            phase.append(time.time())
 
         wall = time.monotonic()
         # The clients keep every frame for the checks afterwards, so this process's heap grows
@@ -520,6 +541,7 @@ def run_config(
             gc.enable()
             gc.unfreeze()
         wall = time.monotonic() - wall
+        phase.append(time.time())
         cpu = meter.stop()
         rss[0].stop()
         time.sleep(1.2)  # the counters are written every second
@@ -540,12 +562,21 @@ def run_config(
             checkpoint_writes=writes,
             checkpoint_writes_per_run_s=writes / max(1e-9, config.runs * max(result["mean_span_s"], 1e-9)),
             frames_per_redis_call=counts.get("outbox_frames", 0) / max(1, counts.get("outbox_calls", 0)),
+            worker_gc=_gc_pauses(logs, tag, phase[0], phase[-1]),
         )
     finally:
         for process in [*workers, daphne, fake]:
             _stop(process)
     result["profile"] = _profile_top(logs, tag) if profile else ""  # Daphne's is dumped as it exits
     return result
+
+
+def gc_summary(pauses: dict[str, float]) -> str:
+    """The measured phase's collector passes in the workers, in a few words."""
+    return (
+        f"{pauses['passes']:.0f} passes ({pauses['full_passes']:.0f} full), {pauses['total_ms']:,.0f} ms in all, "
+        f"longest {pauses['longest_ms']:.0f} ms"
+    )
 
 
 def row(result: dict[str, Any]) -> str:
@@ -643,6 +674,7 @@ def main(argv: list[str] | None = None) -> None:
             f"frames per Redis call {result['frames_per_redis_call']:.1f}",
             flush=True,
         )
+        print(f"   worker garbage collection: {gc_summary(result['worker_gc'])}", flush=True)
         for line in result["stuck"]:
             print(f"   ended early: {line}", flush=True)
         if result["profile"]:

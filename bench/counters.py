@@ -1,4 +1,4 @@
-"""A worker's checkpoint writes and outbox calls (frames per Redis call), to a file every second.
+"""A worker's checkpoint writes, outbox calls (frames per Redis call) and collector passes, to a file each second.
 
 The file is ``BENCH_COUNTS`` (``{pid}`` replaced).
 
@@ -9,6 +9,7 @@ The engine's ``CheckpointWriter.write`` and the outbox's send are wrapped in the
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import threading
@@ -17,6 +18,22 @@ from pathlib import Path
 from typing import Any
 
 COUNTS: dict[str, int] = {"checkpoint_writes": 0, "outbox_calls": 0, "outbox_frames": 0}
+# Every pass of the cyclic garbage collector: [unix time, generation, microseconds the process
+# was stopped]. Timed in wall clock: on a busy host a pass that the kernel preempts stops the
+# process's threads (the loop included) for that long too. The bench keeps the measured phase's.
+GC_PASSES: list[list[float]] = []
+
+
+def _time_gc() -> None:
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        GC_PASSES.append([time.time(), info["generation"], round((time.perf_counter() - started[0]) * 1e6)])
+
+    gc.callbacks.append(on_gc)
 
 
 def install(target: str) -> None:
@@ -40,13 +57,14 @@ def install(target: str) -> None:
         await send(self, batch)
 
     Outbox._send = send_counted  # type: ignore[method-assign]
+    _time_gc()
     out = Path(target.replace("{pid}", str(os.getpid())))
 
     def dump() -> None:
         while True:
             time.sleep(1.0)
             partial = out.with_suffix(".part")
-            partial.write_text(json.dumps(COUNTS))
+            partial.write_text(json.dumps({**COUNTS, "gc_passes": GC_PASSES}))
             partial.replace(out)  # atomic: the bench never reads half a file
 
     threading.Thread(target=dump, name="bench-counters", daemon=True).start()

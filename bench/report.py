@@ -185,6 +185,7 @@ def delivery(quick: bool) -> str:
             f"| {r['config'].name} | {per / 1024:.0f} KiB | {text:,.0f} B | {_ratio(per, 2 * text)} of the goal "
             f"(2 × text: {_ok(per <= 2 * text)}) | {r['checkpoint_writes_per_run_s']:.2f} "
             f"(goal ≤ 4: {_ok(r['checkpoint_writes_per_run_s'] <= 4)}) | {r['frames_per_redis_call']:.1f} "
+            f"| {bd.gc_summary(r['worker_gc'])} "
             f"| {r['rss_base_mib']:.0f} → "
             f"{r['rss_peak_mib']:.0f} MiB |"
         )
@@ -308,10 +309,13 @@ ran (the RSS column), over the streams;
 against the stream's committed text (UTF-8 JSON). Checkpoint writes: counted in the worker
 (`CheckpointWriter.write`), per run per second of its span. Frames per Redis call: the frames
 each of the workers' outbox script calls carried, on average (every run's frames on a worker's
-loop leave together, one call per round trip), in the "frames per call" column.
+loop leave together, one call per round trip), in the "frames/call" column. Garbage
+collection: the cyclic collector's passes in the workers during the measured phase and the wall
+time they stopped a worker (every thread, its loop included), in all and the longest (a pass the
+kernel preempts on a busy host stops the worker that long too), in the "GC" column.
 
-| load | memory per stream | text per stream | ratio to 2 × text | checkpoint writes/s/run | frames per call | RSS |
-|---|---|---|---|---|---|---|
+| load | memory per stream | text per stream | ratio to 2 × text | checkpoint writes/s/run | frames/call | GC | RSS |
+|---|---|---|---|---|---|---|---|
 {chr(10).join(memory)}
 
 Cut streams (`faults` row: every 2nd stream's connection cut once after 4,000 bytes, R1): of the

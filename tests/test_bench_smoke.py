@@ -95,6 +95,12 @@ def test_delivery_bench_runs_every_process_and_checks_the_rebuild() -> None:
     assert "checkpoint writes/s/run" in proc.stdout
     (per_call,) = re.findall(r"frames per Redis call ([0-9.]+)", proc.stdout)
     assert float(per_call) >= 1  # the worker's outbox calls were counted, each with a frame or more
+    (passes, full, total_ms, longest_ms) = re.findall(
+        r"worker garbage collection: ([0-9,]+) passes \(([0-9]+) full\), ([0-9,]+) ms in all, longest ([0-9]+) ms",
+        proc.stdout,
+    )[0]
+    assert int(passes.replace(",", "")) >= int(full)  # the workers' collector passes were timed in the phase
+    assert float(total_ms.replace(",", "")) >= float(longest_ms)
 
 
 @pytest.mark.services

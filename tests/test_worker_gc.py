@@ -1,0 +1,58 @@
+"""A worker process's shared run loop tunes the process's garbage collector as configured."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Starts the shared run loop (as a worker's first run does) in a fresh interpreter on the demo's
+# settings, with WORKER_GC_THRESHOLD as given, and prints the collector's state before and after.
+SCRIPT = """
+import gc, json, os, sys
+os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
+import django
+django.setup()
+from django.conf import settings
+from streamrecover.conf import app_settings
+settings.STREAMRECOVER = {**getattr(settings, "STREAMRECOVER", {}), "WORKER_GC_THRESHOLD": json.loads(sys.argv[1])}
+app_settings.reload()
+before = {"threshold": gc.get_threshold(), "frozen": gc.get_freeze_count()}
+from streamrecover.runs.loop import run_on_shared_loop
+async def one_run():
+    return 1
+assert run_on_shared_loop(one_run()) == 1
+print(json.dumps({"before": before, "after": {"threshold": gc.get_threshold(), "frozen": gc.get_freeze_count()}}))
+"""
+
+
+def _collector_around_first_run(threshold: int | None) -> dict[str, dict[str, list[int] | int]]:
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(threshold)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_the_first_run_freezes_what_is_loaded_and_raises_the_young_threshold() -> None:
+    state = _collector_around_first_run(20_000)
+    assert state["before"]["frozen"] == 0
+    assert state["after"]["frozen"] > 10_000  # Django, Celery's and the app's objects
+    assert state["after"]["threshold"] == [20_000, *state["before"]["threshold"][1:]]  # type: ignore[index]
+
+
+def test_none_leaves_the_collector_alone() -> None:
+    state = _collector_around_first_run(None)
+    assert state["after"] == state["before"]
+
+
+@pytest.mark.parametrize("bad", [0, -5, "many", True, 1.5])
+def test_a_bad_threshold_is_a_clear_settings_error(bad: object) -> None:
+    from streamrecover.conf import validate
+
+    assert any("WORKER_GC_THRESHOLD" in problem for problem in validate({"WORKER_GC_THRESHOLD": bad}))
