@@ -143,10 +143,10 @@ DEFAULTS: dict[str, Any] = {
     # How often a run's WebSocket checks that its client has not fallen behind a run whose
     # frames were lost (a Redis restart): one primary-key read and one buffer read per check.
     "LIVE_CHECK_SECONDS": 5,
-    # A worker process running runs (its shared loop, ``runs.loop``): the collector's first
-    # threshold, and what was alive when the loop started is frozen out of full collections.
-    # None leaves the interpreter's collector as it is.
-    "WORKER_GC_THRESHOLD": 20_000,
+    # The young threshold of the garbage collector of a process serving streams (``gctuning``:
+    # a worker's run loop as it starts, an ASGI server's asgi.py), which also freezes what the
+    # process has loaded out of full passes. None leaves the interpreter's collector as it is.
+    "GC_THRESHOLD": 20_000,
     # The healing endpoint (streamrecover.proxy): which provider serves each wire format.
     "PROXY_ANTHROPIC_PROVIDER": "anthropic",
     "PROXY_OPENAI_PROVIDER": "openai",
@@ -273,11 +273,9 @@ def validate(user: Any) -> list[str]:
         problems.append(
             f"{SETTINGS_NAME}['BACKOFF_SCHEDULE'] must be a non-empty list of non-negative numbers, not {schedule!r}."
         )
-    threshold = merged["WORKER_GC_THRESHOLD"]
+    threshold = merged["GC_THRESHOLD"]
     if threshold is not None and (not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1):
-        problems.append(
-            f"{SETTINGS_NAME}['WORKER_GC_THRESHOLD'] must be a positive integer or None, not {threshold!r}."
-        )
+        problems.append(f"{SETTINGS_NAME}['GC_THRESHOLD'] must be a positive integer or None, not {threshold!r}.")
     if not isinstance(merged["NOTIFY_MODEL_OF_DISCARDED_TOOLS"], bool):
         problems.append(f"{SETTINGS_NAME}['NOTIFY_MODEL_OF_DISCARDED_TOOLS'] must be True or False.")
     for key, choices in _CHOICES.items():

@@ -92,7 +92,7 @@ CELERY_TASK_TIME_LIMIT = 1800
 DJANGO_STRUCTLOG_CELERY_ENABLED = True
 
 STREAMRECOVER = {
-    "WORKER_GC_THRESHOLD": None,  # the test process's collector is left as it is
+    "GC_THRESHOLD": None,  # the test process's collector is left as it is
     "BACKOFF_SCALE": 0.001,
     "REQUEST_RETRY_BASE": 0.001,
     "IDLE_TIMEOUT": 5,

@@ -15,7 +15,7 @@ from tests.settings import DATABASES, REDIS_URL, STREAMRECOVER
 DATABASES["default"]["NAME"] = os.environ["STREAMRECOVER_TEST_DB_NAME"]
 
 STREAMRECOVER = {
-    **{key: value for key, value in STREAMRECOVER.items() if key != "WORKER_GC_THRESHOLD"},  # a worker's default
+    **{key: value for key, value in STREAMRECOVER.items() if key != "GC_THRESHOLD"},  # a worker's default
     "PROVIDERS": {
         "fake": {
             "ADAPTER": "anthropic",

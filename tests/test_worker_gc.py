@@ -1,4 +1,4 @@
-"""A worker process's shared run loop tunes the process's garbage collector as configured."""
+"""A worker's run loop and the ASGI application tune their process's garbage collector as configured."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Starts the shared run loop (as a worker's first run does) in a fresh interpreter on the demo's
-# settings, with WORKER_GC_THRESHOLD as given, and prints the collector's state before and after.
+# In a fresh interpreter on the demo's settings, with GC_THRESHOLD as given: starts the shared
+# run loop (as a worker's first run does) or imports the demo's ASGI application (as Daphne
+# does), and prints the collector's state before and after.
 SCRIPT = """
 import gc, json, os, sys
 os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
@@ -20,34 +21,43 @@ import django
 django.setup()
 from django.conf import settings
 from streamrecover.conf import app_settings
-settings.STREAMRECOVER = {**getattr(settings, "STREAMRECOVER", {}), "WORKER_GC_THRESHOLD": json.loads(sys.argv[1])}
+settings.STREAMRECOVER = {**getattr(settings, "STREAMRECOVER", {}), "GC_THRESHOLD": json.loads(sys.argv[1])}
 app_settings.reload()
 before = {"threshold": gc.get_threshold(), "frozen": gc.get_freeze_count()}
-from streamrecover.runs.loop import run_on_shared_loop
-async def one_run():
-    return 1
-assert run_on_shared_loop(one_run()) == 1
+if sys.argv[2] == "worker":
+    from streamrecover.runs.loop import run_on_shared_loop
+    async def one_run():
+        return 1
+    assert run_on_shared_loop(one_run()) == 1
+else:
+    import project.asgi
 print(json.dumps({"before": before, "after": {"threshold": gc.get_threshold(), "frozen": gc.get_freeze_count()}}))
 """
 
 
-def _collector_around_first_run(threshold: int | None) -> dict[str, dict[str, list[int] | int]]:
+def _collector_around(process: str, threshold: int | None) -> dict[str, dict[str, list[int] | int]]:
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(threshold)], cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", SCRIPT, json.dumps(threshold), process],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def test_the_first_run_freezes_what_is_loaded_and_raises_the_young_threshold() -> None:
-    state = _collector_around_first_run(20_000)
+@pytest.mark.parametrize("process", ["worker", "asgi"])
+def test_what_is_loaded_is_frozen_and_the_young_threshold_raised(process: str) -> None:
+    state = _collector_around(process, 20_000)
     assert state["before"]["frozen"] == 0
-    assert state["after"]["frozen"] > 10_000  # Django, Celery's and the app's objects
+    assert state["after"]["frozen"] > 10_000  # Django's, Channels' and the app's objects
     assert state["after"]["threshold"] == [20_000, *state["before"]["threshold"][1:]]  # type: ignore[index]
 
 
-def test_none_leaves_the_collector_alone() -> None:
-    state = _collector_around_first_run(None)
+@pytest.mark.parametrize("process", ["worker", "asgi"])
+def test_none_leaves_the_collector_alone(process: str) -> None:
+    state = _collector_around(process, None)
     assert state["after"] == state["before"]
 
 
@@ -55,4 +65,4 @@ def test_none_leaves_the_collector_alone() -> None:
 def test_a_bad_threshold_is_a_clear_settings_error(bad: object) -> None:
     from streamrecover.conf import validate
 
-    assert any("WORKER_GC_THRESHOLD" in problem for problem in validate({"WORKER_GC_THRESHOLD": bad}))
+    assert any("GC_THRESHOLD" in problem for problem in validate({"GC_THRESHOLD": bad}))

@@ -11,21 +11,20 @@ client to the provider, so a broken connection (or an HTTP/2 GOAWAY) is one run'
 every run's on a shared connection. A forked child (Celery's prefork pool) starts its own
 loop: a loop never crosses a fork.
 
-Starting the loop also tunes the process's cyclic garbage collector (``WORKER_GC_THRESHOLD``):
-at 500 streams a worker's full collections walked everything the process had imported and
-stopped every run for 300 to 570 ms, and young collections ran every 700 allocations. What is
-alive when the first run starts (Django, Celery, the app) is frozen out of the collector's
-walks, and young collections wait for more allocations.
+Starting the loop also tunes the process's cyclic garbage collector (``gctuning``,
+``GC_THRESHOLD``): what is alive when the first run starts (Django, Celery, the app) is frozen
+out of the collector's full passes, which had stopped every run of a worker for up to 659 ms.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
+
+from ..gctuning import tune_collector
 
 T = TypeVar("T")
 
@@ -43,7 +42,7 @@ class RunLoop:
     def loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None or self._pid != os.getpid() or self._loop.is_closed():
-                _tune_gc()
+                tune_collector()  # the process has loaded what its runs need (..gctuning)
                 loop = asyncio.new_event_loop()
                 ready = threading.Event()
 
@@ -73,17 +72,6 @@ class RunLoop:
         except RuntimeError:
             return False
         return running is self._loop and self._pid == os.getpid()
-
-
-def _tune_gc() -> None:
-    from ..conf import app_settings
-
-    threshold = app_settings.WORKER_GC_THRESHOLD
-    if threshold is None:
-        return
-    gc.freeze()  # long-lived: never walked again by a full collection
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(threshold, older, oldest)
 
 
 _shared = RunLoop()
