@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -66,7 +67,7 @@ def _redis_problem() -> str | None:
     return None
 
 
-SERVICE_FIXTURES = frozenset({"db", "transactional_db", "django_db_setup", "live_server"})
+SERVICE_FIXTURES = frozenset({"db", "transactional_db", "django_db_setup", "live_server", "redis_checkpoint_store"})
 
 
 def needs_services(item: pytest.Item) -> bool:
@@ -102,6 +103,19 @@ def _forget_prefill_refusals() -> Iterator[None]:
     forget_prefill_refusals()
     yield
     forget_prefill_refusals()
+
+
+@pytest.fixture
+async def redis_checkpoint_store() -> AsyncIterator[object]:
+    """A Redis checkpoint store under a key prefix of its own, its keys deleted afterwards."""
+    from streamrecover.runs.checkpoints import RedisCheckpointStore
+
+    store = RedisCheckpointStore(settings.REDIS_URL, ttl_s=60, prefix=f"streamrecover:test:{uuid.uuid4().hex}:")
+    yield store
+    client = store._redis()
+    async for key in client.scan_iter(match=f"{store.prefix}*"):
+        await client.delete(key)
+    await store.aclose()
 
 
 @pytest.fixture(scope="session")

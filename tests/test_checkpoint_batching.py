@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 import redis
-from django.conf import settings
 
 from streamrecover.engine.errors import ClaimLost
 from streamrecover.redaction import json_holds_secret
@@ -21,13 +19,8 @@ DEAD_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[RedisCheckpointStore]:
-    store = RedisCheckpointStore(settings.REDIS_URL, ttl_s=60, prefix=f"streamrecover:test:{uuid.uuid4().hex}:")
-    yield store
-    client = store._redis()
-    async for key in client.scan_iter(match=f"{store.prefix}*"):
-        await client.delete(key)
-    await store.aclose()
+def store(redis_checkpoint_store: RedisCheckpointStore) -> RedisCheckpointStore:
+    return redis_checkpoint_store
 
 
 async def test_many_runs_write_in_one_call_and_only_the_stale_claim_is_refused(store: RedisCheckpointStore) -> None:

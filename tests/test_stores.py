@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.test import override_settings
 
 from streamrecover.engine.checkpoint import CheckpointWriter, CoalescePolicy, InMemoryCheckpointStore
@@ -26,13 +24,8 @@ DEAD_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 
 
 @pytest.fixture
-async def redis_store() -> AsyncIterator[RedisCheckpointStore]:
-    store = RedisCheckpointStore(settings.REDIS_URL, ttl_s=60, prefix=f"streamrecover:test:{uuid.uuid4().hex}:")
-    yield store
-    client = store._redis()
-    async for key in client.scan_iter(match=f"{store.prefix}*"):
-        await client.delete(key)
-    await store.aclose()
+def redis_store(redis_checkpoint_store: RedisCheckpointStore) -> RedisCheckpointStore:
+    return redis_checkpoint_store
 
 
 @pytest.fixture
