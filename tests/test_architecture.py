@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "streamrecover"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),
     ("providers",),
-    ("conf", "models", "fields", "querysets", "redaction", "redisclients", "checks", "migrations"),
+    ("conf", "models", "fields", "querysets", "redaction", "redisclients", "gctuning", "checks", "migrations"),
     ("runs",),
     ("live", "analytics"),  # both read what runs leave behind; the Celery tasks fold analytics
     ("starter", "tasks", "dispatch"),
