@@ -5,6 +5,8 @@
 - ``DATABASE_URL``: that database (PostgreSQL for more than one machine).
 - ``REDIS_URL``: Redis for the channel layer (pub/sub), Celery's broker and results, and
   checkpoints; runs execute on Celery workers. Both set: the distributed mode.
+- ``CELERY_QUEUE``: the broker queue this deployment's runs go through (default ``celery``), so
+  two deployments sharing one Redis database never take each other's runs.
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ else:
 # worker dies, and a hard limit below the visibility timeout so Redis never hands a run
 # that is still streaming to a second worker.
 CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "celery")
 # No result backend: the app's tasks store no result (a run's outcome is its row), and with the
 # threads pool Celery builds a backend per worker thread on its first task (a few ms each, and a
 # Redis connection each for a Redis backend), all of it in the burst when many runs start.

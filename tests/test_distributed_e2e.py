@@ -24,7 +24,8 @@ from .e2e_helpers import ChatPage, Service, base_env, chromium, daphne, free_por
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-E2E_REDIS_DB = 14  # its own database: the worker consumes this broker's queue only
+E2E_REDIS_DB = 14  # its own database, and below its own queue: two suites on one machine never
+# take each other's runs (a worker of one would consume the other's task and fail to find its row)
 
 
 def _database_url() -> str:
@@ -48,6 +49,7 @@ def distributed_site(transactional_db: Any, tmp_path: Path) -> Iterator[tuple[st
         DATABASE_URL=_database_url(),
         REDIS_URL=_redis_url(),
         STREAMRECOVER_FAKE_EVENT_DELAY="0.005",
+        CELERY_QUEUE=f"e2e-{uuid.uuid4().hex}",
     )
     manage("streamrecover_demo_user", env=env)  # hashed by the project's password hashers
     worker = Service(
