@@ -77,7 +77,6 @@ class CheckpointPuts:
         self._pending: list[_Put] = []
         self._flusher: asyncio.Task[None] | None = None
         self.calls = 0  # script calls sent
-        self.writes = 0  # writes they carried
 
     async def put(self, key: str, fence_key: str, run_id: str, epoch: int, value: str) -> bool:
         """Write ``value``; False when the fence refused it (an older claim than the run's)."""
@@ -121,5 +120,4 @@ class CheckpointPuts:
         # use_bin_type=False: Redis' Lua msgpack reads the old raw strings, not the bin type.
         written = await self._script(args=[msgpack.packb(args, use_bin_type=False)], client=self._client)
         self.calls += 1
-        self.writes += len(staged)
         return list(written)

@@ -61,7 +61,7 @@ def _hold(run_uuid: uuid.UUID, epoch: int) -> None:
 
 
 def _scrubbed(checkpoint: Checkpoint) -> dict[str, Any]:
-    return cast(dict[str, Any], cut_secrets(checkpoint.to_dict()))
+    return cut_secrets(checkpoint.to_dict())
 
 
 def _encoded(checkpoint: Checkpoint) -> str:
