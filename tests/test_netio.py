@@ -126,6 +126,33 @@ async def test_a_steady_stream_never_times_out_and_a_stall_after_it_still_does()
     assert 0.25 <= stalled_for < 2.0  # the idle window after the last chunk, not before or never
 
 
+async def test_a_server_that_half_closes_is_still_written_to_and_its_last_bytes_read() -> None:
+    # An HTTP/2 server ends with GOAWAY and closes its half; frames that arrived with the end
+    # may call for a reply (a window update) before they are read. That write must go out and
+    # the frames must still be read: failing it lost what had arrived (the sweep under load).
+    heard = asyncio.get_running_loop().create_future()
+
+    async def last_words(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"last frames")
+        await writer.drain()
+        writer.write_eof()
+        heard.set_result(await reader.read())  # the client's reply, up to its close
+        writer.close()
+
+    server, port = await _serve(last_words)
+    async with server:
+        stream = await AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
+        for _ in range(100):  # until the end of the server's half has arrived, unread
+            if stream._protocol.eof:  # type: ignore[attr-defined]
+                break
+            await asyncio.sleep(0.01)
+        await stream.write(b"window update", timeout=5)
+        assert await stream.read(1024, timeout=5) == b"last frames"
+        assert await stream.read(1024, timeout=5) == b""
+        await stream.aclose()
+        assert await asyncio.wait_for(heard, 5) == b"window update"
+
+
 async def test_a_refused_connection_is_a_connect_error() -> None:
     server, port = await _serve(lambda r, w: None)
     server.close()

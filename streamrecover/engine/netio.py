@@ -56,7 +56,12 @@ class _Protocol(asyncio.Protocol):
     def eof_received(self) -> bool:
         self.eof = True
         self._wake()
-        return False  # close the transport
+        # Keep our half open (plain TCP; asyncio's TLS closes it whatever this says): a server
+        # that half-closes after its last frames (an HTTP/2 GOAWAY) still reads, and HTTP/2 may
+        # answer those frames (a window update, a settings ack) before it reads them. Closing
+        # here failed that write and lost the frames that had arrived (httpcore's own backend
+        # keeps the half open too). httpcore closes the connection once it reads the end.
+        return self.transport is not None and self.transport.get_extra_info("ssl_object") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.eof = True
