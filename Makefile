@@ -21,14 +21,15 @@ demo: venv
 demo-cli: venv
 	@bash scripts/demo.sh cli
 
-## Second command: the whole suite on the real PostgreSQL and Redis (started when not running).
+## Second command: the whole suite on the real PostgreSQL and Redis (started when not running),
+## in two processes; the tests that share the services stay in one (tests/conftest.py).
 test: venv
 	@bash scripts/ensure_services.sh
 	@bash scripts/ensure_chromium.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -77,8 +77,45 @@ def needs_services(item: pytest.Item) -> bool:
     return bool(SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())))
 
 
+SERVICES_GROUP = "services"
+
+
+@pytest.hookimpl(tryfirst=True)  # as each test is collected: before pytest-xdist reads the groups
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Under ``make test`` (two pytest-xdist processes) every test that uses PostgreSQL, Redis,
+    worker processes or a browser runs in one process, in order, as in a plain run: they share
+    the test database, the Redis db and Celery's queue. The rest (the engine, the adapters, the
+    fake provider, the recovery sweeps: CPU, no shared state) are spread over both."""
+    if needs_services(item) or item.get_closest_marker("browser"):
+        item.add_marker(pytest.mark.xdist_group(SERVICES_GROUP))
+
+
+GROUPS_LOST = pytest.StashKey[str]()
+
+
+def _check_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist process, fail the service tests if they lost their group: they would
+    run in both processes at once, on one Redis db and one Celery queue, and fail for that, or
+    pass by luck. (Exiting from a pytest-xdist process loses the message.)"""
+    if not (hasattr(config, "workerinput") and config.getoption("loadgroup", False)):
+        return
+    lost = [item for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    for item in lost:
+        item.stash[GROUPS_LOST] = (
+            "pytest-xdist did not keep this test in its group: this pytest and pytest-xdist do not work "
+            "together (pytest-dev/pytest-xdist#1386); install the pytest the test extra names, or run "
+            "pytest without -n"
+        )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if GROUPS_LOST in item.stash:
+        pytest.fail(item.stash[GROUPS_LOST], pytrace=False)
+
+
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection: only the tests that will run count
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    _check_groups(config, items)
     if not any(needs_services(item) for item in items):
         return
     problems = [p for p in (_postgres_problem(), _redis_problem()) if p]
