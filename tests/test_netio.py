@@ -142,10 +142,11 @@ async def test_a_server_that_half_closes_is_still_written_to_and_its_last_bytes_
     server, port = await _serve(last_words)
     async with server:
         stream = await AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
-        for _ in range(100):  # until the end of the server's half has arrived, unread
+        for _ in range(500):  # until the end of the server's half has arrived, unread
             if stream._protocol.eof:  # type: ignore[attr-defined]
                 break
             await asyncio.sleep(0.01)
+        assert stream._protocol.eof, "the server's end never arrived: the case under test did not happen"  # type: ignore[attr-defined]
         await stream.write(b"window update", timeout=5)
         assert await stream.read(1024, timeout=5) == b"last frames"
         assert await stream.read(1024, timeout=5) == b""
