@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,42 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+class ProcessDied(RuntimeError):
+    """A process the bench started (a worker, Daphne, the fake provider) exited mid-bench."""
+
+
+def check_alive(processes: dict[str, tuple[subprocess.Popen[bytes], Path]], tail_lines: int = 15) -> None:
+    """Raise ``ProcessDied`` (with the end of its log) if any of ``processes`` has exited: the
+    runs it served would never end, and the bench would wait out its whole time limit for them."""
+    for name, (process, log) in processes.items():
+        if process.poll() is None:
+            continue
+        try:
+            tail = log.read_text(errors="replace").splitlines()[-tail_lines:]
+        except OSError:
+            tail = ["(no log)"]
+        raise ProcessDied(f"{name} exited ({process.returncode}); the end of {log}:\n" + "\n".join(tail))
+
+
+async def await_all(
+    tasks: Sequence[asyncio.Future[Any]], timeout_s: float, check: Callable[[], None], every_s: float = 1.0
+) -> set[asyncio.Future[Any]]:
+    """Wait up to ``timeout_s`` for ``tasks``; the ones still pending then are returned. ``check``
+    runs every ``every_s`` meanwhile: what it raises cancels every task and is raised."""
+    deadline = time.monotonic() + timeout_s
+    pending = set(tasks)
+    while pending and time.monotonic() < deadline:
+        _, pending = await asyncio.wait(pending, timeout=min(every_s, max(0.0, deadline - time.monotonic())))
+        try:
+            check()
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
+    return pending
+
+
 def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -201,7 +238,12 @@ async def _client(url: str, headers: list[tuple[str, str]], result: ClientResult
 
 
 async def _drive(
-    base: str, cookie: str, run_ids: list[str], on_started: Any, drive_timeout_s: float = 900
+    base: str,
+    cookie: str,
+    run_ids: list[str],
+    on_started: Any,
+    check: Callable[[], None],
+    drive_timeout_s: float = 900,
 ) -> list[ClientResult]:
     from streamrecover.tasks import execute_run_task
 
@@ -218,7 +260,7 @@ async def _drive(
     on_started()
     for run_id in run_ids:  # all clients listen before any run starts
         execute_run_task.delay(run_id)
-    _, late = await asyncio.wait(tasks, timeout=drive_timeout_s)
+    late = await await_all(tasks, drive_timeout_s, check)
     for task in late:  # a load the pipeline cannot carry: measure what arrived, count the rest
         task.cancel()
     await asyncio.gather(*late, return_exceptions=True)
@@ -404,7 +446,7 @@ def _profile_top(logs: Path, tag: str, lines: int = 25) -> str:
     return "\n\n".join(out)
 
 
-def _warm_up(user: Any, workers: int, timeout_s: float = 60) -> None:
+def _warm_up(user: Any, workers: int, check: Callable[[], None], timeout_s: float = 60) -> None:
     """One short run per worker before the measured phase: what a worker loads on its first run
     (modules imported on first use, the shared loop, its clients) is not per-stream memory."""
     from streamrecover.models import Run
@@ -418,7 +460,11 @@ def _warm_up(user: Any, workers: int, timeout_s: float = 60) -> None:
     while time.monotonic() < deadline:
         if Run.objects.filter(pk__in=ids, status__in=TERMINAL).count() == len(ids):
             return
+        check()
         time.sleep(0.2)
+    raise RuntimeError(
+        f"the warm-up runs did not end within {timeout_s:.0f} s: no worker took them (see the worker logs)"
+    )
 
 
 def run_config(
@@ -493,6 +539,15 @@ def run_config(
         )
         for i in range(config.workers)
     ]
+    started_processes = {
+        **{f"worker{i}": (w, logs / f"{tag}-worker{i}.log") for i, w in enumerate(workers)},
+        "daphne": (daphne, logs / f"{tag}-daphne.log"),
+        "fake provider": (fake, logs / f"{tag}-fake.log"),
+    }
+
+    def check() -> None:
+        check_alive(started_processes)
+
     meter = CpuMeter(
         roles={
             "workers": lambda: [w.pid for w in workers],
@@ -518,7 +573,7 @@ def run_config(
             run = lifecycle.create_run(prompt=prompt, owner=user, faults=faults)
             run_ids.append(str(run.pk))
         time.sleep(3)  # let the workers finish booting
-        _warm_up(user, config.workers)
+        _warm_up(user, config.workers, check)
         rss: list[_RssPeak] = []
 
         phase: list[float] = []
@@ -536,7 +591,7 @@ def run_config(
         gc.freeze()
         gc.disable()
         try:
-            results = asyncio.run(_drive(base, cookie, run_ids, started, drive_timeout_s))
+            results = asyncio.run(_drive(base, cookie, run_ids, started, check, drive_timeout_s))
         finally:
             gc.enable()
             gc.unfreeze()

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -62,6 +63,55 @@ def test_delivery_latency_is_split_by_when_the_frame_was_published() -> None:
         "steady": [6, 7, 8, 30],
         "end": [40, 50],  # from "a"'s last frame on
     }
+
+
+def test_the_delivery_bench_stops_with_the_log_of_a_process_that_died(tmp_path: Path) -> None:
+    """A worker that exits (a settings error, a crash) would leave every run unfinished and the
+    bench waiting out its whole time limit (15 minutes by default); it stops within a second or
+    two instead and shows the end of that process's log."""
+    from bench.bench_delivery import ProcessDied, _start, await_all, check_alive
+
+    dying = _start(
+        [sys.executable, "-c", "import sys; print('boom: no such setting'); sys.exit(3)"],
+        {**os.environ},
+        tmp_path / "worker0.log",
+    )
+    living = _start([sys.executable, "-c", "import time; time.sleep(60)"], {**os.environ}, tmp_path / "daphne.log")
+    try:
+        dying.wait(timeout=30)
+        processes = {"daphne": (living, tmp_path / "daphne.log"), "worker0": (dying, tmp_path / "worker0.log")}
+        with pytest.raises(ProcessDied, match="worker0 exited \\(3\\)") as died:
+            check_alive(processes)
+        assert "boom: no such setting" in str(died.value)
+        check_alive({"daphne": processes["daphne"]})  # a running process is no reason to stop
+
+        async def clients_of_runs_that_never_end() -> tuple[float, list[asyncio.Task[None]]]:
+            tasks = [asyncio.ensure_future(asyncio.sleep(3600)) for _ in range(3)]
+            started = time.monotonic()
+            with pytest.raises(ProcessDied):
+                await await_all(tasks, 900, lambda: check_alive(processes), every_s=0.1)
+            return time.monotonic() - started, tasks
+
+        waited, tasks = asyncio.run(clients_of_runs_that_never_end())
+        assert waited < 60  # not the 900 s limit
+        assert all(task.cancelled() for task in tasks)
+    finally:
+        living.kill()
+        living.wait()
+
+
+def test_the_delivery_bench_returns_the_runs_still_going_at_its_time_limit() -> None:
+    from bench.bench_delivery import await_all
+
+    async def some_end_some_do_not() -> tuple[int, int]:
+        quick = [asyncio.ensure_future(asyncio.sleep(0)) for _ in range(2)]
+        endless = [asyncio.ensure_future(asyncio.sleep(3600)) for _ in range(3)]
+        late = await await_all([*quick, *endless], 0.3, lambda: None, every_s=0.1)
+        for task in late:
+            task.cancel()
+        return len(late), sum(task in late for task in endless)
+
+    assert asyncio.run(some_end_some_do_not()) == (3, 3)
 
 
 @pytest.mark.services
