@@ -179,6 +179,16 @@ async def await_all(
     return pending
 
 
+def drop_stale_tasks() -> int:
+    """Empty the bench's Celery queue before its workers start, and say how many tasks were in it.
+    A bench that was interrupted (or whose workers died) leaves its runs' tasks there; the next
+    bench's workers would execute those runs too, beside its own, and every figure would count
+    them (twice the checkpoint writes, CPU no client's deltas paid for)."""
+    from project.celery import app
+
+    return int(app.control.purge() or 0)
+
+
 def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -478,6 +488,7 @@ def run_config(
     from streamrecover.runs import lifecycle
 
     tag = "".join(ch if ch.isalnum() else "_" for ch in config.name)
+    stale_tasks = drop_stale_tasks()
     for old in logs.glob(f"{tag}-*"):
         old.unlink()
     load_before = os.getloadavg()
@@ -618,6 +629,7 @@ def run_config(
             checkpoint_writes_per_run_s=writes / max(1e-9, config.runs * max(result["mean_span_s"], 1e-9)),
             frames_per_redis_call=counts.get("outbox_frames", 0) / max(1, counts.get("outbox_calls", 0)),
             worker_gc=_gc_pauses(logs, tag, phase[0], phase[-1]),
+            stale_tasks=stale_tasks,
         )
     finally:
         for process in [*workers, daphne, fake]:
@@ -730,6 +742,8 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
         print(f"   worker garbage collection: {gc_summary(result['worker_gc'])}", flush=True)
+        if result["stale_tasks"]:
+            print(f"   tasks an earlier bench left in the queue, dropped first: {result['stale_tasks']}", flush=True)
         for line in result["stuck"]:
             print(f"   ended early: {line}", flush=True)
         if result["profile"]:

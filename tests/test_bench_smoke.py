@@ -126,6 +126,14 @@ def test_delivery_bench_runs_every_process_and_checks_the_rebuild() -> None:
         "BENCH_REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13"),
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
+    # What an interrupted bench leaves behind: a task of a run in the queue, which the next
+    # bench's worker would execute beside its own runs unless the bench drops it first.
+    from celery import Celery
+
+    leftover = Celery(broker=env["BENCH_REDIS_URL"])
+    leftover.conf.task_default_queue = os.environ.get("CELERY_QUEUE", "celery")
+    leftover.send_task("streamrecover.execute_run", args=["00000000-0000-0000-0000-000000000000"])
+    leftover.close()
     proc = subprocess.run(
         [sys.executable, "-m", "bench.bench_delivery", "--only", "100x30", "--runs", "2", "--words", "10"],
         cwd=REPO,
@@ -141,6 +149,7 @@ def test_delivery_bench_runs_every_process_and_checks_the_rebuild() -> None:
     assert cells[11] == "0"  # rebuild mismatches
     assert float(cells[8]) > 0  # worker CPU per delta was measured
     assert "memory/stream" in proc.stdout
+    assert "tasks an earlier bench left in the queue, dropped first: 1" in proc.stdout
     assert "by phase: start" in proc.stdout
     assert "checkpoint writes/s/run" in proc.stdout
     (per_call,) = re.findall(r"frames per Redis call ([0-9.]+)", proc.stdout)
