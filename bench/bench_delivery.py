@@ -628,6 +628,9 @@ def run_config(
             checkpoint_writes=writes,
             checkpoint_writes_per_run_s=writes / max(1e-9, config.runs * max(result["mean_span_s"], 1e-9)),
             frames_per_redis_call=counts.get("outbox_frames", 0) / max(1, counts.get("outbox_calls", 0)),
+            attempt_rows_per_transaction=(
+                counts.get("attempt_writes", 0) / max(1, counts.get("attempt_transactions", 0))
+            ),
             worker_gc=_gc_pauses(logs, tag, phase[0], phase[-1]),
             stale_tasks=stale_tasks,
         )
@@ -738,7 +741,8 @@ def main(argv: list[str] | None = None) -> None:
             f"(text {result['text_bytes_per_run']:.0f} B), "
             f"checkpoint writes/s/run {result['checkpoint_writes_per_run_s']:.2f}, wall {result['wall_s']:.1f} s, "
             f"frames {result['frames']:,} for {result['deltas']:,} deltas, "
-            f"frames per Redis call {result['frames_per_redis_call']:.1f}",
+            f"frames per Redis call {result['frames_per_redis_call']:.1f}, "
+            f"attempt rows per transaction {result['attempt_rows_per_transaction']:.1f}",
             flush=True,
         )
         print(f"   worker garbage collection: {gc_summary(result['worker_gc'])}", flush=True)

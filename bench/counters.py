@@ -1,9 +1,9 @@
-"""A worker's checkpoint writes, outbox calls (frames per Redis call) and collector passes, to a file each second.
+"""A worker's checkpoint writes, outbox calls, attempt-row transactions and collector passes, to a file each second.
 
 The file is ``BENCH_COUNTS`` (``{pid}`` replaced).
 
-The engine's ``CheckpointWriter.write`` and the outbox's send are wrapped in the worker process only (by
-``bench.delivery_settings``); the bench reads the files after the run.
+The engine's ``CheckpointWriter.write``, the outbox's send and the attempt rows' transaction are wrapped
+in the worker process only (by ``bench.delivery_settings``); the bench reads the files after the run.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-COUNTS: dict[str, int] = {"checkpoint_writes": 0, "outbox_calls": 0, "outbox_frames": 0}
+COUNTS: dict[str, int] = {
+    "checkpoint_writes": 0,
+    "outbox_calls": 0,
+    "outbox_frames": 0,
+    "attempt_transactions": 0,
+    "attempt_writes": 0,
+}
 # Every pass of the cyclic garbage collector: [unix time, generation, microseconds the process
 # was stopped]. Timed in wall clock: on a busy host a pass that the kernel preempts stops the
 # process's threads (the loop included) for that long too. The bench keeps the measured phase's.
@@ -57,6 +63,23 @@ def install(target: str) -> None:
         await send(self, batch)
 
     Outbox._send = send_counted  # type: ignore[method-assign]
+    from celery.signals import worker_ready
+
+    @worker_ready.connect(weak=False)
+    def count_attempt_writes(**_: Any) -> None:
+        # Imported once the apps are ready (it imports the models): not at settings time.
+        from streamrecover.runs import attempt_writes
+
+        write_attempts = attempt_writes.write_attempts
+
+        @functools.wraps(write_attempts)
+        def counted(writes: Any) -> Any:
+            COUNTS["attempt_transactions"] += 1
+            COUNTS["attempt_writes"] += len(writes)
+            return write_attempts(writes)
+
+        attempt_writes.write_attempts = counted
+
     _time_gc()
     out = Path(target.replace("{pid}", str(os.getpid())))
 

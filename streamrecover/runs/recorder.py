@@ -4,24 +4,21 @@ The app emits; the project configures logging (django-structlog style). A log li
 ``RecoveryEvent`` row carry the same redacted fields, so what an operator greps and what
 analytics counts never disagree. Writes run in asgiref's thread (``sync_to_async``), so the
 runner's event loop is never blocked by the database. Given the worker's ``Fence``, every
-write is one transaction that holds the run's row at the claim's epoch: a worker whose claim
-was taken over writes nothing (``ClaimLost``), not even the log line.
+write is made in a transaction that holds the run's row at the claim's epoch (on a worker's
+shared loop, many runs' attempt rows share one: ``attempt_writes``): a worker whose claim was
+taken over writes nothing (``ClaimLost``), not even the log line.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import structlog
 from asgiref.sync import sync_to_async
 from django.db import transaction
-from django.db.models import Count, Q, Sum
 
 from ..engine.sink import (
     DISCARDED_PARTIAL_TOOL_USE,
@@ -34,8 +31,11 @@ from ..engine.sink import (
     StructuredEvent,
 )
 from ..models import Attempt, Message, RecoveryEvent, Run
-from ..redaction import cut_secrets, redact, redact_request
+from ..redaction import cut_secrets, redact
+from .attempt_writes import attempt_writes, refresh_totals
 from .fence import Fence
+from .loop import on_shared_loop
+from .rows import ATTEMPT_FIELDS, attempt_row, jsonable
 
 T = TypeVar("T")
 
@@ -48,29 +48,6 @@ _LEVELS = {
     DISCARDED_PARTIAL_TOOL_USE: logging.INFO,
     DISCARDED_THINKING: logging.INFO,
 }
-
-
-def jsonable(value: Any) -> Any:
-    """Plain JSON types only, so a log line and a JSON column hold the very same thing."""
-    if isinstance(value, enum.Enum):
-        return jsonable(value.value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return jsonable(dataclasses.asdict(value))
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
-def _dt(ts: float | None) -> datetime | None:
-    return datetime.fromtimestamp(ts, tz=UTC) if ts is not None else None
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -122,55 +99,25 @@ class RecorderSink(BaseSink):
         logger.log(_LEVELS.get(event.name, logging.INFO), event.name, **fields)
 
     async def on_attempt(self, attempt: AttemptRecord) -> None:
-        """Upsert by (run, index): called when the attempt starts and again when it ends."""
+        """Upsert by (run, index): called when the attempt starts and again when it ends. On a
+        worker's shared loop the writes of all its runs go together (``attempt_writes``)."""
+        if self.fence is not None and on_shared_loop():
+            await attempt_writes().write(self.fence, attempt)
+            return
         await self._write(lambda: self._store_attempt(attempt))
 
     def _store_attempt(self, attempt: AttemptRecord) -> None:
-        usage = attempt.usage
-        fields = {
-            "turn": attempt.turn,
-            "kind": attempt.kind,
-            "continuation": attempt.continuation,
-            "strategy": attempt.strategy or "",
-            "status_code": attempt.status_code,
-            "provider_request_id": attempt.request_id or "",
-            "started_at": _dt(attempt.started_at),
-            "first_byte_at": _dt(attempt.first_byte_at),
-            "ended_at": _dt(attempt.ended_at),
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-            "cache_read_input_tokens": usage.cache_read_input_tokens,
-            "bytes_received": attempt.bytes_received,
-            "interrupt_cause": str(attempt.interrupt_cause or ""),
-            "error_kind": str(attempt.error_kind or ""),
-            "error_message": redact(attempt.error_message or ""),
-            "stop_reason": str(attempt.stop_reason or ""),
-            "outcome": str(attempt.outcome),
-            "request": redact_request(jsonable(attempt.request)),
-        }
         # One upsert on (run, index) (``INSERT ... ON CONFLICT DO UPDATE``): an attempt's start
-        # and its end are one statement each. ``update_or_create`` took a savepoint, a locking
-        # read and, at the start, a savepoint for the insert: all of it in the one thread a
-        # worker's runs share for the ORM, where each statement waits for the GIL.
+        # and its end are one statement each (``update_or_create`` took a savepoint and a
+        # locking read besides).
         Attempt.objects.bulk_create(
-            [Attempt(run_id=self.run_id, index=attempt.index, **fields)],
+            [attempt_row(self.run_id, attempt)],
             update_conflicts=True,
             unique_fields=["run", "index"],
-            update_fields=list(fields),
+            update_fields=ATTEMPT_FIELDS,
         )
         if attempt.ended_at is not None:
-            self._refresh_totals()
-
-    def _refresh_totals(self) -> None:
-        """Run totals from its attempt rows: recomputed, so a repeated call changes nothing."""
-        totals = Attempt.objects.filter(run_id=self.run_id).aggregate(
-            input_tokens=Sum("input_tokens", default=0),
-            output_tokens=Sum("output_tokens", default=0),
-            attempt_count=Count("id"),
-            continuation_count=Count("id", filter=Q(kind=Attempt.Kind.CONTINUATION)),
-        )
-        Run.objects.filter(pk=self.run_id).update(**totals)
+            refresh_totals([str(self.run_id)])
 
     def stored(self, position: int) -> None:
         """The message at ``position`` was stored with the run's end (``lifecycle.finish``):

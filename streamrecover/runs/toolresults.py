@@ -11,7 +11,7 @@ from typing import Any
 from ..models import ToolCallResult
 from ..redaction import cut_secrets
 from .fence import Fence
-from .recorder import jsonable
+from .rows import jsonable
 
 
 class DjangoToolResultStore:
