@@ -82,17 +82,27 @@ class AttemptWrites:
                     if not s.outcome.done():
                         s.outcome.set_exception(exc)
                 continue
-            for s in staged:
-                if s.outcome.done():
-                    continue
-                if s.fence.run_id in lost:
-                    s.outcome.set_exception(s.fence.lose())
-                else:
-                    s.outcome.set_result(None)
-                # One writer back per turn of the loop: otherwise the runs of a batch resume in
-                # one turn (each ending run closes its live channel and settles), and every frame
-                # published meanwhile waits for the outbox until they are all through.
-                await asyncio.sleep(0)
+            for index, s in enumerate(staged):
+                _tell(s, lost)
+                try:
+                    # One writer back per turn of the loop: otherwise the runs of a batch resume
+                    # in one turn (each ending run closes its live channel and settles), and every
+                    # frame published meanwhile waits for the outbox until they are all through.
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:  # the loop is closing: the rest are written, say so
+                    for rest in staged[index + 1 :]:
+                        _tell(rest, lost)
+                    raise
+
+
+def _tell(staged: _Staged, lost: set[str]) -> None:
+    """The writer's outcome: written, or ``ClaimLost`` when its run's claim is not current."""
+    if staged.outcome.done():
+        return
+    if staged.fence.run_id in lost:
+        staged.outcome.set_exception(staged.fence.lose())
+    else:
+        staged.outcome.set_result(None)
 
 
 def write_attempts(writes: Sequence[tuple[str, int, AttemptRecord]]) -> set[str]:
