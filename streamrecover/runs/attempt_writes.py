@@ -28,7 +28,7 @@ from django.db.models import Count, Q, Sum
 from ..engine.sink import AttemptRecord
 from ..models import Attempt, Run
 from .fence import Fence, again_on_a_fresh_connection
-from .rows import ATTEMPT_FIELDS, attempt_row
+from .rows import upsert_attempts
 
 # Writes per transaction. Small on purpose: the runs of one batch resume together, and 40 of them
 # (what gathered at 500 streams with no bound) resumed as one burst of loop work that the frames
@@ -117,19 +117,16 @@ def _write_once(writes: Sequence[tuple[str, int, AttemptRecord]]) -> set[str]:
         current = Run.objects.select_for_update().filter(pk__in=run_ids).order_by("pk").values_list("pk", "claim_epoch")
         epochs = {str(pk): epoch for pk, epoch in current}
         lost = {run_id for run_id, epoch, _ in writes if epochs.get(run_id) != epoch}
-        rows: dict[tuple[str, int], Attempt] = {}
+        latest: dict[tuple[str, int], AttemptRecord] = {}
         ended: set[str] = set()
         for run_id, _, attempt in writes:
             if run_id in lost:
                 continue
             # A start and the end of one attempt in one batch: the end (written later) is the row.
-            rows[(run_id, attempt.index)] = attempt_row(run_id, attempt)
+            latest[(run_id, attempt.index)] = attempt
             if attempt.ended_at is not None:
                 ended.add(run_id)
-        if rows:
-            Attempt.objects.bulk_create(
-                list(rows.values()), update_conflicts=True, unique_fields=["run", "index"], update_fields=ATTEMPT_FIELDS
-            )
+        upsert_attempts((run_id, attempt) for (run_id, _), attempt in latest.items())
         refresh_totals(ended)
     return lost
 

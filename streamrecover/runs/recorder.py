@@ -30,12 +30,12 @@ from ..engine.sink import (
     BaseSink,
     StructuredEvent,
 )
-from ..models import Attempt, Message, RecoveryEvent, Run
+from ..models import Message, RecoveryEvent, Run
 from ..redaction import cut_secrets, redact
 from .attempt_writes import attempt_writes, refresh_totals
 from .fence import Fence
 from .loop import on_shared_loop
-from .rows import ATTEMPT_FIELDS, attempt_row, jsonable
+from .rows import jsonable, upsert_attempts
 
 T = TypeVar("T")
 
@@ -107,15 +107,7 @@ class RecorderSink(BaseSink):
         await self._write(lambda: self._store_attempt(attempt))
 
     def _store_attempt(self, attempt: AttemptRecord) -> None:
-        # One upsert on (run, index) (``INSERT ... ON CONFLICT DO UPDATE``): an attempt's start
-        # and its end are one statement each (``update_or_create`` took a savepoint and a
-        # locking read besides).
-        Attempt.objects.bulk_create(
-            [attempt_row(self.run_id, attempt)],
-            update_conflicts=True,
-            unique_fields=["run", "index"],
-            update_fields=ATTEMPT_FIELDS,
-        )
+        upsert_attempts([(self.run_id, attempt)])
         if attempt.ended_at is not None:
             refresh_totals([str(self.run_id)])
 

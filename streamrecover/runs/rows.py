@@ -1,10 +1,11 @@
-"""Database rows from the engine's records: values as plain JSON, and an attempt's row."""
+"""Database rows from the engine's records: values as plain JSON, and attempts' rows."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,55 +37,43 @@ def _dt(ts: float | None) -> datetime | None:
     return datetime.fromtimestamp(ts, tz=UTC) if ts is not None else None
 
 
-# What an attempt's upsert sets (everything but its run and index, the row's key).
-ATTEMPT_FIELDS = [
-    "turn",
-    "kind",
-    "continuation",
-    "strategy",
-    "status_code",
-    "provider_request_id",
-    "started_at",
-    "first_byte_at",
-    "ended_at",
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "bytes_received",
-    "interrupt_cause",
-    "error_kind",
-    "error_message",
-    "stop_reason",
-    "outcome",
-    "request",
-]
-
-
-def attempt_row(run_id: str | uuid.UUID, attempt: AttemptRecord) -> Attempt:
-    """``attempt`` as its (unsaved) row: the request as sent with the app's secrets cut out."""
+def attempt_values(attempt: AttemptRecord) -> dict[str, Any]:
+    """``attempt``'s row but its key (run, index): what its upsert sets. The request is stored
+    as sent, with the app's secrets cut out."""
     usage = attempt.usage
-    return Attempt(
-        run_id=run_id,
-        index=attempt.index,
-        turn=attempt.turn,
-        kind=attempt.kind,
-        continuation=attempt.continuation,
-        strategy=attempt.strategy or "",
-        status_code=attempt.status_code,
-        provider_request_id=attempt.request_id or "",
-        started_at=_dt(attempt.started_at),
-        first_byte_at=_dt(attempt.first_byte_at),
-        ended_at=_dt(attempt.ended_at),
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_creation_input_tokens=usage.cache_creation_input_tokens,
-        cache_read_input_tokens=usage.cache_read_input_tokens,
-        bytes_received=attempt.bytes_received,
-        interrupt_cause=str(attempt.interrupt_cause or ""),
-        error_kind=str(attempt.error_kind or ""),
-        error_message=redact(attempt.error_message or ""),
-        stop_reason=str(attempt.stop_reason or ""),
-        outcome=str(attempt.outcome),
-        request=redact_request(jsonable(attempt.request)),
+    return {
+        "turn": attempt.turn,
+        "kind": attempt.kind,
+        "continuation": attempt.continuation,
+        "strategy": attempt.strategy or "",
+        "status_code": attempt.status_code,
+        "provider_request_id": attempt.request_id or "",
+        "started_at": _dt(attempt.started_at),
+        "first_byte_at": _dt(attempt.first_byte_at),
+        "ended_at": _dt(attempt.ended_at),
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "bytes_received": attempt.bytes_received,
+        "interrupt_cause": str(attempt.interrupt_cause or ""),
+        "error_kind": str(attempt.error_kind or ""),
+        "error_message": redact(attempt.error_message or ""),
+        "stop_reason": str(attempt.stop_reason or ""),
+        "outcome": str(attempt.outcome),
+        "request": redact_request(jsonable(attempt.request)),
+    }
+
+
+def upsert_attempts(rows: Iterable[tuple[str | uuid.UUID, AttemptRecord]]) -> None:
+    """One ``INSERT ... ON CONFLICT (run, index) DO UPDATE`` for the attempts of ``rows`` (run id,
+    attempt): an attempt's start and its end are one statement each, never a locking read."""
+    values = [(run_id, attempt.index, attempt_values(attempt)) for run_id, attempt in rows]
+    if not values:
+        return
+    Attempt.objects.bulk_create(
+        [Attempt(run_id=run_id, index=index, **fields) for run_id, index, fields in values],
+        update_conflicts=True,
+        unique_fields=["run", "index"],
+        update_fields=list(values[0][2]),
     )
