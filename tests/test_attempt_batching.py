@@ -72,7 +72,7 @@ def test_many_runs_attempts_go_in_one_transaction_and_only_the_stale_claim_is_re
     assert isinstance(outcomes[11], ClaimLost)
     assert [o for i, o in enumerate(outcomes) if i != 11] == [None] * 29
     assert stale.lost  # later writes of that claim are refused without asking the database
-    assert batcher.transactions == -(-30 // MAX_BATCH)  # thirty writes, a transaction per MAX_BATCH of them
+    assert batcher.batches == -(-30 // MAX_BATCH)  # thirty writes, a transaction per MAX_BATCH of them
     assert not Attempt.objects.filter(run_id=stale.run_id).exists()
     for i, fence in enumerate(fences):
         if fence is stale:
@@ -96,7 +96,7 @@ def test_an_attempts_start_and_end_in_one_batch_leave_the_ended_row() -> None:
         )
     )
     assert outcomes == [None, None, None]
-    assert batcher.transactions == 1
+    assert batcher.batches == 1
     rows = {row.index: row for row in Attempt.objects.filter(run_id=fence.run_id)}
     assert {i: (r.outcome, r.kind, r.output_tokens) for i, r in rows.items()} == {
         0: ("completed", "initial", 7),

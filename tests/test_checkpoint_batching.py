@@ -43,7 +43,7 @@ async def test_many_runs_write_in_one_call_and_only_the_stale_claim_is_refused(s
         else:
             assert stored is not None
             assert stored.blocks == [{"type": "text", "text": f"answer of {run_id}"}]
-    assert store._batched().calls == 1  # fifty writes, one round trip
+    assert store._batched().batches == 1  # fifty writes, one round trip
     assert await store._redis().smembers(store.index_key) == {r.encode() for r in run_ids if r != stale}
 
 
