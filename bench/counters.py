@@ -1,4 +1,4 @@
-"""A worker's checkpoint writes, outbox calls, attempt-row transactions and collector passes, to a file each second.
+"""A worker's checkpoint writes, outbox calls, attempt and claim transactions and GC passes, to a file each second.
 
 The file is ``BENCH_COUNTS`` (``{pid}`` replaced).
 
@@ -23,6 +23,8 @@ COUNTS: dict[str, int] = {
     "outbox_frames": 0,
     "attempt_transactions": 0,
     "attempt_writes": 0,
+    "claim_transactions": 0,
+    "claims": 0,
 }
 # Every pass of the cyclic garbage collector: [unix time, generation, microseconds the process
 # was stopped]. Timed in wall clock: on a busy host a pass that the kernel preempts stops the
@@ -66,7 +68,7 @@ def install(target: str) -> None:
     from celery.signals import worker_ready
 
     @worker_ready.connect(weak=False)
-    def count_attempt_writes(**_: Any) -> None:
+    def count_batched_writes(**_: Any) -> None:
         # Imported once the apps are ready (it imports the models): not at settings time.
         from streamrecover.runs import attempt_writes
 
@@ -79,6 +81,18 @@ def install(target: str) -> None:
             return write_attempts(writes)
 
         attempt_writes.write_attempts = counted
+
+        from streamrecover.runs import claims
+
+        claim_many = claims.claim_many
+
+        @functools.wraps(claim_many)
+        def claims_counted(run_ids: Any, worker: str, provider_override: Any = None) -> Any:
+            COUNTS["claim_transactions"] += 1
+            COUNTS["claims"] += len(run_ids)
+            return claim_many(run_ids, worker, provider_override)
+
+        claims.claim_many = claims_counted
 
     _time_gc()
     out = Path(target.replace("{pid}", str(os.getpid())))

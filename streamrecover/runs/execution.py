@@ -16,7 +16,7 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 import structlog
@@ -26,7 +26,7 @@ from django.db import close_old_connections, connections
 from ..conf import app_settings
 from ..engine.agent import RunResult, ToolRegistry, run_agent
 from ..engine.cancel import CancelToken
-from ..engine.context import Failover, RunContext, Settlement
+from ..engine.context import RunContext, Settlement
 from ..engine.contract import ModelRequest, ProviderConfig
 from ..engine.errors import ClaimLost
 from ..engine.sink import (
@@ -39,11 +39,12 @@ from ..engine.sink import (
     RunSink,
     StructuredEvent,
 )
-from ..models import Attempt, Message, Run
+from ..models import Attempt, Run
 from ..providers.registry import get_adapter
-from ..testing import demo_registry, fake_provider, is_fake
-from . import deferred, lifecycle
+from ..testing import demo_registry
+from . import claims, deferred, lifecycle
 from .checkpoints import FencedCheckpointStore, checkpoint_store_from_settings
+from .claims import Inputs, run_claims
 from .fence import Fence, FencedSink, again_on_a_fresh_connection
 from .loop import on_shared_loop
 from .recorder import RecorderSink
@@ -85,65 +86,9 @@ class RunStatusSink(BaseSink):
             await lifecycle.mark_running(self.run_id, self.fence)
 
 
-def provider_for_run(run: Run, consumed_attempts: int, override: ProviderConfig | None = None) -> ProviderConfig:
-    """The run's provider (``override`` when given: a command line's ``--api-key``, never stored).
-    The built-in fake is pointed at this process's fake server, scripted with this run's remaining
-    faults: each provider call consumes one, so a resumed run does not replay spent ones."""
-    config = override or app_settings.provider_config(run.provider)
-    if is_fake(config):
-        faults = list(run.options.get("faults") or [])[consumed_attempts:]
-        config = fake_provider(config, run.model, scenario=f"run-{run.pk}", faults=faults)
-    return config
-
-
-def failover_for_run(run: Run) -> Failover | None:
-    """A proxied run's fallback provider and model (``PROXY_FAILOVER``, fixed when it was admitted)."""
-    target = (run.options.get("proxy") or {}).get("failover")
-    if not target:
-        return None
-    config = fake_provider(app_settings.provider_config(target["provider"]), target["model"])
-    extra = target.get("extra")  # a fallback of another wire format: the client's fields in its own
-    return Failover(get_adapter(config), target["model"], target["provider"], extra)
-
-
 def tools_for_run(run: Run) -> ToolRegistry:
     """The tools a run offers the model: the demo tools when it asked for them, else none."""
     return demo_registry() if run.options.get("demo_tools") else ToolRegistry()
-
-
-def _claim(run_id: str, worker: str, provider_override: ProviderConfig | None) -> _Inputs | None:
-    """The run's claim and what it needs to stream, in one hop to the ORM thread (at a burst of
-    run starts each hop waits its turn for that thread and then for the GIL, while the loop
-    relays the other runs' frames), on a connection that works (``_close_broken_connections``
-    first). None when the run is not claimed."""
-    _close_broken_connections()
-    run = lifecycle.claim_run(run_id, worker)
-    return _inputs(run, provider_override) if run is not None else None
-
-
-@dataclass(frozen=True, slots=True)
-class _Inputs:
-    """What a claimed run needs from the database and the settings before it streams."""
-
-    run: Run
-    messages: list[dict[str, Any]]
-    consumed: int  # attempts made so far (by earlier claims)
-    turns: int  # assistant turns committed so far
-    config: ProviderConfig
-    failover: Failover | None
-
-
-def _inputs(run: Run, provider_override: ProviderConfig | None) -> _Inputs:
-    """The claimed run's thread's committed messages, its attempts and committed turns so far,
-    and its provider and failover."""
-    # A first claim (epoch 1) has nothing of its own yet: attempts and answers are written
-    # only under a claim, and a sweep or re-queue raises the epoch too.
-    first = run.claim_epoch == 1
-    turns = 0 if first else Message.objects.filter(run=run, role=Message.Role.ASSISTANT).count()
-    messages = Message.objects.of_thread(run.thread_id).canonical()
-    consumed = 0 if first else Attempt.objects.of_run(run.pk).count()
-    config = provider_for_run(run, consumed, provider_override)
-    return _Inputs(run, messages, consumed, turns, config, failover_for_run(run))
 
 
 def lease_seconds() -> float:
@@ -156,14 +101,6 @@ def lease_seconds() -> float:
 async def _no_live(run_id: str) -> AsyncIterator[None]:
     """No live channel: the run is recorded, nobody watches it."""
     yield None
-
-
-def _close_broken_connections() -> None:
-    """Close this thread's connections that no longer work (never one inside a transaction:
-    a caller's atomic block is left alone); the next query opens a fresh one."""
-    for connection in connections.all(initialized_only=True):
-        if connection.connection is not None and not connection.in_atomic_block and not connection.is_usable():
-            connection.close()
 
 
 async def execute_run(
@@ -185,9 +122,12 @@ async def execute_run(
     worker = worker or lifecycle.worker_id()  # the executing process's, never the importer's
     # The ORM calls below run in asgiref's one thread, whose connection outlives a run: one that
     # broke (a database restart, a terminated backend, a run that crashed mid-query) is closed
-    # before this run's first query (``_claim``), instead of failing every later run of this
+    # before this run's first query (``claims.claim_many``), instead of failing every later run of this
     # process.
-    inputs = await sync_to_async(_claim)(run_id, worker, provider_override)
+    if on_shared_loop() and provider_override is None:
+        inputs = await run_claims().claim(run_id, worker)  # with the other runs arriving now
+    else:
+        inputs = await sync_to_async(claims.claim)(run_id, worker, provider_override)
     if inputs is None:
         return None
     run = inputs.run
@@ -227,7 +167,7 @@ async def _release_connections() -> None:
 
 
 async def _execute_claimed(
-    inputs: _Inputs,
+    inputs: Inputs,
     fence: Fence,
     running: asyncio.Task[Any],
     live: OpenLive | None,

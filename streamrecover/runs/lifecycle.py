@@ -2,8 +2,9 @@
 
 Nothing here starts work: ``requeue_run`` and ``sweep_stale_runs`` report what they put back
 in the queue and the caller (``streamrecover.dispatch``) starts it. The rules live here, once:
-one active run per thread; a claim is one ``select_for_update()`` in a transaction that
-refuses terminal runs and counts claims; a run whose heartbeat stopped goes back to the
+one active run per thread; a claim is one ``select_for_update()`` in a transaction (the claims
+of runs that arrive together may share one: ``claim_runs``) that refuses terminal runs and
+counts claims; a run whose heartbeat stopped goes back to the
 queue and is resumed from its checkpoint by whoever claims it next. Every claim, sweep and
 re-queue raises the run's ``claim_epoch``: the writes of a worker whose claim was taken from
 it are refused (``runs.fence``).
@@ -16,11 +17,13 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..conf import app_settings
@@ -129,49 +132,84 @@ def claim_run(run_id: str, worker: str | None = None) -> Run | None:
     times so a poison message ends instead of looping. Each claim raises ``claim_epoch``,
     the fencing token the returned run carries: older claims can no longer write.
     """
+    (run,) = claim_runs([run_id], worker)
+    return run
+
+
+def run_key(run_id: str) -> uuid.UUID:
+    """``run_id`` as a run's key; ``ValidationError`` when it is none."""
+    key: uuid.UUID = Run._meta.pk.to_python(run_id)
+    return key
+
+
+def claim_runs(run_ids: Sequence[str], worker: str | None = None) -> list[Run | None]:
+    """``claim_run`` for each of ``run_ids`` (valid run keys), in one transaction: per id, in
+    order, the claimed run or None. The rows are locked in key order (two such transactions never
+    deadlock), and an id given twice is claimed once (a message delivered twice)."""
     worker = worker or worker_id()
     now = timezone.now()
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
-        if run is None or run.is_terminal:
-            return None
-        stale_after = timedelta(seconds=app_settings.STALE_AFTER_SECONDS)
-        if (
-            run.status in Run.CLAIMED_STATUSES
-            and run.worker
-            and run.heartbeat_at is not None
-            and now - run.heartbeat_at < stale_after
-        ):
-            return None  # alive elsewhere
-        run.claims += 1
-        run.claim_epoch += 1
-        if run.claims > app_settings.MAX_CLAIMS:
-            run.status = Run.Status.FAILED
-            run.error_kind = "too_many_claims"
-            run.error_message = f"claimed {run.claims} times without finishing; giving up (MAX_CLAIMS)"
-            run.finished_at = now
-            run.save()
-            _settled_on_commit(run)
-            log.error("run_claims_exceeded", run_id=str(run.pk), claims=run.claims)
-            return None
-        if run.cancel_requested:
-            run.status = Run.Status.CANCELLED
-            run.finished_at = now
-            run.save()
-            _settled_on_commit(run)
-            return None
-        run.status = Run.Status.RUNNING
-        run.worker = worker
-        run.heartbeat_at = now
-        run.started_at = run.started_at or now
-        run.save(update_fields=["claims", "claim_epoch", "status", "worker", "heartbeat_at", "started_at"])
-        if run.claim_epoch > 1:
-            # Attempts an earlier claim left open (its worker died or was fenced out) end here:
-            # they can stream nothing more into this run, and its attempts never overlap the new
-            # ones. (Epoch 1 is a run's first claim: no earlier one made attempts.)
-            Attempt.objects.filter(run=run, outcome=AttemptOutcome.PENDING).update(
+        keys = [run_key(run_id) for run_id in run_ids]
+        locked = Run.objects.select_for_update().filter(pk__in=set(keys)).order_by("pk")
+        runs = {run.pk: run for run in locked}
+        # popped: the same id again finds nothing to claim
+        claimed = [_claim_locked(runs.pop(key, None), worker, now) for key in keys]
+        taken = [run.pk for run in claimed if run is not None]
+        if taken:
+            # The rows are locked: what the claimed runs now hold in memory is their columns + 1.
+            Run.objects.filter(pk__in=taken).update(
+                claims=F("claims") + 1,
+                claim_epoch=F("claim_epoch") + 1,
+                status=Run.Status.RUNNING,
+                worker=worker,
+                heartbeat_at=now,
+                started_at=Coalesce("started_at", Value(now)),
+            )
+        # Attempts an earlier claim left open (its worker died or was fenced out) end here: they
+        # can stream nothing more into their run, and its attempts never overlap the new ones.
+        # (Epoch 1 is a run's first claim: no earlier one made attempts.)
+        resumed = [run.pk for run in claimed if run is not None and run.claim_epoch > 1]
+        if resumed:
+            Attempt.objects.filter(run_id__in=resumed, outcome=AttemptOutcome.PENDING).update(
                 outcome=AttemptOutcome.INTERRUPTED, error_kind="worker_lost", ended_at=now
             )
+    return claimed
+
+
+def _claim_locked(run: Run | None, worker: str, now: datetime) -> Run | None:
+    """One claim of a locked run, or None: not claimable, or ended here (too many claims, a
+    cancel requested). A claimed run's row is written by the caller, for the whole batch."""
+    if run is None or run.is_terminal:
+        return None
+    stale_after = timedelta(seconds=app_settings.STALE_AFTER_SECONDS)
+    if (
+        run.status in Run.CLAIMED_STATUSES
+        and run.worker
+        and run.heartbeat_at is not None
+        and now - run.heartbeat_at < stale_after
+    ):
+        return None  # alive elsewhere
+    run.claims += 1
+    run.claim_epoch += 1
+    if run.claims > app_settings.MAX_CLAIMS:
+        run.status = Run.Status.FAILED
+        run.error_kind = "too_many_claims"
+        run.error_message = f"claimed {run.claims} times without finishing; giving up (MAX_CLAIMS)"
+        run.finished_at = now
+        run.save()
+        _settled_on_commit(run)
+        log.error("run_claims_exceeded", run_id=str(run.pk), claims=run.claims)
+        return None
+    if run.cancel_requested:
+        run.status = Run.Status.CANCELLED
+        run.finished_at = now
+        run.save()
+        _settled_on_commit(run)
+        return None
+    run.status = Run.Status.RUNNING
+    run.worker = worker
+    run.heartbeat_at = now
+    run.started_at = run.started_at or now
     return run
 
 
