@@ -104,7 +104,7 @@ def test_a_notice_survives_a_worker_dying_as_the_run_settles(fake_server, settin
         "PROVIDERS": _providers(fake_server, scenario),
         "NOTIFY_MODEL_OF_DISCARDED_TOOLS": True,
     }
-    real_write = lifecycle.write_message
+    real_write = lifecycle.write_messages
 
     def dies_after_writing(*args: Any) -> None:
         real_write(*args)
@@ -112,10 +112,10 @@ def test_a_notice_survives_a_worker_dying_as_the_run_settles(fake_server, settin
 
     with override_settings(STREAMRECOVER=conf):
         run_ = lifecycle.create_run(prompt=PROMPT, provider="fake", model=MODEL, demo_tools=True)
-        monkeypatch.setattr(lifecycle, "write_message", dies_after_writing)
+        monkeypatch.setattr(lifecycle, "write_messages", dies_after_writing)
         with pytest.raises(WorkerDied):
             asyncio.run(starter.execute_here(str(run_.pk)))
-        monkeypatch.setattr(lifecycle, "write_message", real_write)
+        monkeypatch.setattr(lifecycle, "write_messages", real_write)
         thread = Thread.objects.get(pk=run_.thread_id)
         assert thread.pending_notices == []
         assert [m.role for m in Message.objects.filter(thread=thread)] == ["user"]

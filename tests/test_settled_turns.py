@@ -197,7 +197,7 @@ def test_a_worker_dying_between_the_answer_and_the_runs_end_leaves_nothing_half_
     """The answer is written, then the worker dies before the run's status is: the transaction
     holding both is rolled back, the checkpoint still holds the whole answer, and the next
     worker commits it (asking the provider nothing) and completes the run."""
-    real_write = lifecycle.write_message
+    real_write = lifecycle.write_messages
 
     def dies_after_writing(*args: Any) -> None:
         real_write(*args)
@@ -205,11 +205,11 @@ def test_a_worker_dying_between_the_answer_and_the_runs_end_leaves_nothing_half_
 
     run = lifecycle.create_run(prompt=STORY, model=MODELS[wire])
     streamed = CollectingSink()
-    monkeypatch.setattr(lifecycle, "write_message", dies_after_writing)
+    monkeypatch.setattr(lifecycle, "write_messages", dies_after_writing)
     with pytest.raises(WorkerDied):
         asyncio.run(execution.execute_run(str(run.pk), extra_sinks=[streamed]))
     _release_orm_thread()
-    monkeypatch.setattr(lifecycle, "write_message", real_write)
+    monkeypatch.setattr(lifecycle, "write_messages", real_write)
 
     # nothing half-settled: neither the answer nor the run's end
     assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
@@ -262,14 +262,14 @@ def test_each_committed_message_is_written_once_and_the_answer_with_the_runs_end
     from streamrecover.runs import recorder
 
     written: list[tuple[str, int]] = []
-    real = recorder.write_message
+    real = recorder.write_messages
 
-    def counted(thread_id: int, run_id: Any, message: dict[str, Any], position: int) -> None:
-        written.append((message["role"], position))
-        real(thread_id, run_id, message, position)
+    def counted(rows: Any) -> None:
+        written.extend((message["role"], position) for _, _, message, position in rows)
+        real(rows)
 
-    monkeypatch.setattr(recorder, "write_message", counted)
-    monkeypatch.setattr(lifecycle, "write_message", counted)
+    monkeypatch.setattr(recorder, "write_messages", counted)  # the recorder's (through write_message)
+    monkeypatch.setattr(lifecycle, "write_messages", counted)  # the settlement's
     run = _completed(prompt, MODELS["anthropic"], demo_tools=True)
     committed = _thread(run)
     assert [m["role"] for m in committed] == roles

@@ -3,7 +3,7 @@
 ``execute_run`` is handed what it does not own: the live channel (``live``, opened and closed
 by the code that starts work) and any further sinks. It adds the recorder and the status
 sink, beats the heartbeat and watches for a cancel while the agent runs, and has the agent
-settle the run through ``lifecycle.finish`` (its end and final answer in one transaction).
+settle the run through ``lifecycle.finish_many`` (its end and final answer in one transaction).
 Everything it writes for the run goes through the claim's ``Fence``: when the heartbeat
 finds the claim taken over, the run's task is cancelled and the run unwinds without another
 write (``execute_run`` then returns None).
@@ -48,6 +48,7 @@ from .claims import Inputs, run_claims
 from .fence import Fence, FencedSink, again_on_a_fresh_connection
 from .loop import on_shared_loop
 from .recorder import RecorderSink
+from .settlements import run_settlements
 from .toolresults import DjangoToolResultStore
 from .watch import watch
 
@@ -263,22 +264,25 @@ def _abandon(channel: LiveSink) -> None:
 
 
 async def _settle(fence: Fence, recorder: RecorderSink, settlement: Settlement) -> None:
-    """The run's end and its final answer, in one transaction (``lifecycle.finish``); the
-    recorder, told of the answer next as every sink is, then knows it is stored."""
+    """The run's end and its final answer, in one transaction (``lifecycle.finish``; on a
+    worker's shared loop with the other runs ending now, ``settlements``); the recorder, told of
+    the answer next as every sink is, then knows it is stored."""
     error = settlement.error or {}
-    settle = functools.partial(
-        lifecycle.finish,
-        fence.run_id,
-        settlement.status,
-        error.get("kind", ""),
-        error.get("message", ""),
-        settlement.notices,
-        fence,
-        settlement.message,
-        settlement.position,
+    end = lifecycle.RunEnd(
+        run_id=fence.run_id,
+        status=settlement.status,
+        error_kind=error.get("kind", ""),
+        error_message=error.get("message", ""),
+        notices=settlement.notices,
+        epoch=fence.epoch,
+        message=settlement.message,
+        position=settlement.position,
     )
-    # a connection terminated under the settlement: once more on a fresh one (it is one
-    # transaction, and storing the answer twice stores it once)
-    await sync_to_async(again_on_a_fresh_connection)(settle)
+    if on_shared_loop():
+        await run_settlements().settle(fence, end)
+    else:
+        # a connection terminated under the settlement: once more on a fresh one (it is one
+        # transaction, and storing the answer twice stores it once)
+        await sync_to_async(again_on_a_fresh_connection)(functools.partial(lifecycle.finish_end, end, fence))
     if settlement.message is not None:
         recorder.stored(settlement.position)

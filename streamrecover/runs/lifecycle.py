@@ -17,6 +17,7 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,7 +34,7 @@ from ..models import Attempt, Message, Run, Thread
 from ..redaction import cut_secrets
 from .checkpoints import sweep_settled_checkpoints
 from .fence import Fence
-from .recorder import write_message
+from .recorder import write_messages
 from .signals import run_requeued, run_settled
 
 log = structlog.get_logger("streamrecover")
@@ -235,6 +236,20 @@ async def _set_status(run_id: str, old: Any, new: Any, fence: Fence | None) -> N
         raise fence.lose()
 
 
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How a run ended, to store: ``finish``'s arguments, the claim's epoch in place of its fence."""
+
+    run_id: str
+    status: str
+    error_kind: str = ""
+    error_message: str = ""
+    notices: Sequence[dict[str, Any]] = ()
+    epoch: int | None = None  # the claim that may store it (None: no claim is checked)
+    message: dict[str, Any] | None = None
+    position: int = 0
+
+
 def finish(
     run_id: str,
     status: str,
@@ -251,22 +266,51 @@ def finish(
 
     With a fence, only while its claim is current (else ``ClaimLost``, nothing written).
     """
+    epoch = fence.epoch if fence is not None else None
+    finish_end(RunEnd(run_id, status, error_kind, error_message, notices, epoch, message, position), fence)
+
+
+def finish_end(end: RunEnd, fence: Fence | None = None) -> None:
+    """``finish`` with its arguments in a ``RunEnd`` (``fence``'s epoch in ``end.epoch``)."""
+    if fence is not None:
+        fence.check()
+    if finish_many([end]) and fence is not None:
+        raise fence.lose()
+
+
+def finish_many(ends: Sequence[RunEnd]) -> set[str]:
+    """``finish`` for each of ``ends`` (one per run), in one transaction: their runs' rows locked
+    in key order, their answers in two statements, one update per kind of end. Returns the run
+    ids whose claim is not current: nothing of theirs is written, the others' ends are."""
+    now = timezone.now()
     with transaction.atomic():
-        # One locking read: with a fence it is also the claim's check.
-        run = fence.held_run() if fence is not None else Run.objects.select_for_update().get(pk=run_id)
-        if message is not None:
-            write_message(run.thread_id, run.pk, message, position)
-        run.status = status
-        run.error_kind = error_kind
-        run.error_message = error_message
-        run.finished_at = timezone.now()
-        run.save(update_fields=["status", "error_kind", "error_message", "finished_at"])
-        if notices:  # for the thread's next user message (create_run)
-            thread = Thread.objects.select_for_update().get(pk=run.thread_id)
-            kept = [{key: notice.get(key) for key in ("id", "name", "reason")} for notice in notices]
-            thread.pending_notices = [*thread.pending_notices, *kept]
+        keys = {run_key(end.run_id) for end in ends}
+        runs = {str(run.pk): run for run in Run.objects.select_for_update().filter(pk__in=keys).order_by("pk")}
+        lost = set()
+        for end in ends:
+            run = runs.get(str(run_key(end.run_id)))
+            if run is None and end.epoch is None:
+                raise Run.DoesNotExist(f"no run {end.run_id}")
+            if run is None or (end.epoch is not None and run.claim_epoch != end.epoch):
+                lost.add(end.run_id)
+        kept = [(runs[str(run_key(end.run_id))], end) for end in ends if end.run_id not in lost]
+        write_messages([(run.thread_id, run.pk, end.message, end.position) for run, end in kept if end.message])
+        groups: dict[tuple[str, str, str], list[Any]] = {}
+        for run, end in kept:
+            groups.setdefault((end.status, end.error_kind, end.error_message), []).append(run.pk)
+        for (status, error_kind, error_message), pks in groups.items():
+            Run.objects.filter(pk__in=pks).update(
+                status=status, error_kind=error_kind, error_message=error_message, finished_at=now
+            )
+        # Threads locked in key order too, after the runs (as every writer of both does)
+        for run, end in sorted(((run, end) for run, end in kept if end.notices), key=lambda pair: pair[0].thread_id):
+            thread = Thread.objects.select_for_update().get(pk=run.thread_id)  # for create_run
+            kept_notices = [{key: notice.get(key) for key in ("id", "name", "reason")} for notice in end.notices]
+            thread.pending_notices = [*thread.pending_notices, *kept_notices]
             thread.save(update_fields=["pending_notices"])
-        _settled_on_commit(run)
+        for run, _ in kept:
+            _settled_on_commit(run)
+    return lost
 
 
 def _settled_on_commit(run: Run) -> None:

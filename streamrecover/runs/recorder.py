@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import structlog
 from asgiref.sync import sync_to_async
 from django.db import transaction
+from django.db.models import Q
 
 from ..engine.sink import (
     DISCARDED_PARTIAL_TOOL_USE,
@@ -126,17 +127,34 @@ class RecorderSink(BaseSink):
 def write_message(thread_id: int, run_id: uuid.UUID | str, message: dict[str, Any], position: int) -> None:
     """Commit ``message`` at ``position`` of the thread, once: a retried write finds it and
     changes nothing. Stored as written (the app's own API keys cut out)."""
-    content = cut_secrets(jsonable(message.get("content", [])))
-    row, created = Message.objects.get_or_create(
-        thread_id=thread_id,
-        position=position,
-        defaults={"run_id": run_id, "role": message["role"], "content": content},
-    )
-    if not created and (row.role != message["role"] or row.content != content):
-        logger.warning(
-            "message_position_conflict",
-            run_id=str(run_id),
+    write_messages([(thread_id, run_id, message, position)])
+
+
+def write_messages(rows: Sequence[tuple[int, uuid.UUID | str, dict[str, Any], int]]) -> None:
+    """``write_message`` for each (thread id, run id, message, position), in two statements."""
+    if not rows:
+        return
+    wanted = {
+        (thread_id, position): Message(
             thread_id=thread_id,
             position=position,
-            stored_run_id=str(row.run_id) if row.run_id else None,
+            run_id=run_id,
+            role=message["role"],
+            content=cut_secrets(jsonable(message.get("content", []))),
         )
+        for thread_id, run_id, message, position in rows
+    }
+    Message.objects.bulk_create(wanted.values(), ignore_conflicts=True)  # a position already taken stays
+    at = Q()
+    for thread_id, position in wanted:
+        at |= Q(thread_id=thread_id, position=position)
+    for row in Message.objects.filter(at):
+        ours = wanted[(row.thread_id, row.position)]
+        if row.role != ours.role or row.content != ours.content:
+            logger.warning(
+                "message_position_conflict",
+                run_id=str(ours.run_id),
+                thread_id=row.thread_id,
+                position=row.position,
+                stored_run_id=str(row.run_id) if row.run_id else None,
+            )

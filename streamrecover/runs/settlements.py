@@ -1,0 +1,54 @@
+"""On a worker's shared loop, the ends of runs that finish together stored in one transaction.
+
+A run's settlement (its end and its final answer, ``lifecycle.finish``) was a transaction of its
+own: the claim's locking read, the answer's lookup and insert in a savepoint, the run's update.
+Runs of one bench start together and so end together, and their settlements were about a quarter
+of the time of the thread that does every ORM call of the loop's runs, while the frames of the
+runs still streaming waited behind them. Here a settlement is staged (``staged``); what gathered
+since the flusher's last trip goes in one transaction (``lifecycle.finish_many``), and each run
+learns its own outcome: stored, or ``ClaimLost`` when a newer claim holds it (nothing of that
+run is written; the others are).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Sequence
+
+from asgiref.sync import sync_to_async
+
+from . import lifecycle
+from .fence import Fence, again_on_a_fresh_connection
+from .staged import StagedBatches
+
+# Settlements per transaction: each run told resumes into closing its live channel; 8 keeps
+# the saving without a burst of those (as for the attempt rows and the claims).
+MAX_BATCH = 8
+
+
+class RunSettlements(StagedBatches["tuple[Fence, lifecycle.RunEnd]", None]):
+    """One per event loop: ``settle`` stages a run's end and waits for its own outcome."""
+
+    max_batch = MAX_BATCH
+    one_per_turn = True
+
+    async def settle(self, fence: Fence, end: lifecycle.RunEnd) -> None:
+        """Store ``end`` (with ``fence``'s epoch) while the claim is current; ``ClaimLost`` otherwise."""
+        fence.check()
+        await self._stage((fence, end))
+
+    async def _send(self, items: Sequence[tuple[Fence, lifecycle.RunEnd]]) -> list[BaseException | None]:
+        ends = [end for _, end in items]
+        # a connection terminated under it: once more on a fresh one (one transaction, and storing
+        # an answer twice stores it once)
+        lost = await sync_to_async(again_on_a_fresh_connection)(lambda: lifecycle.finish_many(ends))
+        return [fence.lose() if end.run_id in lost else None for fence, end in items]
+
+
+_batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RunSettlements] = weakref.WeakKeyDictionary()
+
+
+def run_settlements() -> RunSettlements:
+    """The running loop's batcher."""
+    return _batchers.setdefault(asyncio.get_running_loop(), RunSettlements())
