@@ -632,6 +632,9 @@ def run_config(
                 counts.get("attempt_writes", 0) / max(1, counts.get("attempt_transactions", 0))
             ),
             claims_per_transaction=counts.get("claims", 0) / max(1, counts.get("claim_transactions", 0)),
+            settlements_per_transaction=(
+                counts.get("settlements", 0) / max(1, counts.get("settlement_transactions", 0))
+            ),
             worker_gc=_gc_pauses(logs, tag, phase[0], phase[-1]),
             stale_tasks=stale_tasks,
         )
@@ -744,7 +747,8 @@ def main(argv: list[str] | None = None) -> None:
             f"frames {result['frames']:,} for {result['deltas']:,} deltas, "
             f"frames per Redis call {result['frames_per_redis_call']:.1f}, "
             f"attempt rows per transaction {result['attempt_rows_per_transaction']:.1f}, "
-            f"claims per transaction {result['claims_per_transaction']:.1f}",
+            f"claims per transaction {result['claims_per_transaction']:.1f}, "
+            f"settlements per transaction {result['settlements_per_transaction']:.1f}",
             flush=True,
         )
         print(f"   worker garbage collection: {gc_summary(result['worker_gc'])}", flush=True)

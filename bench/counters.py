@@ -1,4 +1,4 @@
-"""A worker's checkpoint writes, outbox calls, attempt and claim transactions and GC passes, to a file each second.
+"""A worker's checkpoint writes, outbox calls, batched ORM transactions and GC passes, to a file each second.
 
 The file is ``BENCH_COUNTS`` (``{pid}`` replaced).
 
@@ -25,6 +25,8 @@ COUNTS: dict[str, int] = {
     "attempt_writes": 0,
     "claim_transactions": 0,
     "claims": 0,
+    "settlement_transactions": 0,
+    "settlements": 0,
 }
 # Every pass of the cyclic garbage collector: [unix time, generation, microseconds the process
 # was stopped]. Timed in wall clock: on a busy host a pass that the kernel preempts stops the
@@ -93,6 +95,18 @@ def install(target: str) -> None:
             return claim_many(run_ids, worker, provider_override)
 
         claims.claim_many = claims_counted
+
+        from streamrecover.runs import lifecycle
+
+        finish_many = lifecycle.finish_many
+
+        @functools.wraps(finish_many)
+        def settlements_counted(ends: Any) -> Any:
+            COUNTS["settlement_transactions"] += 1
+            COUNTS["settlements"] += len(ends)
+            return finish_many(ends)
+
+        lifecycle.finish_many = settlements_counted
 
     _time_gc()
     out = Path(target.replace("{pid}", str(os.getpid())))

@@ -158,6 +158,8 @@ def test_delivery_bench_runs_every_process_and_checks_the_rebuild() -> None:
     assert float(per_transaction) >= 1  # the attempt rows went through the loop's batches and were counted
     (claims_per_transaction,) = re.findall(r"claims per transaction ([0-9.]+)", proc.stdout)
     assert float(claims_per_transaction) >= 1  # the runs were claimed through the loop's batches, and counted
+    (settlements_per_transaction,) = re.findall(r"settlements per transaction ([0-9.]+)", proc.stdout)
+    assert float(settlements_per_transaction) >= 1  # the runs' ends went through the loop's batches, and counted
     (passes, full, total_ms, longest_ms) = re.findall(
         r"worker garbage collection: ([0-9,]+) passes \(([0-9]+) full\), ([0-9,]+) ms in all, longest ([0-9]+) ms",
         proc.stdout,
