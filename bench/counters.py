@@ -71,42 +71,12 @@ def install(target: str) -> None:
 
     @worker_ready.connect(weak=False)
     def count_batched_writes(**_: Any) -> None:
-        # Imported once the apps are ready (it imports the models): not at settings time.
-        from streamrecover.runs import attempt_writes
+        # Imported once the apps are ready (they import the models): not at settings time.
+        from streamrecover.runs import attempt_writes, claims, lifecycle
 
-        write_attempts = attempt_writes.write_attempts
-
-        @functools.wraps(write_attempts)
-        def counted(writes: Any) -> Any:
-            COUNTS["attempt_transactions"] += 1
-            COUNTS["attempt_writes"] += len(writes)
-            return write_attempts(writes)
-
-        attempt_writes.write_attempts = counted
-
-        from streamrecover.runs import claims
-
-        claim_many = claims.claim_many
-
-        @functools.wraps(claim_many)
-        def claims_counted(run_ids: Any, worker: str, provider_override: Any = None) -> Any:
-            COUNTS["claim_transactions"] += 1
-            COUNTS["claims"] += len(run_ids)
-            return claim_many(run_ids, worker, provider_override)
-
-        claims.claim_many = claims_counted
-
-        from streamrecover.runs import lifecycle
-
-        finish_many = lifecycle.finish_many
-
-        @functools.wraps(finish_many)
-        def settlements_counted(ends: Any) -> Any:
-            COUNTS["settlement_transactions"] += 1
-            COUNTS["settlements"] += len(ends)
-            return finish_many(ends)
-
-        lifecycle.finish_many = settlements_counted
+        _count_batches(attempt_writes, "write_attempts", "attempt_transactions", "attempt_writes")
+        _count_batches(claims, "claim_many", "claim_transactions", "claims")
+        _count_batches(lifecycle, "finish_many", "settlement_transactions", "settlements")
 
     _time_gc()
     out = Path(target.replace("{pid}", str(os.getpid())))
@@ -119,6 +89,19 @@ def install(target: str) -> None:
             partial.replace(out)  # atomic: the bench never reads half a file
 
     threading.Thread(target=dump, name="bench-counters", daemon=True).start()
+
+
+def _count_batches(module: Any, name: str, calls: str, items: str) -> None:
+    """Count the calls of ``module.name`` (whose first argument is a batch) and the items they carry."""
+    batched = getattr(module, name)
+
+    @functools.wraps(batched)
+    def counted(batch: Any, *args: Any) -> Any:
+        COUNTS[calls] += 1
+        COUNTS[items] += len(batch)
+        return batched(batch, *args)
+
+    setattr(module, name, counted)
 
 
 def profile_run_loop(target: str, every_s: float = 3.0) -> None:

@@ -7,8 +7,6 @@ import time
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connections
 
 from streamrecover.engine.errors import ClaimLost
 from streamrecover.engine.events import Usage
@@ -19,6 +17,7 @@ from streamrecover.runs.attempt_writes import MAX_BATCH, AttemptWrites
 from streamrecover.runs.fence import Fence
 
 from .factories import make_run
+from .orm_loop import gather_on_one_loop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
@@ -53,20 +52,13 @@ def _ended(attempt: AttemptRecord, output_tokens: int) -> AttemptRecord:
     return attempt
 
 
-async def _on_one_loop(*writes: Any) -> list[Any]:
-    try:
-        return await asyncio.gather(*writes, return_exceptions=True)
-    finally:
-        await sync_to_async(connections.close_all)()  # the ORM thread's connection, before the test's teardown
-
-
 def test_many_runs_attempts_go_in_one_transaction_and_only_the_stale_claim_is_refused() -> None:
     fences = _claimed(30)
     stale = fences[11]
     Run.objects.filter(pk=stale.run_id).update(claim_epoch=stale.epoch + 1)  # another worker took it
     batcher = AttemptWrites()
     outcomes = asyncio.run(
-        _on_one_loop(*(batcher.write(f, _ended(_attempt(f), output_tokens=i)) for i, f in enumerate(fences)))
+        gather_on_one_loop(*(batcher.write(f, _ended(_attempt(f), output_tokens=i)) for i, f in enumerate(fences)))
     )
 
     assert isinstance(outcomes[11], ClaimLost)
@@ -89,7 +81,7 @@ def test_an_attempts_start_and_end_in_one_batch_leave_the_ended_row() -> None:
     batcher = AttemptWrites()
     started = _attempt(fence, index=1, kind="continuation")
     outcomes = asyncio.run(
-        _on_one_loop(  # staged before the flusher runs: one transaction
+        gather_on_one_loop(  # staged before the flusher runs: one transaction
             batcher.write(fence, started),
             batcher.write(fence, _ended(_attempt(fence, index=0), 7)),
             batcher.write(fence, _ended(_attempt(fence, index=1, kind="continuation"), 5)),
@@ -114,8 +106,8 @@ def test_a_write_cancelled_before_it_left_is_never_written() -> None:
         writing = asyncio.ensure_future(batcher.write(fence, _attempt(fence, index=0)))
         await asyncio.sleep(0)  # staged: the flusher has not taken it yet
         writing.cancel()
-        assert (await _on_one_loop(writing))[0].__class__ is asyncio.CancelledError
-        await _on_one_loop(batcher.write(fence, _attempt(fence, index=1)))
+        assert (await gather_on_one_loop(writing))[0].__class__ is asyncio.CancelledError
+        await gather_on_one_loop(batcher.write(fence, _attempt(fence, index=1)))
 
     asyncio.run(cancel_then_write())
     assert list(Attempt.objects.filter(run_id=fence.run_id).values_list("index", flat=True)) == [1]
@@ -126,7 +118,7 @@ def test_every_writer_of_a_failed_transaction_gets_the_error_and_nothing_is_half
     batcher = AttemptWrites()
     too_long = _attempt(fences[1], kind="k" * 500)  # longer than the column: the statement fails
     outcomes = asyncio.run(
-        _on_one_loop(
+        gather_on_one_loop(
             batcher.write(fences[0], _attempt(fences[0])),
             batcher.write(fences[1], too_long),
             batcher.write(fences[2], _attempt(fences[2])),

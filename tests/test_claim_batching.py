@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import connections
 from django.utils import timezone
@@ -18,6 +18,7 @@ from streamrecover.runs import lifecycle
 from streamrecover.runs.claims import MAX_BATCH, Inputs, RunClaims
 
 from .factories import make_attempt, make_message, make_run, make_thread
+from .orm_loop import gather_on_one_loop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
@@ -28,11 +29,8 @@ def _run_with_question(question: str, **fields: Any) -> Run:
     return make_run(thread=thread, **fields)
 
 
-async def _claim_on_one_loop(claims: RunClaims, run_ids: list[str], worker: str = "w1") -> list[Any]:
-    try:
-        return await asyncio.gather(*(claims.claim(run_id, worker) for run_id in run_ids), return_exceptions=True)
-    finally:
-        await sync_to_async(connections.close_all)()  # the ORM thread's connection, before the test's teardown
+def _claim_all(claims: RunClaims, run_ids: list[str]) -> Coroutine[Any, Any, list[Any]]:
+    return gather_on_one_loop(*(claims.claim(run_id, "w1") for run_id in run_ids))
 
 
 def test_runs_arriving_together_are_claimed_in_batches_and_each_gets_its_own_thread() -> None:
@@ -44,7 +42,7 @@ def test_runs_arriving_together_are_claimed_in_batches_and_each_gets_its_own_thr
     ids[5:5] = [str(busy.pk), str(done.pk), str(cancelled.pk)]
     claims = RunClaims()
 
-    outcomes = asyncio.run(_claim_on_one_loop(claims, ids))
+    outcomes = asyncio.run(_claim_all(claims, ids))
 
     assert claims.batches == -(-len(ids) // MAX_BATCH)
     assert outcomes[5:8] == [None, None, None]  # running elsewhere, finished, cancelled
@@ -69,7 +67,7 @@ def test_a_message_delivered_twice_into_one_batch_runs_its_run_once(settings: An
     # run over, with a newer epoch), one batch never hands the same claim to two callers.
     settings.STREAMRECOVER = {**settings.STREAMRECOVER, "STALE_AFTER_SECONDS": stale_after}
     run = _run_with_question("once")
-    outcomes = asyncio.run(_claim_on_one_loop(RunClaims(), [str(run.pk), str(run.pk)]))
+    outcomes = asyncio.run(_claim_all(RunClaims(), [str(run.pk), str(run.pk)]))
 
     assert [type(o) for o in outcomes] == [Inputs, type(None)]
     stored = Run.objects.get(pk=run.pk)
@@ -79,7 +77,7 @@ def test_a_message_delivered_twice_into_one_batch_runs_its_run_once(settings: An
 def test_an_id_that_is_no_run_key_fails_its_caller_only() -> None:
     runs = [_run_with_question(f"q{i}") for i in range(3)]
     ids = [str(runs[0].pk), "not-a-run-id", str(runs[1].pk), str(runs[2].pk)]
-    outcomes = asyncio.run(_claim_on_one_loop(RunClaims(), ids))
+    outcomes = asyncio.run(_claim_all(RunClaims(), ids))
 
     assert isinstance(outcomes[1], ValidationError)
     assert [o.run.pk for o in outcomes if isinstance(o, Inputs)] == [run.pk for run in runs]
@@ -93,7 +91,7 @@ def test_a_resumed_run_claimed_in_a_batch_ends_the_attempts_its_dead_worker_left
     fresh = _run_with_question("new")
     make_attempt(fresh, outcome="pending")  # not an earlier claim's: a first claim leaves it
 
-    outcomes = asyncio.run(_claim_on_one_loop(RunClaims(), [str(dead.pk), str(fresh.pk)]))
+    outcomes = asyncio.run(_claim_all(RunClaims(), [str(dead.pk), str(fresh.pk)]))
 
     assert [o.run.claim_epoch for o in outcomes] == [2, 1]
     assert outcomes[0].consumed == 1  # its earlier claim's attempt is counted, not replayed

@@ -6,8 +6,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connections
 from structlog.testing import capture_logs
 
 from streamrecover.engine.errors import ClaimLost
@@ -18,6 +16,7 @@ from streamrecover.runs.settlements import MAX_BATCH, RunSettlements
 from streamrecover.runs.signals import run_settled
 
 from .factories import make_message, make_run
+from .orm_loop import gather_on_one_loop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
@@ -42,13 +41,6 @@ def _end(fence: Fence, text: str | None, status: str = "completed", **fields: An
     return lifecycle.RunEnd(fence.run_id, status, epoch=fence.epoch, message=message, position=1, **fields)
 
 
-async def _on_one_loop(*settles: Any) -> list[Any]:
-    try:
-        return await asyncio.gather(*settles, return_exceptions=True)
-    finally:
-        await sync_to_async(connections.close_all)()  # the ORM thread's connection, before the test's teardown
-
-
 def test_runs_ending_together_are_settled_in_batches_each_with_its_own_end_and_answer() -> None:
     fences = _claimed(20)
     stale = fences[9]
@@ -64,7 +56,7 @@ def test_runs_ending_together_are_settled_in_batches_each_with_its_own_end_and_a
     run_settled.connect(on_settled, weak=False, dispatch_uid="test_settlement_batching")
     try:
         batcher = RunSettlements()
-        outcomes = asyncio.run(_on_one_loop(*(batcher.settle(f, e) for f, e in zip(fences, ends, strict=True))))
+        outcomes = asyncio.run(gather_on_one_loop(*(batcher.settle(f, e) for f, e in zip(fences, ends, strict=True))))
     finally:
         run_settled.disconnect(dispatch_uid="test_settlement_batching")
 
