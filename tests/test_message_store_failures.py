@@ -80,7 +80,7 @@ def test_a_message_the_store_cannot_write_stops_the_run_and_the_others_do_not_he
 
 
 def test_a_connection_terminated_as_the_run_settles_still_settles_it_with_its_answer(monkeypatch):
-    finish = lifecycle.finish
+    finish = lifecycle.finish_end
     calls: list[int] = []
 
     def terminated_first(*args: Any, **kwargs: Any) -> None:
@@ -90,7 +90,7 @@ def test_a_connection_terminated_as_the_run_settles_still_settles_it_with_its_an
         finish(*args, **kwargs)
 
     run = lifecycle.create_run(prompt="Tell me a story [[words=20]]")
-    monkeypatch.setattr(lifecycle, "finish", terminated_first)
+    monkeypatch.setattr(lifecycle, "finish_end", terminated_first)
     result = asyncio.run(execution.execute_run(str(run.pk), worker="w:1"))
     asyncio.run(sync_to_async(connections.close_all)())
     assert len(calls) == 2
