@@ -4,8 +4,8 @@ Nothing here starts work: ``requeue_run`` and ``sweep_stale_runs`` report what t
 in the queue and the caller (``streamrecover.dispatch``) starts it. The rules live here, once:
 one active run per thread; a claim is one ``select_for_update()`` in a transaction (the claims
 of runs that arrive together may share one: ``claim_runs``) that refuses terminal runs and
-counts claims; a run whose heartbeat stopped goes back to the
-queue and is resumed from its checkpoint by whoever claims it next. Every claim, sweep and
+counts claims; a run whose heartbeat stopped goes back to the queue and is resumed from its
+checkpoint by whoever claims it next. Every claim, sweep and
 re-queue raises the run's ``claim_epoch``: the writes of a worker whose claim was taken from
 it are refused (``runs.fence``).
 """
@@ -286,7 +286,7 @@ def finish_many(ends: Sequence[RunEnd]) -> set[str]:
     with transaction.atomic():
         keys = {run_key(end.run_id) for end in ends}
         runs = {str(run.pk): run for run in Run.objects.select_for_update().filter(pk__in=keys).order_by("pk")}
-        lost = set()
+        lost: set[str] = set()
         for end in ends:
             run = runs.get(str(run_key(end.run_id)))
             if run is None and end.epoch is None:
@@ -294,7 +294,8 @@ def finish_many(ends: Sequence[RunEnd]) -> set[str]:
             if run is None or (end.epoch is not None and run.claim_epoch != end.epoch):
                 lost.add(end.run_id)
         kept = [(runs[str(run_key(end.run_id))], end) for end in ends if end.run_id not in lost]
-        write_messages([(run.thread_id, run.pk, end.message, end.position) for run, end in kept if end.message])
+        answers = [(run.thread_id, run.pk, end.message, end.position) for run, end in kept if end.message is not None]
+        write_messages(answers)
         groups: dict[tuple[str, str, str], list[Any]] = {}
         for run, end in kept:
             groups.setdefault((end.status, end.error_kind, end.error_message), []).append(run.pk)
@@ -302,7 +303,7 @@ def finish_many(ends: Sequence[RunEnd]) -> set[str]:
             Run.objects.filter(pk__in=pks).update(
                 status=status, error_kind=error_kind, error_message=error_message, finished_at=now
             )
-        # Threads locked in key order too, after the runs (as every writer of both does)
+        # Threads locked in key order too, after the runs
         for run, end in sorted(((run, end) for run, end in kept if end.notices), key=lambda pair: pair[0].thread_id):
             thread = Thread.objects.select_for_update().get(pk=run.thread_id)  # for create_run
             kept_notices = [{key: notice.get(key) for key in ("id", "name", "reason")} for notice in end.notices]
