@@ -22,9 +22,11 @@ from . import lifecycle
 from .fence import Fence, again_on_a_fresh_connection
 from .staged import StagedBatches
 
-# Settlements per transaction: each run told resumes into closing its live channel; 8 keeps
-# the saving without a burst of those (as for the attempt rows and the claims).
-MAX_BATCH = 8
+# Settlements per transaction: each run told resumes into closing its live channel, and runs that
+# end together resume together. At 8 (as for the attempt rows and the claims) the end phase's tail
+# was worse than with one at a time; at 4 it was better than at 8 in three pairs of three, at
+# the same CPU (docs/delivery.md, twelfth pass).
+MAX_BATCH = 4
 
 
 class RunSettlements(StagedBatches["tuple[Fence, lifecycle.RunEnd]", None]):
