@@ -108,3 +108,18 @@ def test_a_send_that_answers_for_fewer_items_fails_their_callers_instead_of_hang
 
     outcomes = asyncio.run(main())
     assert [type(o) for o in outcomes] == [RuntimeError, RuntimeError]
+
+
+def test_a_loop_has_one_batcher_of_each_class_and_another_loop_its_own() -> None:
+    class Tripler(Doubler):
+        pass
+
+    async def batchers() -> tuple[Doubler, Doubler, Doubler]:
+        return Doubler.of_running_loop(), Doubler.of_running_loop(), Tripler.of_running_loop()
+
+    first, again, other_class = asyncio.run(batchers())
+    assert first is again  # every run of the loop stages into the same batches
+    assert type(other_class) is Tripler
+    assert other_class is not first
+    (next_loop, _, _) = asyncio.run(batchers())
+    assert next_loop is not first  # a new loop gets a batcher of its own

@@ -9,15 +9,14 @@ Django building the same statements again and again, with the GIL held while the
 for it. Here a write is staged and awaited (``staged``); one flusher per loop sends what has
 gathered since its last trip in one transaction: one locking read of the runs' rows (in
 primary-key order, so two such transactions never deadlock), one upsert of every row, and the
-totals of the runs whose attempt ended. Each writer learns its own outcome: written, or ``ClaimLost`` when a
-newer claim holds its run (the other runs' rows are written all the same). Used on a worker's
-shared loop only; elsewhere (a thread and a loop per run) a run's writes are one transaction each.
+totals of the runs whose attempt ended. Each writer learns its own outcome: written, or
+``ClaimLost`` when a newer claim holds its run (the other runs' rows are written all the same).
+Used on a worker's shared loop only; elsewhere (a thread and a loop per run) a run's writes are
+one transaction each.
 """
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -108,11 +107,3 @@ def refresh_totals(run_ids: Iterable[str]) -> None:
     )
     for row in totals:
         Run.objects.filter(pk=row.pop("run_id")).update(**row)
-
-
-_batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AttemptWrites] = weakref.WeakKeyDictionary()
-
-
-def attempt_writes() -> AttemptWrites:
-    """The running loop's batcher."""
-    return _batchers.setdefault(asyncio.get_running_loop(), AttemptWrites())

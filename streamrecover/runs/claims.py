@@ -12,8 +12,6 @@ None when it was not claimed. The rules of a claim are ``lifecycle``'s, run by r
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -142,11 +140,3 @@ class RunClaims(StagedBatches[_Claim, "Inputs | None"]):
             for index, inputs in zip(indexes, claimed, strict=True):
                 results[index] = inputs
         return results
-
-
-_batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RunClaims] = weakref.WeakKeyDictionary()
-
-
-def run_claims() -> RunClaims:
-    """The running loop's batcher."""
-    return _batchers.setdefault(asyncio.get_running_loop(), RunClaims())

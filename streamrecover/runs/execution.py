@@ -44,11 +44,10 @@ from ..providers.registry import get_adapter
 from ..testing import demo_registry
 from . import claims, deferred, lifecycle
 from .checkpoints import FencedCheckpointStore, checkpoint_store_from_settings
-from .claims import Inputs, run_claims
 from .fence import Fence, FencedSink, again_on_a_fresh_connection
 from .loop import on_shared_loop
 from .recorder import RecorderSink
-from .settlements import run_settlements
+from .settlements import RunSettlements
 from .toolresults import DjangoToolResultStore
 from .watch import watch
 
@@ -126,7 +125,7 @@ async def execute_run(
     # before this run's first query (``claims.claim_many``), instead of failing every later run of this
     # process.
     if on_shared_loop() and provider_override is None:
-        inputs = await run_claims().claim(run_id, worker)  # with the other runs arriving now
+        inputs = await claims.RunClaims.of_running_loop().claim(run_id, worker)  # with the other runs arriving now
     else:
         inputs = await sync_to_async(claims.claim)(run_id, worker, provider_override)
     if inputs is None:
@@ -168,7 +167,7 @@ async def _release_connections() -> None:
 
 
 async def _execute_claimed(
-    inputs: Inputs,
+    inputs: claims.Inputs,
     fence: Fence,
     running: asyncio.Task[Any],
     live: OpenLive | None,
@@ -279,7 +278,7 @@ async def _settle(fence: Fence, recorder: RecorderSink, settlement: Settlement) 
         position=settlement.position,
     )
     if on_shared_loop():
-        await run_settlements().settle(fence, end)
+        await RunSettlements.of_running_loop().settle(fence, end)
     else:
         # a connection terminated under the settlement: once more on a fresh one (it is one
         # transaction, and storing the answer twice stores it once)

@@ -33,7 +33,7 @@ from ..engine.sink import (
 )
 from ..models import Message, RecoveryEvent, Run
 from ..redaction import cut_secrets, redact
-from .attempt_writes import attempt_writes, refresh_totals
+from .attempt_writes import AttemptWrites, refresh_totals
 from .fence import Fence
 from .loop import on_shared_loop
 from .rows import jsonable, upsert_attempts
@@ -103,7 +103,7 @@ class RecorderSink(BaseSink):
         """Upsert by (run, index): called when the attempt starts and again when it ends. On a
         worker's shared loop the writes of all its runs go together (``attempt_writes``)."""
         if self.fence is not None and on_shared_loop():
-            await attempt_writes().write(self.fence, attempt)
+            await AttemptWrites.of_running_loop().write(self.fence, attempt)
             return
         await self._write(lambda: self._store_attempt(attempt))
 

@@ -12,8 +12,6 @@ run is written; the others are).
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Sequence
 
 from asgiref.sync import sync_to_async
@@ -46,11 +44,3 @@ class RunSettlements(StagedBatches["tuple[Fence, lifecycle.RunEnd]", None]):
         # an answer twice stores it once)
         lost = await sync_to_async(again_on_a_fresh_connection)(lambda: lifecycle.finish_many(ends))
         return [fence.lose() if end.run_id in lost else None for fence, end in items]
-
-
-_batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RunSettlements] = weakref.WeakKeyDictionary()
-
-
-def run_settlements() -> RunSettlements:
-    """The running loop's batcher."""
-    return _batchers.setdefault(asyncio.get_running_loop(), RunSettlements())

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+
+# Each loop's batchers, one per class (``StagedBatches.of_running_loop``)
+_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[type[Any], Any]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(slots=True)
@@ -38,6 +42,16 @@ class StagedBatches(abc.ABC, Generic[ItemT, ResultT]):
         self._pending: list[_Staged[ItemT, ResultT]] = []
         self._flusher: asyncio.Task[None] | None = None
         self.batches = 0  # sends that succeeded
+
+    @classmethod
+    def of_running_loop(cls) -> Self:
+        """The running loop's batcher of this class, made on first use (for batchers that take no
+        arguments: one per loop serves all its runs)."""
+        batchers = _per_loop.setdefault(asyncio.get_running_loop(), {})
+        batcher = batchers.get(cls)
+        if batcher is None:
+            batcher = batchers[cls] = cls()
+        return batcher
 
     @abc.abstractmethod
     async def _send(self, items: Sequence[ItemT]) -> Sequence[ResultT | BaseException]:
