@@ -29,6 +29,7 @@ from .events import (
     Usage,
     UsageUpdate,
 )
+from .utf8text import Utf8Attr, Utf8Slots
 
 TEXT = "text"
 TOOL_USE = "tool_use"
@@ -43,28 +44,14 @@ class BlockStatus(enum.StrEnum):
     BROKEN = "broken"
 
 
-class _BlockParts:
-    """Storage behind ``Block.text`` and ``Block.arguments``: lists of received parts.
-
-    Appending a delta to a ``str`` attribute copies the whole string every time (CPython
-    can only grow a string in place when nothing else refers to it), so a long answer
-    cost time quadratic in its length. Parts are appended in O(1) and joined on the
-    first read after a change.
-    """
-
-    __slots__ = ("_arg_parts", "_text_parts")
-
-    _text_parts: list[str]
-    _arg_parts: list[str]
-
-
 @dataclass(slots=True)
-class Block(_BlockParts):
+class Block(Utf8Slots):
     """One content block as it is being received.
 
-    ``text`` and ``arguments`` read and assign like plain ``str`` fields (they are
-    properties over ``_BlockParts``, installed below the class); the accumulator appends
-    to the part lists directly.
+    ``text`` and ``arguments`` read and assign like plain ``str`` fields; they are kept as
+    UTF-8 (``Utf8Attr``, installed below the class), because a ``str`` grown delta by delta
+    is copied whole on every append and holds up to 4 bytes per character. The
+    accumulator appends to their ``Utf8Text`` directly.
     """
 
     index: int
@@ -159,36 +146,10 @@ class Block(_BlockParts):
         return cls(index, kind, data=dict(content), closed=True)
 
 
-def _get_text(self: _BlockParts) -> str:
-    parts = self._text_parts
-    if len(parts) == 1:
-        return parts[0]
-    text = "".join(parts)
-    self._text_parts = [text]
-    return text
-
-
-def _set_text(self: _BlockParts, value: str) -> None:
-    self._text_parts = [value]
-
-
-def _get_arguments(self: _BlockParts) -> str:
-    parts = self._arg_parts
-    if len(parts) == 1:
-        return parts[0]
-    arguments = "".join(parts)
-    self._arg_parts = [arguments]
-    return arguments
-
-
-def _set_arguments(self: _BlockParts, value: str) -> None:
-    self._arg_parts = [value]
-
-
 # After the dataclass is built, so its __init__, __eq__, __repr__, replace() and asdict()
 # all go through these (the unused slots named "text" and "arguments" stay empty).
-Block.text = property(_get_text, _set_text)  # type: ignore[assignment,misc]
-Block.arguments = property(_get_arguments, _set_arguments)  # type: ignore[assignment,misc]
+Block.text = Utf8Attr("_text")  # type: ignore[assignment,misc]
+Block.arguments = Utf8Attr("_arguments")  # type: ignore[assignment,misc]
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,28 +192,28 @@ class Accumulator:
         # (``type(...) is`` does not narrow the union for mypy, hence the ignores)
         if kind is TextDelta:
             block = self._blocks.get(event.index) or self._block(event.index, TEXT)  # type: ignore[union-attr]
-            block._text_parts.append(event.text)  # type: ignore[union-attr]
+            block._text.append(event.text)  # type: ignore[union-attr]
             return block
         if kind is ToolArgsDelta:
             block = self._blocks.get(event.index) or self._block(event.index, TOOL_USE)  # type: ignore[union-attr]
-            block._arg_parts.append(event.partial_json)  # type: ignore[union-attr]
+            block._arguments.append(event.partial_json)  # type: ignore[union-attr]
             return block
         if kind is ThinkingDelta:
             block = self._blocks.get(event.index) or self._block(event.index, THINKING)  # type: ignore[union-attr]
-            block._text_parts.append(event.thinking)  # type: ignore[union-attr]
+            block._text.append(event.thinking)  # type: ignore[union-attr]
             return block
         match event:
             case TextDelta(index=i, text=t):  # subclasses of the delta types
                 block = self._block(i, TEXT)
-                block._text_parts.append(t)
+                block._text.append(t)
                 return block
             case ToolArgsDelta(index=i, partial_json=p):
                 block = self._block(i, TOOL_USE)
-                block._arg_parts.append(p)
+                block._arguments.append(p)
                 return block
             case ThinkingDelta(index=i, thinking=t):
                 block = self._block(i, THINKING)
-                block._text_parts.append(t)
+                block._text.append(t)
                 return block
             case SignatureDelta(index=i, signature=s):
                 block = self._block(i, THINKING)
@@ -267,7 +228,7 @@ class Accumulator:
             case FieldDelta(index=i, field=name, text=t):
                 block = self._block(i, name)
                 block.field = name
-                block._text_parts.append(t)
+                block._text.append(t)
                 return block
             case BlockStart(index=i, kind=k, id=ident, name=name, data=data):
                 block = Block(i, k, id=ident, name=name, data=dict(data) if data else None)

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
+from .utf8text import Utf8Attr, Utf8Slots
+
 
 class FrameKind:
     """The ``type`` of every frame, as plain strings (what goes over the wire)."""
@@ -201,8 +203,12 @@ def _shown_input(arguments: str) -> Any:
 
 
 @dataclass(slots=True)
-class PartialBlock:
-    """One in-flight block as a client holds it: text so far, or a tool call's raw arguments."""
+class PartialBlock(Utf8Slots):
+    """One in-flight block as a client holds it: text so far, or a tool call's raw arguments.
+
+    ``text`` and ``arguments`` are kept as UTF-8 (``Utf8Attr``, installed below the class):
+    the reducer appends each delta to them, and a ``str`` would be copied whole each time.
+    """
 
     kind: str
     text: str = ""
@@ -264,6 +270,11 @@ class PartialBlock:
         return cls(kind, content=whole, arguments=raw if isinstance(raw, str) else "")
 
 
+# After the dataclass is built, as for ``blocks.Block``.
+PartialBlock.text = Utf8Attr("_text")  # type: ignore[assignment,misc]
+PartialBlock.arguments = Utf8Attr("_arguments")  # type: ignore[assignment,misc]
+
+
 class FrameReducer:
     """Applies frames in order: the in-flight blocks by index, the run's status and error, the last seq.
 
@@ -282,15 +293,17 @@ class FrameReducer:
         block: int = frame.get("block")  # type: ignore[assignment]  # every frame that uses it carries it
         self.seq = max(self.seq, int(frame.get("seq") or 0))
         if kind == FrameKind.TEXT_DELTA:
-            self.blocks.setdefault(block, PartialBlock("text")).text += frame.get("text", "")
+            self._in_flight(block, "text")._text.append(frame.get("text", ""))
         elif kind == FrameKind.THINKING_DELTA:
-            self.blocks.setdefault(block, PartialBlock("thinking")).text += frame.get("thinking", "")
+            self._in_flight(block, "thinking")._text.append(frame.get("thinking", ""))
         elif kind == FrameKind.TOOL_CALL_DELTA:
             # also a server tool call's input, after the block frame that announced it
-            entry = self.blocks.setdefault(block, PartialBlock("tool_use", id=frame.get("id"), name=frame.get("name")))
-            entry.arguments += frame.get("arguments_delta", "")
+            entry = self.blocks.get(block)
+            if entry is None:
+                entry = self.blocks[block] = PartialBlock("tool_use", id=frame.get("id"), name=frame.get("name"))
+            entry._arguments.append(frame.get("arguments_delta", ""))
         elif kind == FrameKind.CITATION:
-            entry = self.blocks.setdefault(block, PartialBlock("text"))
+            entry = self._in_flight(block, "text")
             entry.citations = [*(entry.citations or []), frame.get("citation") or {}]
         elif kind == FrameKind.BLOCK:
             content = frame.get("content") or {}
@@ -311,6 +324,13 @@ class FrameReducer:
         elif kind == FrameKind.RUN_STATUS:
             self.status = frame.get("status")
             self.error = frame.get("error")
+
+    def _in_flight(self, index: int, kind: str) -> PartialBlock:
+        """The in-flight block at ``index``, begun as ``kind`` if there is none (deltas may come first)."""
+        entry = self.blocks.get(index)
+        if entry is None:
+            entry = self.blocks[index] = PartialBlock(kind)
+        return entry
 
     def on_commit(self, position: int | None, message: dict[str, Any]) -> None:
         """A ``message_committed`` frame; the in-flight blocks are still there."""
