@@ -3,11 +3,12 @@
 Sections: live delivery (``bench.bench_delivery``: the two goal loads, the per-token
 ``group_send`` baseline on the core channels_redis layer in the same run, and a load with
 cut streams), recovery overhead and billing (``bench.bench_recovery``), parsing
-(``bench.bench_parse``). Each figure is given with its anchor (a goal, the baseline, the
-SDK) and their ratio, and with the load average seen while it was measured: the machine may
-be shared. A section not run this time (``--only``) keeps its previous text from the file.
-The analytics bench takes a generated history of a million events and is run on its own
-(``make bench-analytics``); its section is kept as last written.
+(``bench.bench_parse``), what a worker holds for a run's text (``bench.bench_textmem``).
+Each figure is given with its anchor (a goal, the baseline, the SDK) and their ratio, and
+with the load average seen while it was measured: the machine may be shared. A section not
+run this time (``--only``) keeps its previous text from the file. The analytics bench takes
+a generated history of a million events and is run on its own (``make bench-analytics``);
+its section is kept as last written.
 
 ``--quick`` runs every bench with tiny parameters (the CI smoke run) and writes nothing
 unless ``--out`` is given.
@@ -30,7 +31,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "BENCHMARKS.md"
-SECTIONS = ("delivery", "recovery", "parse", "analytics")
+SECTIONS = ("delivery", "recovery", "parse", "text", "analytics")
 
 
 def _versions() -> str:
@@ -408,9 +409,34 @@ The same bytes in the same chunks for every pipeline; best of the samples. Load 
 """
 
 
+def text(quick: bool) -> str:
+    argv = ["--deltas", "200,2000", "--repeat", "1"] if quick else []
+    load_before = os.getloadavg()[0]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_textmem", *argv], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        return f"## A run's text in the worker\n\nNot measured: `bench.bench_textmem` said: {proc.stderr.strip()}\n"
+    return f"""## A run's text in the worker
+
+`python -m bench.bench_textmem`: a worker keeps a streaming answer in two places, the engine's
+blocks (checkpoints and continuations read them) and the live state a reconnecting client's
+snapshot is built from. Both keep it as UTF-8. The same answer, delta by delta, in the fake
+provider's vocabulary (mostly ASCII words, some accented, some CJK, an emoji now and then) or in
+plain ASCII. **Held**: what both grew by (tracemalloc, after a checkpoint's read), against the same
+text as two `str` (the layout before, computed: `2 * sys.getsizeof(text)`, 4 bytes per character
+once one emoji is in it). **Per delta**: applying text frames to the live state, best of the
+samples, against `+=` on a `str` attribute (the reducer before) in the same run: that copies the
+whole text on each delta. Load average {load_before:.1f} before.
+{datetime.datetime.now(datetime.UTC):%Y-%m-%d}.
+
+{proc.stdout.strip()}
+"""
+
+
 # ---- the file ---------------------------------------------------------------------------------
 
-RUNNERS = {"delivery": delivery, "recovery": recovery, "parse": parse}
+RUNNERS = {"delivery": delivery, "recovery": recovery, "parse": parse, "text": text}
 
 
 def _previous(path: Path) -> dict[str, str]:
@@ -433,7 +459,8 @@ A section not re-run keeps the date it was written with.
 * **Versions**: {_versions()}.
 * **Reproduce**: `make bench` (all but the analytics history), `make bench-analytics`, or one
   bench: `python -m bench.bench_delivery --help`, `python -m bench.bench_recovery --help`,
-  `python -m bench.bench_parse --help`, `python -m bench.bench_analytics --help`. PostgreSQL and
+  `python -m bench.bench_parse --help`, `python -m bench.bench_textmem --help`,
+  `python -m bench.bench_analytics --help`. PostgreSQL and
   Redis as for the tests; `BENCH_DATABASE_URL` / `BENCH_REDIS_URL` choose the database and Redis db.
   `python -m bench.bench_delivery --profile sample|cprofile` shows where a worker's time goes.
 """
@@ -446,7 +473,7 @@ A section not re-run keeps the date it was written with.
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="delivery,recovery,parse", help="comma-separated sections to run")
+    parser.add_argument("--only", default="delivery,recovery,parse,text", help="comma-separated sections to run")
     parser.add_argument("--quick", action="store_true", help="tiny parameters (the CI smoke run)")
     parser.add_argument("--out", default="", help=f"the file to write (default {OUT.name}; none with --quick)")
     args = parser.parse_args(argv)

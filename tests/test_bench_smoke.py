@@ -47,6 +47,24 @@ def test_parse_bench_produces_its_table() -> None:
     assert "| smoke |" in bench_parse.table([row])
 
 
+def test_text_memory_bench_measures_both_holders_against_the_str_layout() -> None:
+    from bench import bench_textmem, report
+
+    deltas = bench_textmem.answer(300, spiced=True)
+    held = bench_textmem.held(deltas, "mixed")
+    assert held.text_bytes == len("".join(deltas).encode())
+    # two holders of the text: at least two bytes held per byte of it, and the str layout's
+    # anchor is wider than UTF-8 once a 4-byte character is in the text
+    assert held.held_bytes >= 2 * held.text_bytes
+    assert held.as_str_bytes > 2 * held.text_bytes
+    timing = bench_textmem.per_delta(deltas, repeat=1)
+    assert timing.utf8_us > 0
+    assert timing.str_us > 0
+    assert "| mixed | 300 |" in bench_textmem.tables([held], [timing])
+    section = report.text(quick=True)
+    assert "| ASCII | 2,000 |" in section, section
+
+
 def test_delivery_latency_is_split_by_when_the_frame_was_published() -> None:
     """Two runs: frames before the later run's first one are the start burst, frames from the
     earlier run's last one on are the end burst; each latency lands in one phase only."""
