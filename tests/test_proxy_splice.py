@@ -100,3 +100,24 @@ def test_openai_clients_see_thinking_once_it_ended_and_its_drop_takes_nothing_ba
         OpenText(0),
         TextPiece(0, "Answer"),
     ]
+
+
+def test_a_long_answer_after_reasoning_and_a_call_goes_out_exactly_and_in_order() -> None:
+    # Reasoning goes out whole once a later block starts, a tool call once the text after it
+    # does; what reaches the client, however many deltas made it, is each block as streamed.
+    s = Splicer(release_unsigned=True)
+    reasoning = [f"étape {i}; " for i in range(500)]
+    words = [("東京 " if i % 50 == 0 else "word ") + "🚀" * (i % 97 == 0) for i in range(3_000)]
+    for piece in reasoning:
+        assert s.apply(f("thinking_delta", block=0, thinking=piece)) == []
+    ops = s.apply(f("tool_call_delta", block=1, id="t1", name="look", arguments_delta='{"q": "Zür'))
+    ops += s.apply(f("tool_call_delta", block=1, arguments_delta='ich"}'))
+    ops += [op for word in words for op in s.apply(f("text_delta", block=2, text=word))]
+    ops += s.finish([])
+    thinking = {"type": "thinking", "thinking": "".join(reasoning), "signature": ""}
+    call = {"type": "tool_use", "id": "t1", "name": "look", "input": {"q": "Zürich"}}
+    assert ops[:3] == [WholeBlock(0, thinking), WholeBlock(1, call), OpenText(2)]
+    pieces = [op for op in ops[3:] if isinstance(op, TextPiece)]
+    assert "".join(p.text for p in pieces) == "".join(words)
+    assert len(pieces) == len(words)  # released as they came, never a piece twice
+    assert ops[-1] == CloseBlock(2)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.protocol import FrameKind
+from ..engine.utf8text import Utf8Attr, Utf8Slots
 
 TEXT = "text"
 TOOL_USE = "tool_use"
@@ -73,10 +74,11 @@ UNSIGNED = "unsigned_thinking"  # the engine's reason for dropping complete reas
 
 
 @dataclass(slots=True)
-class _Held:
+class _Held(Utf8Slots):
     kind: str
-    text: str = ""
-    sent: int = 0  # characters of ``text`` released
+    text: str = ""  # thinking's (a text block's goes out as it arrives: only ``unsent`` is kept)
+    unsent: list[str] = field(default_factory=list)  # a text block's deltas not yet released
+    has_text: bool = False  # a text block received some text
     id: str | None = None
     name: str | None = None
     arguments: str = ""
@@ -101,6 +103,11 @@ class _Held:
         return {"type": self.kind}
 
 
+# After the dataclass is built, as for the engine's blocks.
+_Held.text = Utf8Attr("_text")  # type: ignore[assignment,misc]
+_Held.arguments = Utf8Attr("_arguments")  # type: ignore[assignment,misc]
+
+
 @dataclass(slots=True)
 class Splicer:
     blocks: dict[int, _Held] = field(default_factory=dict)  # by the engine's block index
@@ -113,14 +120,19 @@ class Splicer:
         """The ops one frame releases; raises ``Unsplicable``."""
         kind = frame.get("type")
         index: int = frame.get("block", -1)
+        # Deltas are appended, never ``+=`` on a held str: that copies all of it on every delta.
         if kind == FrameKind.TEXT_DELTA:
-            self._at(index, TEXT).text += frame.get("text", "")
+            held = self._at(index, TEXT)
+            piece = frame.get("text", "")
+            if piece:
+                held.unsent.append(piece)
+                held.has_text = True
         elif kind == FrameKind.THINKING_DELTA:
-            self._at(index, THINKING).text += frame.get("thinking", "")
+            self._at(index, THINKING)._text.append(frame.get("thinking", ""))
         elif kind == FrameKind.TOOL_CALL_DELTA:
             held = self._at(index, TOOL_USE)
             held.id, held.name = held.id or frame.get("id"), held.name or frame.get("name")
-            held.arguments += frame.get("arguments_delta", "")
+            held._arguments.append(frame.get("arguments_delta", ""))
         elif kind == FrameKind.BLOCK:
             content = dict(frame.get("content") or {})
             earlier = self.blocks.get(index)
@@ -152,7 +164,7 @@ class Splicer:
         live = [
             held
             for held in (self.blocks[i] for i in sorted(self.blocks))
-            if not (held.kind == TEXT and not held.text) and not held.unsigned
+            if not (held.kind == TEXT and not held.has_text) and not held.unsigned
         ]
         if len(live) == len(committed):
             for held, content in zip(live, committed, strict=True):
@@ -185,13 +197,13 @@ class Splicer:
         for position, index in enumerate(order):
             held = self.blocks[index]
             if held.kind == TEXT:
-                if len(held.text) > held.sent:
+                if held.unsent:
                     if held.down is None or held.down != self.open_index:
                         ops.extend(self._close())
                         held.down = self.open_index = self._next()
                         ops.append(OpenText(held.down, cited=bool(held.citations)))
-                    ops.append(TextPiece(held.down, held.text[held.sent :]))
-                    held.sent = len(held.text)
+                    ops.append(TextPiece(held.down, "".join(held.unsent)))
+                    held.unsent.clear()
                     held.released = self.released_any = True
                 if held.down is not None and held.down == self.open_index and len(held.citations) > held.cited_sent:
                     ops.extend(Citation(held.down, c) for c in held.citations[held.cited_sent :])

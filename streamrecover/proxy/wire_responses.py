@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .splice import CloseBlock, Op, OpenText, TextPiece, WholeBlock
@@ -22,6 +23,18 @@ from .wire import TurnUsage, _event, _json
 _ECHOED = ("instructions", "tool_choice", "tools", "temperature", "top_p", "parallel_tool_calls", "text", "metadata")
 # canonical stop reason -> incomplete_details.reason
 _INCOMPLETE = {"max_tokens": "max_output_tokens", "content_filter": "content_filter"}
+
+
+@dataclass(slots=True)
+class _StreamingMessage:
+    """The message item being streamed: its id and its text's deltas, joined once at its end
+    (``+=`` on a str something else refers to copies all of it on every delta)."""
+
+    id: str
+    parts: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        return "".join(self.parts)
 
 
 class ResponsesWriter:
@@ -34,7 +47,7 @@ class ResponsesWriter:
         self.created_at = int(time.time())
         self.seq = 0
         self.output: list[dict[str, Any]] = []  # completed items, by output_index
-        self.message: dict[str, Any] | None = None  # the message item streaming now
+        self.message: _StreamingMessage | None = None  # the message item streaming now
 
     # ---- the response object and events ------------------------------------------------
 
@@ -97,8 +110,8 @@ class ResponsesWriter:
             if isinstance(op, OpenText):
                 out.append(self._open_message())
             elif isinstance(op, TextPiece) and self.message is not None:
-                self.message["text"] += op.text
-                fields = {"item_id": self.message["id"], "output_index": len(self.output), "content_index": 0}
+                self.message.parts.append(op.text)
+                fields = {"item_id": self.message.id, "output_index": len(self.output), "content_index": 0}
                 out.append(self._emit("response.output_text.delta", {**fields, "delta": op.text, "logprobs": []}))
             elif isinstance(op, CloseBlock):
                 out.append(self._close_message())
@@ -108,7 +121,7 @@ class ResponsesWriter:
 
     def _open_message(self) -> bytes:
         item_id = self._item_id("msg")
-        self.message = {"id": item_id, "text": ""}
+        self.message = _StreamingMessage(item_id)
         at = {"output_index": len(self.output)}
         item = {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
@@ -119,7 +132,7 @@ class ResponsesWriter:
     def _close_message(self) -> bytes:
         if self.message is None:
             return b""
-        item_id, text = self.message["id"], self.message["text"]
+        item_id, text = self.message.id, self.message.text()
         self.message = None
         at = {"item_id": item_id, "output_index": len(self.output), "content_index": 0}
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
@@ -197,7 +210,7 @@ class ResponsesWriter:
         """``response.failed``: the response ends here, with what was sent (a message cut short
         is closed as ``incomplete``) and the error."""
         if self.message is not None:
-            item_id, text = self.message["id"], self.message["text"]
+            item_id, text = self.message.id, self.message.text()
             self.message = None
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             self.output.append(
