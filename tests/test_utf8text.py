@@ -43,12 +43,14 @@ def test_a_surrogate_split_across_deltas_is_kept_as_received(first: str, rest: l
 
 def test_a_long_answer_is_held_in_a_few_chunks() -> None:
     # 40,000 deltas of a few characters, one of them wide: the chunks stay logarithmic in
-    # number, so what is held is the answer's UTF-8 and not a list of 40,000 small objects.
+    # number and fewer than COMPACT_AT deltas wait to be encoded, so what is held is the
+    # answer's UTF-8 and not a list of 40,000 small objects.
     text = Utf8Text()
     for i in range(40_000):
         text.append("naïve 🚀 " if i % 97 == 0 else "word ")
         encoded_bytes = sum(len(chunk) for chunk in text._chunks)
-        assert len(text._chunks) <= math.log2(encoded_bytes) + 1
+        assert len(text._chunks) <= math.log2(max(encoded_bytes, 1)) + 1
+        assert len(text.parts) < Utf8Text.COMPACT_AT
     assert str(text).count("🚀") == math.ceil(40_000 / 97)
 
 

@@ -17,28 +17,47 @@ _ERRORS = "surrogatepass"
 class Utf8Text:
     """Appended text as UTF-8 chunks, each more than twice the size of the one after it.
 
-    Merging a chunk into the one before it once they are close in size copies each byte a
-    logarithmic number of times over the text's life, and leaves at most log2(bytes) + 1
-    chunks, so what is held is the text's UTF-8 plus a few dozen bytes per chunk. Reading
-    joins them (and keeps the join as the only chunk); the ``str`` read is not kept.
+    A delta is first appended to ``parts`` (a list append is the cheapest thing a stream's
+    hot path can do); every ``COMPACT_AT`` parts, and on every read, they are encoded into a
+    chunk. Merging a chunk into the one before it once they are close in size copies each
+    byte a logarithmic number of times over the text's life and leaves at most
+    log2(bytes) + 1 chunks, so what is held is the text's UTF-8, a few dozen bytes per chunk
+    and fewer than ``COMPACT_AT`` recent deltas. A read joins the chunks (and keeps the join
+    as the only chunk); the ``str`` it returns is not kept.
     """
 
-    __slots__ = ("_chunks",)
+    __slots__ = ("_chunks", "parts")
+
+    COMPACT_AT = 64
 
     def __init__(self, text: str = "") -> None:
         self._chunks: list[bytes] = [text.encode("utf-8", _ERRORS)] if text else []
+        self.parts: list[str] = []  # deltas not yet encoded; a hot path may append here and call ``compact``
 
     def append(self, text: str) -> None:
-        if not text:
+        parts = self.parts
+        parts.append(text)
+        if len(parts) >= self.COMPACT_AT:
+            self.compact()
+
+    def compact(self) -> None:
+        """Encode the pending deltas into a chunk."""
+        parts = self.parts
+        if not parts:
+            return
+        encoded = "".join(parts).encode("utf-8", _ERRORS)
+        parts.clear()
+        if not encoded:
             return
         chunks = self._chunks
-        chunks.append(text.encode("utf-8", _ERRORS))
+        chunks.append(encoded)
         while len(chunks) > 1 and len(chunks[-2]) <= 2 * len(chunks[-1]):
             last = chunks.pop()
             chunks[-1] += last
 
     def encoded(self) -> bytes:
         """The whole text's UTF-8."""
+        self.compact()
         chunks = self._chunks
         if len(chunks) == 1:
             return chunks[0]
@@ -52,7 +71,7 @@ class Utf8Text:
         return self.encoded().decode("utf-8", _ERRORS)
 
     def __bool__(self) -> bool:
-        return bool(self._chunks)
+        return bool(self._chunks) or any(self.parts)
 
     def __repr__(self) -> str:
         return f"Utf8Text({str(self)!r})"
