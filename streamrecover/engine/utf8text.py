@@ -93,7 +93,7 @@ class Utf8Attr:
 
     def __get__(self, obj: object, owner: type | None = None) -> str:
         if obj is None:
-            return ""  # the class's default, as a dataclass reads it
+            return ""  # read on the class itself (``Block.text``): the field's default
         return str(getattr(obj, self.storage))
 
     def __set__(self, obj: object, value: str) -> None:
