@@ -28,7 +28,7 @@ class Utf8Text:
 
     __slots__ = ("_chunks", "parts")
 
-    COMPACT_AT = 64
+    COMPACT_AT = 16
 
     def __init__(self, text: str = "") -> None:
         self._chunks: list[bytes] = [text.encode("utf-8", _ERRORS)] if text else []
