@@ -77,6 +77,11 @@ def _machine() -> str:
     )
 
 
+def _now() -> str:
+    """When a section was measured: a section not re-run keeps its own."""
+    return f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+
+
 def _ratio(value: float, anchor: float) -> str:
     if not anchor or value != value or anchor != anchor:
         return "–"
@@ -222,6 +227,8 @@ def delivery(quick: bool) -> str:
     )
     text = f"""## Live delivery
 
+Measured {_now()}.
+
 `python -m bench.bench_delivery --only 100x30,baseline,faults,500x10`. Everything runs on this one
 machine, each in its own process as in production: PostgreSQL, Redis, the fake provider
 (`manage.py streamrecover_fake_provider`, pacing its SSE events: 30/s or 10/s per stream), one
@@ -355,6 +362,8 @@ def recovery(quick: bool) -> str:
     unint = result["billing"][0]["uninterrupted_output"] if result["billing"] else 0
     return f"""## Recovery overhead
 
+Measured {_now()}.
+
 `python -m bench.bench_recovery`: the engine against the fake provider on loopback, in one process.
 A {p["words"]}-word answer is cut after {p["cut"]:,} body bytes and continued; {p["repeat"]} runs per
 strategy after a warm-up run. **Overhead** = from the break (the interrupted attempt's end) to the
@@ -427,8 +436,7 @@ plain ASCII. **Held**: what both grew by (tracemalloc, after a checkpoint's read
 text as two `str` (the layout before, computed: `2 * sys.getsizeof(text)`, 4 bytes per character
 once one emoji is in it). **Per delta**: applying text frames to the live state, best of the
 samples, against `+=` on a `str` attribute (the reducer before) in the same run: that copies the
-whole text on each delta. Load average {load_before:.1f} before.
-{datetime.datetime.now(datetime.UTC):%Y-%m-%d}.
+whole text on each delta. Load average {load_before:.1f} before. Measured {_now()}.
 
 {proc.stdout.strip()}
 """
