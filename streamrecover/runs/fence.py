@@ -69,14 +69,6 @@ class Fence:
         if not self._held().exists():
             raise self.lose()
 
-    def held_run(self) -> Run:
-        """``hold``, reading the run's row in the same locking read (for a write that needs it)."""
-        self.check()
-        run = self._held().first()
-        if run is None:
-            raise self.lose()
-        return run
-
     def _held(self) -> QuerySet[Run]:
         """The run's row at this claim's epoch, to be locked."""
         return Run.objects.select_for_update().filter(pk=self.run_id, claim_epoch=self.epoch)

@@ -284,16 +284,18 @@ def finish_many(ends: Sequence[RunEnd]) -> set[str]:
     ids whose claim is not current: nothing of theirs is written, the others' ends are."""
     now = timezone.now()
     with transaction.atomic():
-        keys = {run_key(end.run_id) for end in ends}
-        runs = {str(run.pk): run for run in Run.objects.select_for_update().filter(pk__in=keys).order_by("pk")}
+        keys = [run_key(end.run_id) for end in ends]
+        runs = {run.pk: run for run in Run.objects.select_for_update().filter(pk__in=set(keys)).order_by("pk")}
         lost: set[str] = set()
-        for end in ends:
-            run = runs.get(str(run_key(end.run_id)))
+        kept: list[tuple[Run, RunEnd]] = []
+        for key, end in zip(keys, ends, strict=True):
+            run = runs.get(key)
             if run is None and end.epoch is None:
                 raise Run.DoesNotExist(f"no run {end.run_id}")
             if run is None or (end.epoch is not None and run.claim_epoch != end.epoch):
                 lost.add(end.run_id)
-        kept = [(runs[str(run_key(end.run_id))], end) for end in ends if end.run_id not in lost]
+            else:
+                kept.append((run, end))
         answers = [(run.thread_id, run.pk, end.message, end.position) for run, end in kept if end.message is not None]
         write_messages(answers)
         groups: dict[tuple[str, str, str], list[Any]] = {}
