@@ -298,9 +298,7 @@ class FrameReducer:
             self._in_flight(block, "thinking")._text.append(frame.get("thinking", ""))
         elif kind == FrameKind.TOOL_CALL_DELTA:
             # also a server tool call's input, after the block frame that announced it
-            entry = self.blocks.get(block)
-            if entry is None:
-                entry = self.blocks[block] = PartialBlock("tool_use", id=frame.get("id"), name=frame.get("name"))
+            entry = self._in_flight(block, "tool_use", id=frame.get("id"), name=frame.get("name"))
             entry._arguments.append(frame.get("arguments_delta", ""))
         elif kind == FrameKind.CITATION:
             entry = self._in_flight(block, "text")
@@ -325,11 +323,12 @@ class FrameReducer:
             self.status = frame.get("status")
             self.error = frame.get("error")
 
-    def _in_flight(self, index: int, kind: str) -> PartialBlock:
-        """The in-flight block at ``index``, begun as ``kind`` if there is none (deltas may come first)."""
+    def _in_flight(self, index: int, kind: str, **fields: Any) -> PartialBlock:
+        """The in-flight block at ``index``, begun as ``kind`` (with ``fields``) if there is none
+        (deltas may come first)."""
         entry = self.blocks.get(index)
         if entry is None:
-            entry = self.blocks[index] = PartialBlock(kind)
+            entry = self.blocks[index] = PartialBlock(kind, **fields)
         return entry
 
     def on_commit(self, position: int | None, message: dict[str, Any]) -> None:
