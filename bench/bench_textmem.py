@@ -61,9 +61,14 @@ def answer(deltas: int, spiced: bool, seed: int = 7) -> list[str]:
     return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 2))) + " " for _ in range(deltas)]
 
 
+def text_frames(deltas: list[str]) -> list[dict[str, Any]]:
+    """The client frames that carry ``deltas`` in block 0, numbered from 1."""
+    return [{"type": "text_delta", "seq": seq, "block": 0, "text": d} for seq, d in enumerate(deltas, start=1)]
+
+
 def held(deltas: list[str], vocabulary: str) -> Held:
     """Both holders' growth after every delta and a read, over the text's UTF-8."""
-    frames = [{"type": "text_delta", "seq": seq, "block": 0, "text": d} for seq, d in enumerate(deltas, start=1)]
+    frames = text_frames(deltas)
     events = [TextDelta(0, d) for d in deltas]
     gc.collect()
     tracemalloc.start()
@@ -105,7 +110,7 @@ class _StrReducer(RunState):
 
 
 def per_delta(deltas: list[str], repeat: int) -> PerDelta:
-    frames = [{"type": "text_delta", "seq": seq, "block": 0, "text": d} for seq, d in enumerate(deltas, start=1)]
+    frames = text_frames(deltas)
 
     def timed(state: RunState) -> float:
         start = time.perf_counter()

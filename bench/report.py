@@ -399,14 +399,23 @@ the prefix), which are several times cheaper per token than output at every majo
 # ---- parsing ----------------------------------------------------------------------------------
 
 
+def _bench_module(module: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``python -m bench.<module> <argv>`` from the repository, its output captured."""
+    command = [sys.executable, "-m", f"bench.{module}", *argv]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+
+
+def _not_measured(title: str, module: str, proc: subprocess.CompletedProcess[str]) -> str:
+    """A section whose bench failed: what it said instead of its figures."""
+    return f"## {title}\n\nNot measured: `bench.{module}` said: {proc.stderr.strip() or proc.stdout.strip()}\n"
+
+
 def parse(quick: bool) -> str:
     argv = ["--repeat", "2", "--text-deltas", "300", "--json-fragments", "60", "--no-long"] if quick else []
     load_before = os.getloadavg()[0]
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.bench_parse", *argv], cwd=REPO, capture_output=True, text=True, check=False
-    )
+    proc = _bench_module("bench_parse", argv)
     if proc.returncode != 0:
-        return f"## Parsing\n\nNot measured: `bench.bench_parse` said: {proc.stderr.strip() or proc.stdout.strip()}\n"
+        return _not_measured("Parsing", "bench_parse", proc)
     return f"""## Parsing
 
 `python -m bench.bench_parse`: SSE events per second through decoding + parsing + accumulating, the
@@ -421,11 +430,9 @@ The same bytes in the same chunks for every pipeline; best of the samples. Load 
 def text(quick: bool) -> str:
     argv = ["--deltas", "200,2000", "--repeat", "1"] if quick else []
     load_before = os.getloadavg()[0]
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.bench_textmem", *argv], cwd=REPO, capture_output=True, text=True, check=False
-    )
+    proc = _bench_module("bench_textmem", argv)
     if proc.returncode != 0:
-        return f"## A run's text in the worker\n\nNot measured: `bench.bench_textmem` said: {proc.stderr.strip()}\n"
+        return _not_measured("A run's text in the worker", "bench_textmem", proc)
     return f"""## A run's text in the worker
 
 `python -m bench.bench_textmem`: a worker keeps a streaming answer in two places, the engine's
