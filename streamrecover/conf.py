@@ -307,6 +307,16 @@ def validate(user: Any) -> list[str]:
     return problems
 
 
+def _key(value: Any) -> str:
+    """A configured API key as it is sent and redacted: without surrounding whitespace.
+
+    A key read from a secrets file or an environment file often ends in a newline; no key is
+    meant to hold whitespace, and sent as it is the key is refused by the HTTP client with an
+    error that quotes it (escaped, so redaction looking for the raw value would miss it).
+    """
+    return value.strip() if isinstance(value, str) else ""
+
+
 class AppSettings:
     """Attribute access to the merged settings: ``app_settings.MAX_CONTINUATIONS``."""
 
@@ -347,9 +357,10 @@ class AppSettings:
     def provider_config(self, name: str | None = None) -> ProviderConfig:
         """How to reach provider ``name`` (default: DEFAULT_PROVIDER), with its API key.
 
-        The key comes from ``API_KEY`` or else the environment variable ``API_KEY_ENV``.
-        A provider that names an environment variable which is unset raises; the message
-        names the variable, never a value.
+        The key comes from ``API_KEY`` or else the environment variable ``API_KEY_ENV``,
+        stripped of surrounding whitespace (a trailing newline from a secrets file). A provider
+        that names an environment variable which is unset raises; the message names the
+        variable, never a value.
         """
         values = self.as_dict()
         name = name or values["DEFAULT_PROVIDER"]
@@ -359,10 +370,10 @@ class AppSettings:
                 f"Unknown streamrecover provider {name!r}. Configured: {', '.join(sorted(providers))}."
             )
         entry = providers[name]
-        api_key = entry.get("API_KEY") or ""
+        api_key = _key(entry.get("API_KEY"))
         env_name = entry.get("API_KEY_ENV")
         if not api_key and env_name:
-            api_key = os.environ.get(env_name, "")
+            api_key = _key(os.environ.get(env_name))
             if not api_key:
                 raise ImproperlyConfigured(
                     f"Provider {name!r} has no API key: set the environment variable {env_name} "
@@ -403,12 +414,13 @@ class AppSettings:
         for entry in providers.values():
             if not isinstance(entry, Mapping):
                 continue
-            key = entry.get("API_KEY")
-            if isinstance(key, str) and key:
+            key = _key(entry.get("API_KEY"))
+            if key:
                 values.append(key)
             env_name = entry.get("API_KEY_ENV")
-            if isinstance(env_name, str) and os.environ.get(env_name):
-                values.append(os.environ[env_name])
+            env_key = _key(os.environ.get(env_name)) if isinstance(env_name, str) else ""
+            if env_key:
+                values.append(env_key)
         return values
 
 

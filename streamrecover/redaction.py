@@ -6,17 +6,19 @@ Three rules, applied where each is safe:
   ``api_key``, ``*_token``, ``*secret``, ``password`` ...) is replaced; dicts and lists
   under such keys are walked instead, so a tool schema with a ``password`` property
   survives. Log lines, event rows, headers, run options.
-- By pattern: bearer/``sk-`` shaped tokens are cut out of any string. Only where the app
+- By pattern: bearer/``sk-``/Google ``AIza`` shaped tokens are cut out of any string. Only where the app
   itself wrote the text: log lines, event rows, error messages, headers (``redact``).
   Never over content a user or the model wrote: ordinary text matches these patterns
   ("bearer bonds", a placeholder key), and what is stored must be what was streamed.
 - By value: every configured API key is cut out of any string wherever it appears, content
   included (``cut_secrets``): it is an exact value, not a pattern, so it alters nothing
-  but the secret itself.
+  but the secret itself. Also in the escaped forms an exception message may quote it in
+  (``repr`` of the string or of its bytes, JSON), and without surrounding whitespace.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -33,6 +35,7 @@ _SECRET_KEY = re.compile(
 _SECRET_PATTERNS = (
     re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{16,}"),
     re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"),
+    re.compile(r"\bAIza[A-Za-z0-9_-]{30,}"),  # Google (Gemini) API keys: AIza and 35 more
 )
 _MIN_SECRET_LEN = 6  # shorter configured "keys" are placeholders; replacing them would shred text
 
@@ -51,20 +54,45 @@ def configured_secrets() -> list[str]:
 
 
 def json_holds_secret(text: str, secrets: Iterable[str]) -> bool:
-    """Whether any of ``secrets`` (long enough to be cut) appears in the JSON ``text``.
+    """Whether any of ``secrets`` (in any of the forms that are cut) appears in the JSON ``text``.
 
     A string's JSON form escapes it character by character, so a secret inside any string of
-    the document appears in ``text`` in its own JSON form: one substring test per secret tells
+    the document appears in ``text`` in its own JSON form: one substring test per form tells
     whether ``cut_secrets`` would change anything, without walking and copying the document.
     """
-    return any(len(secret) >= _MIN_SECRET_LEN and json.dumps(secret)[1:-1] in text for secret in secrets)
+    return any(form in text for secret in secrets for form in _json_forms(secret))
+
+
+@functools.lru_cache(maxsize=64)
+def _json_forms(secret: str) -> frozenset[str]:
+    """How each of ``secret_forms`` appears inside a JSON string, ASCII-escaped or not."""
+    return frozenset(
+        json.dumps(form, ensure_ascii=escape)[1:-1] for form in secret_forms(secret) for escape in (True, False)
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def secret_forms(secret: str) -> tuple[str, ...]:
+    """Every way ``secret`` may be written in a message, longest first: as it is, without
+    surrounding whitespace, and as ``repr`` (of the string or of its UTF-8 bytes) and JSON
+    escape it. An HTTP client refusing a header value quotes its bytes' ``repr``, so a key
+    ending in a newline shows as ``...\\n``, which a search for the raw value misses.
+
+    Forms shorter than a real key are left out: replacing them would shred text.
+    """
+    forms: set[str] = set()
+    for value in (secret, secret.strip()):
+        forms.update((value, repr(value)[1:-1], repr(value.encode())[2:-1], json.dumps(value)[1:-1]))
+        forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
+    return tuple(sorted((form for form in forms if len(form) >= _MIN_SECRET_LEN), key=len, reverse=True))
 
 
 def redact_text(text: str, secrets: Iterable[str] | None = None, *, patterns: bool = True) -> str:
     """``text`` with every secret value (and, with ``patterns``, secret-shaped token) replaced."""
     for secret in configured_secrets() if secrets is None else secrets:
-        if len(secret) >= _MIN_SECRET_LEN and secret in text:
-            text = text.replace(secret, REDACTED)
+        for form in secret_forms(secret):
+            if form in text:
+                text = text.replace(form, REDACTED)
     if not patterns:
         return text
     for pattern in _SECRET_PATTERNS:

@@ -145,6 +145,22 @@ def test_api_key_from_settings_wins_and_providers_merge_by_name(monkeypatch: pyt
     assert SECRET not in repr(config)
 
 
+def test_api_keys_are_read_without_surrounding_whitespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key read from a secrets file ends in a newline: sent as it is, the HTTP client refuses
+    the header; the key meant is the one without it, and that is the one redaction looks for."""
+    monkeypatch.setenv("OPENAI_API_KEY", f"  {SECRET}-env\n")
+    providers = {
+        "anthropic": {"ADAPTER": "anthropic", "BASE_URL": "https://api.anthropic.com", "API_KEY": SECRET + "\n"}
+    }
+    with override_settings(STREAMRECOVER={"PROVIDERS": providers}):
+        assert app_settings.provider_config("anthropic").api_key == SECRET
+        assert app_settings.provider_config("openai").api_key == f"{SECRET}-env"
+        assert {SECRET, f"{SECRET}-env"} <= set(app_settings.secret_values())
+    monkeypatch.setenv("OPENAI_API_KEY", " \n")  # only whitespace: no key, said so
+    with pytest.raises(ImproperlyConfigured, match="OPENAI_API_KEY"):
+        app_settings.provider_config("openai")
+
+
 def test_unknown_provider_is_improperly_configured() -> None:
     with pytest.raises(ImproperlyConfigured, match="'nope'"):
         app_settings.provider_config("nope")

@@ -22,7 +22,7 @@ from streamrecover.engine.sink import (
     StructuredEvent,
 )
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run
-from streamrecover.redaction import REDACTED, redact, redact_processor
+from streamrecover.redaction import REDACTED, cut_secrets, json_holds_secret, redact, redact_processor
 from streamrecover.runs.recorder import RecorderSink
 
 from .factories import make_run
@@ -234,6 +234,30 @@ def test_redact_processor_scrubs_a_rendered_log_line() -> None:
     line = stream.getvalue()
     assert SECRET not in line
     assert json.loads(line)["headers"]["x-api-key"] == REDACTED
+
+
+def test_a_key_is_cut_in_every_form_an_error_message_quotes_it_in() -> None:
+    """An HTTP client refusing a header quotes the value's bytes ``repr``: a key with a newline
+    shows as ``...\\n``, a non-ASCII one as ``\\xc3\\xa9``, in JSON as ``\\u00e9``. Each form
+    is cut whole, escapes included, wherever configured keys are cut."""
+    for secret in (SECRET + "\n", "clé-0123456789abcdef"):
+        for quoted in (repr(secret), repr(secret.encode()), json.dumps(secret), json.dumps(secret, ensure_ascii=False)):
+            inner = quoted[quoted.index(quoted[-1]) + 1 : -1]  # between the quotes (after a bytes "b")
+            text = f"LocalProtocolError: Illegal header value {quoted}"
+            expected = text.replace(inner, REDACTED)
+            assert redact(text, secrets=[secret]) == expected
+            assert cut_secrets({"m": text}, secrets=[secret]) == {"m": expected}
+            assert json_holds_secret(json.dumps({"m": text}), [secret])  # the checkpoint's cue to cut
+
+
+def test_a_google_key_is_cut_by_its_shape_in_the_apps_text_only() -> None:
+    """``AIza`` keys are Google's: cut out of what the app writes even when not configured
+    (another process's key), never out of what a user or the model wrote."""
+    key = "AIzaSyD-not-configured-0123456789abcdef"
+    assert redact(f"GET /v1beta/models/m:streamGenerateContent?key={key} 400", secrets=[]) == (
+        f"GET /v1beta/models/m:streamGenerateContent?key={REDACTED} 400"
+    )
+    assert cut_secrets({"text": f"my key is {key}"}, secrets=[]) == {"text": f"my key is {key}"}
 
 
 def test_redaction_uses_environment_keys(monkeypatch: pytest.MonkeyPatch) -> None:

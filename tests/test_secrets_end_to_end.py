@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx
 import pytest
 import structlog
 from django.core import serializers
@@ -15,10 +16,14 @@ from django.urls import reverse
 
 from streamrecover import starter
 from streamrecover.models import Attempt, Message, RecoveryEvent, Run, StreamCheckpoint
+from streamrecover.proxy.keys import issue_key
 from streamrecover.runs import lifecycle
 from streamrecover.runs.checkpoints import DjangoCheckpointStore
+from streamrecover.testing.fake.local import local_fake_server
+from streamrecover.testing.host import wait_for
 
 from .factories import make_user
+from .proxy_helpers import daphne_url, proxy_settings
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -94,3 +99,40 @@ def test_api_key_never_reaches_logs_rows_requests_or_checkpoints(fake_server, se
         assert page.status_code == 200, page
         assert SECRET not in page.content.decode(), page
     assert "[redacted]" in pages[5].content.decode()  # the attempt's page shows the request, key redacted
+
+
+GOOGLE_KEY = "AIzaSyD-THIS-IS-A-SECRET-KEY-0123456789"
+
+
+def test_a_key_read_with_a_trailing_newline_is_sent_stripped_and_stored_nowhere(settings, django_user_model):
+    """A key read from a secrets file ends in a newline. Sent as it is, the HTTP client refuses
+    the header with an error quoting the key escaped (``...\\n``), which reached the proxy's
+    client, the run and its attempts. It is sent without the newline: the answer arrives."""
+    raw = issue_key(django_user_model.objects.create_user("newline", password="x"))[1]
+    fake = local_fake_server()
+    provider = {"ADAPTER": "gemini", "BASE_URL": fake.base_url, "API_KEY": GOOGLE_KEY + "\n"}
+    configured = proxy_settings(
+        settings.STREAMRECOVER, PROVIDERS={"gem": provider}, PROXY_ANTHROPIC_PROVIDER="gem", MAX_REQUEST_RETRIES=0
+    )
+    body = {"model": "gemini-2.5-flash", "max_tokens": 200, "stream": True}
+    with override_settings(STREAMRECOVER=configured):
+        response = httpx.post(
+            daphne_url() + "/streamrecover/proxy/v1/messages",
+            headers={"x-api-key": raw},
+            json={**body, "messages": [{"role": "user", "content": "Tell me about rivers [[words=9]]"}]},
+            timeout=60,
+        )
+        run = Run.objects.get()
+        report = wait_for(str(run.pk))
+    assert response.status_code == 200, response.text
+    assert report.status == "completed", report.error
+    assert "message_stop" in response.text
+    stored = [
+        response.text,
+        serializers.serialize("json", Run.objects.all()),
+        serializers.serialize("json", Attempt.objects.all()),
+        serializers.serialize("json", RecoveryEvent.objects.all()),
+    ]
+    for blob in stored:
+        assert GOOGLE_KEY not in blob
+    assert Attempt.objects.get(run=run).request["headers"]["x-goog-api-key"] == "[redacted]"
