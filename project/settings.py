@@ -180,10 +180,13 @@ LOGGING: dict[str, Any] = {
             ],
             "foreign_pre_chain": _pre_chain,
         },
+        # format_exc_info first here too: left to ConsoleRenderer, a traceback (and a key in its
+        # exception's message) would be rendered after redaction, as it was raised.
         "console": {
             "()": structlog.stdlib.ProcessorFormatter,
             "processors": [
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
                 redact_processor,
                 structlog.dev.ConsoleRenderer(),
             ],
@@ -195,6 +198,9 @@ LOGGING: dict[str, Any] = {
     },
     "root": {"handlers": ["default"], "level": "WARNING"},
     "loggers": {
+        # Django's own "console" handler (DEBUG only) would print django.request tracebacks raw,
+        # next to the scrubbed copy: without handlers, its records reach only "default".
+        "django": {"handlers": [], "level": "INFO"},
         "django_structlog": {"level": LOG_LEVEL},
         "streamrecover": {"level": LOG_LEVEL},
         "project": {"level": LOG_LEVEL},
