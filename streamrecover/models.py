@@ -22,7 +22,7 @@ from .engine.protocol import RunStatus
 from .engine.sink import LLM_STREAM_CONTINUATION_COMPLETED, LLM_STREAM_INTERRUPTED, AttemptOutcome
 from .fields import TextJSONField
 from .querysets import AttemptQuerySet, MessageQuerySet, RecoveryEventQuerySet, RunQuerySet
-from .redaction import redact
+from .redaction import cut_secrets, redact
 
 
 class Thread(models.Model):
@@ -83,7 +83,8 @@ class Run(models.Model):
     status = models.CharField(verbose_name=_("status"), max_length=16, choices=Status.choices, default=Status.QUEUED)
     provider = models.CharField(verbose_name=_("provider"), max_length=64)
     model = models.CharField(verbose_name=_("model"), max_length=200)
-    # system, max_tokens, tools, thinking_budget ... never a secret (the recorder redacts).
+    # system, max_tokens, tools, thinking_budget, a proxied client's own fields (proxy.extra) ...
+    # as the user wrote them: the run sends them to the model from here (save cuts configured keys).
     options = models.JSONField(verbose_name=_("options"), default=dict, blank=True, encoder=DjangoJSONEncoder)
     cancel_requested = models.BooleanField(verbose_name=_("cancel requested"), default=False)
     cancel_reason = models.CharField(verbose_name=_("cancel reason"), max_length=200, blank=True)
@@ -134,10 +135,12 @@ class Run(models.Model):
         """Options and the error are shown on pages: keep the app's secrets out of them.
 
         The error is the app's own text: scrubbed by key, value and pattern. Options hold what
-        the user wrote (the system prompt, tools), sent to the model as stored: secret-looking
-        keys and configured API keys only, never bearer/``sk-`` patterns.
+        the user wrote (the system prompt, tools, a proxied client's own fields such as an MCP
+        server's ``authorization_token``), sent to the model as stored: only the configured API
+        keys are cut, never a value for its key's name or its shape (the model would get
+        ``[redacted]`` instead of the client's credential).
         """
-        self.options = redact(self.options, patterns=False)
+        self.options = cut_secrets(self.options)
         self.error_message = redact(self.error_message)
         if not self._state.adding and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
             # An instance read before a fold must not write the flag back: the run would then be

@@ -418,6 +418,23 @@ def test_the_provider_key_reaches_neither_the_client_nor_storage(site: str, raw_
     assert len(received) == 2  # the answer and its continuation, sent with the provider's key, not the client's
 
 
+def test_the_clients_own_credentials_reach_the_provider_as_sent(site: str, raw_key: str) -> None:
+    """A client's passthrough fields are its own (an MCP server's token): every request of the
+    run, the continuation too, carries them as sent, not ``[redacted]``; only the app's key is cut."""
+    mcp = [{"type": "url", "url": "https://mcp.example.com/sse", "name": "ex", "authorization_token": "oauth-0a1b2c"}]
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    seen = anthropic_answer(client, "Tell me about rivers [[words=9]]", "cut:events=6", extra_body={"mcp_servers": mcp})
+    wait_for(seen["run_id"])
+    received = [e.request for e in local_fake_server().log if e.scenario == f"run-{seen['run_id']}"]
+    assert len(received) == 2  # the answer and its continuation
+    assert [request["mcp_servers"] for request in received] == [mcp, mcp]
+    attempts = Attempt.objects.filter(run_id=seen["run_id"]).order_by("index")
+    assert [attempt.request["json"]["mcp_servers"] for attempt in attempts] == [mcp, mcp]
+    assert {attempt.request["headers"]["x-api-key"] for attempt in attempts} == {"[redacted]"}
+    stored = json.dumps([list(attempts.values()), Run.objects.get(pk=seen["run_id"]).options], default=str)
+    assert PROVIDER_KEY not in stored
+
+
 def test_a_non_streamed_request_passes_through_with_pre_stream_retries_only(site: str, raw_key: str) -> None:
     fake = local_fake_server()
     before = len(fake.log_for(DEFAULT_SCENARIO))
