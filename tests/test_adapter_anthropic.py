@@ -221,10 +221,30 @@ def test_cumulative_usage_replaces_across_several_message_deltas():
     assert acc.stop_reason == "end_turn"
 
 
-def test_message_start_keeps_cache_fields():
+def test_message_start_keeps_cache_fields_and_counts_them_as_input():
     usage = {"input_tokens": 5, "output_tokens": 1, "cache_creation_input_tokens": 7, "cache_read_input_tokens": 9}
     out = feed_one({"type": "message_start", "message": {"id": "msg", "model": "claude", "usage": usage}})
-    assert out == [MessageStart("msg", "claude", Usage(5, 1, 7, 9))]
+    # Usage's input tokens are all of them (OpenAI's meaning): Anthropic's 5 leave out the 16 cached
+    assert out == [MessageStart("msg", "claude", Usage(21, 1, 7, 9))]
+
+
+def test_a_later_input_count_without_the_cache_fields_still_counts_the_cached_tokens():
+    parser = AnthropicStreamParser()
+    acc = Accumulator()
+    start = {"input_tokens": 5, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 900}
+    for data in (
+        {"type": "message_start", "message": {"id": "m", "model": "x", "usage": start}},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"input_tokens": 8, "output_tokens": 40},
+        },
+    ):
+        for out in parser.feed(ev(data)):
+            acc.apply(out)
+    assert acc.usage == Usage(
+        input_tokens=908, output_tokens=40, cache_creation_input_tokens=0, cache_read_input_tokens=900
+    )
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,14 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage as reported by the provider (cumulative values, never summed)."""
+    """Token usage as reported by the provider (cumulative values, never summed).
+
+    One meaning for every provider: ``input_tokens`` is every input token of the request, cached
+    or not (OpenAI's ``prompt_tokens``, Gemini's ``promptTokenCount``); the two cache fields are
+    the parts of it read from and written to the provider's prompt cache, so they are never added
+    to it again. Anthropic reports its uncached tokens alone as ``input_tokens``: its adapter adds
+    the cached ones in, and a writer for Anthropic's wire format takes them out again.
+    """
 
     input_tokens: int | None = None
     output_tokens: int | None = None

@@ -117,15 +117,27 @@ _SPEND_LIMIT_MARKERS = ("specified api usage limits",)
 _SPEND_LIMIT_CODE = "enforced_spend_limit_reached"
 
 
-def _usage(raw: Any) -> Usage:
-    """Anthropic usage (cumulative values) -> Usage; absent fields stay None."""
+def _usage(raw: Any, cached: Usage) -> Usage:
+    """Anthropic usage (cumulative values) -> Usage; absent fields stay None.
+
+    Anthropic's ``input_tokens`` leaves out the tokens read from and written to the prompt cache;
+    ``Usage.input_tokens`` counts them, so they are added: this event's, or where it leaves them
+    out, the last ones reported (``cached``; a ``message_delta`` may carry ``input_tokens`` alone).
+    """
     if not raw:
         return Usage()
+    uncached = as_int(raw.get("input_tokens"))
+    creation = as_int(raw.get("cache_creation_input_tokens"))
+    read = as_int(raw.get("cache_read_input_tokens"))
+    total = None
+    if uncached is not None:
+        total = uncached + (creation if creation is not None else cached.cache_creation_input_tokens or 0)
+        total += read if read is not None else cached.cache_read_input_tokens or 0
     return Usage(
-        input_tokens=as_int(raw.get("input_tokens")),
+        input_tokens=total,
         output_tokens=as_int(raw.get("output_tokens")),
-        cache_creation_input_tokens=as_int(raw.get("cache_creation_input_tokens")),
-        cache_read_input_tokens=as_int(raw.get("cache_read_input_tokens")),
+        cache_creation_input_tokens=creation,
+        cache_read_input_tokens=read,
     )
 
 
@@ -144,11 +156,17 @@ class AnthropicStreamParser:
     over time. Bad data raises ``ParseError``.
     """
 
-    __slots__ = ("message_id", "model")
+    __slots__ = ("message_id", "model", "usage")
 
     def __init__(self) -> None:
         self.message_id: str | None = None
         self.model: str | None = None
+        self.usage = Usage()  # the usage so far: the cache counts a later input count adds to
+
+    def _read_usage(self, raw: Any) -> Usage:
+        usage = _usage(raw, self.usage)
+        self.usage = self.usage.merged(usage)
+        return usage
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         data = event.data
@@ -172,7 +190,8 @@ class AnthropicStreamParser:
         message = obj["message"]
         self.message_id = message.get("id")
         self.model = message.get("model")
-        return [MessageStart(message_id=self.message_id, model=self.model, usage=_usage(message.get("usage")))]
+        usage = self._read_usage(message.get("usage"))
+        return [MessageStart(message_id=self.message_id, model=self.model, usage=usage)]
 
     def _block_start(self, obj: dict[str, Any]) -> list[StreamEvent]:
         index = obj["index"]
@@ -258,7 +277,7 @@ class AnthropicStreamParser:
                 out.append(StopReason(STOP_REASONS.get(raw, raw), raw))
         usage = obj.get("usage")
         if usage:
-            out.append(UsageUpdate(_usage(usage)))  # cumulative: the engine replaces, never sums
+            out.append(UsageUpdate(self._read_usage(usage)))  # cumulative: the engine replaces, never sums
         return out
 
     def _message_stop(self, obj: dict[str, Any]) -> list[StreamEvent]:

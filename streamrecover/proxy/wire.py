@@ -29,12 +29,23 @@ FINISH_REASONS = {
 
 @dataclass(slots=True)
 class TurnUsage:
-    """Usage summed over a turn's attempts."""
+    """Usage summed over a turn's attempts, in ``Usage``'s meaning: ``input_tokens`` counts the
+    cached tokens too; each writer says it in its own API's."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+
+    def anthropic(self, output_tokens: int) -> dict[str, int]:
+        """Anthropic's usage: its ``input_tokens`` leave out what was read from or written to the cache."""
+        cached = self.cache_creation_input_tokens + self.cache_read_input_tokens
+        return {
+            "input_tokens": max(0, self.input_tokens - cached),
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "output_tokens": output_tokens,
+        }
 
 
 def _json(payload: Any) -> str:
@@ -72,12 +83,7 @@ class AnthropicWriter:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {
-                "input_tokens": usage.input_tokens,
-                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-                "cache_read_input_tokens": usage.cache_read_input_tokens,
-                "output_tokens": 1,
-            },
+            "usage": usage.anthropic(output_tokens=1),
         }
         return _event("message_start", {"type": "message_start", "message": message})
 
@@ -146,12 +152,7 @@ class AnthropicWriter:
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-            "usage": {
-                "input_tokens": usage.input_tokens,
-                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-                "cache_read_input_tokens": usage.cache_read_input_tokens,
-                "output_tokens": usage.output_tokens,
-            },
+            "usage": usage.anthropic(output_tokens=usage.output_tokens),
         }
         return _event("message_delta", delta) + _event("message_stop", {"type": "message_stop"})
 
@@ -230,6 +231,7 @@ class OpenAIWriter:
                             "prompt_tokens": usage.input_tokens,
                             "completion_tokens": usage.output_tokens,
                             "total_tokens": usage.input_tokens + usage.output_tokens,
+                            "prompt_tokens_details": {"cached_tokens": usage.cache_read_input_tokens},
                         },
                     }
                 )

@@ -1,0 +1,131 @@
+"""The healing endpoint says what the provider said, in the client's own API: the usage (each API
+counts cached input tokens its own way), the stop sequence that ended the answer, and the
+client's ``anthropic-beta`` flags reaching an Anthropic provider. A scripted provider upstream
+(the official clients downstream) reports what the built-in fake does not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from streamrecover.models import Attempt, Run
+from streamrecover.proxy.keys import issue_key
+from streamrecover.testing.host import wait_for
+
+from .proxy_helpers import daphne_url, proxy_settings
+from .scripted_upstream import ScriptedUpstream, anthropic_stream, chat_stream
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[ScriptedUpstream]:
+    served = ScriptedUpstream()
+    yield served
+    served.close()
+
+
+@pytest.fixture
+def raw_key(django_user_model: Any) -> str:
+    return issue_key(django_user_model.objects.create_user("fidelity", password="x"))[1]
+
+
+def served_by(upstream: ScriptedUpstream, provider: str, **anthropic_entry: Any) -> AbstractContextManager[Any]:
+    """Every endpoint served by ``provider``: ``"claude"`` (Anthropic) or ``"gpt"`` (OpenAI Chat)."""
+    providers = {
+        "claude": {"ADAPTER": "anthropic", "BASE_URL": upstream.url, "API_KEY": "sk-up", **anthropic_entry},
+        "gpt": {"ADAPTER": "openai", "BASE_URL": upstream.url + "/v1", "API_KEY": "sk-up"},
+    }
+    endpoints = {f"PROXY_{f}_PROVIDER": provider for f in ("ANTHROPIC", "OPENAI", "RESPONSES")}
+    configured = proxy_settings(settings.STREAMRECOVER, PROVIDERS=providers, DEFAULT_PROVIDER=provider, **endpoints)
+    return override_settings(STREAMRECOVER=configured)
+
+
+def anthropic_client(raw_key: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=daphne_url() + "/streamrecover/proxy", api_key=raw_key, max_retries=0)
+
+
+def openai_client(raw_key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=daphne_url() + "/streamrecover/proxy/v1", api_key=raw_key, max_retries=0)
+
+
+def anthropic_final(raw_key: str, **kw: Any) -> anthropic.types.Message:
+    with anthropic_client(raw_key).messages.stream(model="m", max_tokens=50, messages=MESSAGES, **kw) as stream:
+        final = stream.get_final_message()
+    wait_for(Run.objects.get().pk)
+    return final
+
+
+def chat_usage(raw_key: str) -> Any:
+    chunks = openai_client(raw_key).chat.completions.create(
+        model="m", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+    )
+    usage = [c.usage for c in chunks if c.usage is not None]
+    wait_for(Run.objects.get().pk)
+    assert len(usage) == 1
+    return usage[0]
+
+
+# ---- usage: each API's own meaning of input tokens ------------------------------------------
+
+
+def test_an_anthropic_client_of_a_chat_provider_sees_cached_tokens_apart_from_its_input_tokens(
+    upstream: ScriptedUpstream, raw_key: str
+) -> None:
+    upstream.responses = {"/v1/chat/completions": chat_stream(prompt_tokens=100, cached=80)}
+    with served_by(upstream, "gpt"):
+        usage = anthropic_final(raw_key).usage
+    # Anthropic's input_tokens leave out the cache reads: 100 in all, never 180
+    assert (usage.input_tokens, usage.cache_read_input_tokens, usage.output_tokens) == (20, 80, 5)
+
+
+def test_a_chat_client_of_an_anthropic_provider_sees_cached_tokens_in_its_prompt_tokens(
+    upstream: ScriptedUpstream, raw_key: str
+) -> None:
+    upstream.responses = {"/v1/messages": anthropic_stream(input_tokens=10, cache_read=1000, cache_creation=6)}
+    with served_by(upstream, "claude"):
+        usage = chat_usage(raw_key)
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (1016, 5, 1021)
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == 1000
+    # stored as the run's figures count them: every input token of the attempt
+    assert Attempt.objects.get().input_tokens == 1016
+
+
+def test_a_chat_client_of_a_chat_provider_keeps_its_cached_tokens(upstream: ScriptedUpstream, raw_key: str) -> None:
+    upstream.responses = {"/v1/chat/completions": chat_stream(prompt_tokens=100, cached=80)}
+    with served_by(upstream, "gpt"):
+        usage = chat_usage(raw_key)
+    assert (usage.prompt_tokens, usage.total_tokens) == (100, 105)
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == 80
+
+
+def test_a_responses_client_of_an_anthropic_provider_sees_cached_tokens_in_its_input_tokens(
+    upstream: ScriptedUpstream, raw_key: str
+) -> None:
+    upstream.responses = {"/v1/messages": anthropic_stream(input_tokens=10, cache_read=1000)}
+    with served_by(upstream, "claude"):
+        with openai_client(raw_key).responses.stream(model="m", input="hi") as stream:
+            usage = stream.get_final_response().usage
+        wait_for(Run.objects.get().pk)
+    assert usage is not None
+    assert (usage.input_tokens, usage.input_tokens_details.cached_tokens, usage.total_tokens) == (1010, 1000, 1015)
+
+
+def test_an_anthropic_client_of_an_anthropic_provider_sees_the_providers_own_usage(
+    upstream: ScriptedUpstream, raw_key: str
+) -> None:
+    upstream.responses = {"/v1/messages": anthropic_stream(input_tokens=10, cache_read=1000, cache_creation=6)}
+    with served_by(upstream, "claude"):
+        usage = anthropic_final(raw_key).usage
+    assert (usage.input_tokens, usage.cache_read_input_tokens, usage.cache_creation_input_tokens) == (10, 1000, 6)
