@@ -265,6 +265,21 @@ def test_stop_reasons_are_normalized_and_keep_the_raw_value(raw: str, normalized
     assert out == [StopReason(normalized, raw)]
 
 
+def test_the_stop_sequence_that_matched_is_kept_to_the_attempts_end():
+    parser = AnthropicStreamParser()
+    acc = Accumulator()
+    delta = {"type": "message_delta", "delta": {"stop_reason": "stop_sequence", "stop_sequence": "END"}}
+    out = parser.feed(ev(delta))
+    assert out == [StopReason("stop_sequence", "stop_sequence", "END")]
+    acc.apply(out[0])
+    assert (acc.snapshot().stop_reason, acc.snapshot().stop_sequence) == ("stop_sequence", "END")
+
+
+def test_a_stop_sequence_that_is_not_a_string_is_a_parse_error():
+    with pytest.raises(ParseError):
+        feed_one({"type": "message_delta", "delta": {"stop_reason": "stop_sequence", "stop_sequence": 7}})
+
+
 def test_message_delta_without_a_stop_reason_or_usage_emits_nothing():
     assert feed_one({"type": "message_delta", "delta": {"stop_reason": None}}) == []
 

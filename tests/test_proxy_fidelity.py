@@ -129,3 +129,15 @@ def test_an_anthropic_client_of_an_anthropic_provider_sees_the_providers_own_usa
     with served_by(upstream, "claude"):
         usage = anthropic_final(raw_key).usage
     assert (usage.input_tokens, usage.cache_read_input_tokens, usage.cache_creation_input_tokens) == (10, 1000, 6)
+
+
+# ---- the stop sequence ----------------------------------------------------------------------
+
+
+def test_the_stop_sequence_that_ended_the_answer_reaches_the_anthropic_client(
+    upstream: ScriptedUpstream, raw_key: str
+) -> None:
+    upstream.responses = {"/v1/messages": anthropic_stream(stop_reason="stop_sequence", stop_sequence="END")}
+    with served_by(upstream, "claude"):
+        final = anthropic_final(raw_key, stop_sequences=["END"])
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "END")

@@ -59,6 +59,7 @@ async def close_attempt(
     outcome: str,
     *,
     stop_reason: str | None = None,
+    stop_sequence: str | None = None,
     interrupt_cause: str | None = None,
     error_kind: str | None = None,
     error_message: str | None = None,
@@ -67,6 +68,7 @@ async def close_attempt(
     record.outcome = outcome
     record.ended_at = time.time()
     record.stop_reason = stop_reason
+    record.stop_sequence = stop_sequence
     record.interrupt_cause = interrupt_cause
     record.error_kind = error_kind
     record.error_message = error_message
@@ -223,7 +225,10 @@ async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, tr
             + (" (inside an event)" if decoder.had_unterminated_event else ""),
         )
     except AttemptDone:
-        await close_attempt(ctx, record, AttemptOutcome.COMPLETED, stop_reason=translator.acc.stop_reason)
+        acc = translator.acc
+        await close_attempt(
+            ctx, record, AttemptOutcome.COMPLETED, stop_reason=acc.stop_reason, stop_sequence=acc.stop_sequence
+        )
         raise
     except (StreamInterrupted, SSEError, BodyDecodeError, ParseError) as exc:
         interrupted = as_interrupted(exc)

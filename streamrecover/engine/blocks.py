@@ -159,6 +159,7 @@ class Snapshot:
 
     blocks: tuple[Block, ...]
     stop_reason: str | None = None
+    stop_sequence: str | None = None
     usage: Usage = field(default_factory=Usage)
     ended: bool = False
 
@@ -182,6 +183,7 @@ class Accumulator:
         self._blocks: dict[int, Block] = {}
         self.usage = Usage()
         self.stop_reason: str | None = None
+        self.stop_sequence: str | None = None  # the one that ended the answer, where the provider says
         self.message_id: str | None = None
         self.ended = False
         self.error: ProviderErrorEvent | None = None
@@ -256,8 +258,9 @@ class Accumulator:
                 self.usage = self.usage.merged(usage)
             case UsageUpdate(usage=usage):
                 self.usage = self.usage.merged(usage)
-            case StopReason(reason=reason):
+            case StopReason(reason=reason, sequence=sequence):
                 self.stop_reason = reason
+                self.stop_sequence = sequence
             case StreamEnd():
                 self.ended = True
             case ProviderErrorEvent():
@@ -297,6 +300,7 @@ class Accumulator:
         return Snapshot(
             blocks=tuple(b.copy() for b in self.blocks),
             stop_reason=self.stop_reason,
+            stop_sequence=self.stop_sequence,
             usage=self.usage,
             ended=self.ended,
         )

@@ -128,10 +128,13 @@ class UsageUpdate:
 @dataclass(frozen=True, slots=True)
 class StopReason:
     """The provider's stop reason, normalized: end_turn, tool_use, max_tokens,
-    stop_sequence, refusal, content_filter, context_overflow, pause_turn, or the raw value."""
+    stop_sequence, refusal, content_filter, context_overflow, pause_turn, or the raw value.
+    ``sequence`` is the stop sequence that ended the answer, where the provider names it
+    (Anthropic's ``stop_sequence``; OpenAI's and Gemini's ``stop`` do not say which)."""
 
     reason: str
     raw: str | None = None
+    sequence: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

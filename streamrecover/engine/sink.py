@@ -187,6 +187,7 @@ class AttemptRecord:
     error_kind: str | None = None
     error_message: str | None = None
     stop_reason: str | None = None
+    stop_sequence: str | None = None  # the stop sequence that ended it, where the provider names it
     outcome: str = AttemptOutcome.PENDING
 
     def as_dict(self) -> dict[str, Any]:

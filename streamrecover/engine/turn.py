@@ -287,6 +287,7 @@ class TurnRunner:
         if snapshot.stop_reason is not None and attempt is not None:
             # visible on the attempt: interrupted, yet with the stop reason that had arrived
             attempt.stop_reason = snapshot.stop_reason
+            attempt.stop_sequence = snapshot.stop_sequence
             await self.ctx.sink.on_attempt(attempt)
         if ended:
             return await self._finish_completed()

@@ -274,7 +274,10 @@ class AnthropicStreamParser:
             if raw is not None:
                 if type(raw) is not str:
                     raise _ShapeError("stop_reason is not a string")
-                out.append(StopReason(STOP_REASONS.get(raw, raw), raw))
+                sequence = delta.get("stop_sequence")
+                if sequence is not None and type(sequence) is not str:
+                    raise _ShapeError("stop_sequence is not a string")
+                out.append(StopReason(STOP_REASONS.get(raw, raw), raw, sequence))
         usage = obj.get("usage")
         if usage:
             out.append(UsageUpdate(self._read_usage(usage)))  # cumulative: the engine replaces, never sums

@@ -38,6 +38,7 @@ class AttemptSeen:
     error_message: str | None
     outcome: str
     stop_reason: str | None
+    stop_sequence: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ class RelaySink(BaseSink):
                 attempt.error_message,
                 attempt.outcome,
                 attempt.stop_reason,
+                attempt.stop_sequence,
             )
         )
 
@@ -189,7 +191,8 @@ class ProxyStream:
             self.done = True
             head = b"" if self.started else self.writer.start(self.usage())
             self.started = True
-            return head + tail + self.writer.end(self._stop_reason(), self.usage())
+            stop_reason = self._stop_reason()
+            return head + tail + self.writer.end(stop_reason, self.usage(), self._stop_sequence(stop_reason))
         self.ended = ended
         if not self.started:
             self.done = True
@@ -223,6 +226,11 @@ class ProxyStream:
         if last.stop_reason:
             return last.stop_reason
         return "max_tokens" if last.outcome == AttemptOutcome.INTERRUPTED else "end_turn"
+
+    def _stop_sequence(self, stop_reason: str) -> str | None:
+        """The stop sequence that ended the turn, when it ended at one and the provider said which."""
+        last = self.attempts[max(self.attempts)] if self.attempts else None
+        return last.stop_sequence if last is not None and stop_reason == "stop_sequence" else None
 
     def failure(self) -> tuple[int, str]:
         """Status and message of a run that ended with nothing streamed."""

@@ -63,7 +63,7 @@ def _data(payload: Any) -> bytes:
 class Writer(Protocol):
     def start(self, usage: TurnUsage) -> bytes: ...
     def ops(self, ops: Iterable[Op]) -> bytes: ...
-    def end(self, stop_reason: str, usage: TurnUsage) -> bytes: ...
+    def end(self, stop_reason: str, usage: TurnUsage, stop_sequence: str | None = None) -> bytes: ...
     def error(self, error_type: str, message: str) -> bytes: ...
 
 
@@ -148,10 +148,10 @@ class AnthropicWriter:
         out.append(_event("content_block_stop", {"type": "content_block_stop", "index": index}))
         return out
 
-    def end(self, stop_reason: str, usage: TurnUsage) -> bytes:
+    def end(self, stop_reason: str, usage: TurnUsage, stop_sequence: str | None = None) -> bytes:
         delta = {
             "type": "message_delta",
-            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
             "usage": usage.anthropic(output_tokens=usage.output_tokens),
         }
         return _event("message_delta", delta) + _event("message_stop", {"type": "message_stop"})
@@ -216,7 +216,8 @@ class OpenAIWriter:
             # other blocks (redacted thinking, server tools) have no place in a chat completion
         return b"".join(out)
 
-    def end(self, stop_reason: str, usage: TurnUsage) -> bytes:
+    def end(self, stop_reason: str, usage: TurnUsage, stop_sequence: str | None = None) -> bytes:
+        """Chat's ``finish_reason`` is ``stop`` at a stop sequence too, naming none."""
         out = [self._chunk({}, FINISH_REASONS.get(stop_reason, "stop"))]
         if self.include_usage:
             out.append(

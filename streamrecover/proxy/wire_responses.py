@@ -198,7 +198,8 @@ class ResponsesWriter:
         self.output.append(done)
         return out
 
-    def end(self, stop_reason: str, usage: TurnUsage) -> bytes:
+    def end(self, stop_reason: str, usage: TurnUsage, stop_sequence: str | None = None) -> bytes:
+        """Responses takes no stop sequences, so names none."""
         tail = self._close_message()
         incomplete = _INCOMPLETE.get(stop_reason)
         if incomplete is not None:
