@@ -448,6 +448,16 @@ def test_request_url_headers_and_body():
     assert http.redacted()["headers"]["x-api-key"] == "[redacted]"
 
 
+def test_a_requests_beta_flags_join_those_of_the_settings_in_one_header():
+    config = ProviderConfig(name="a", base_url="https://x", api_key="k", extra_headers={"Anthropic-Beta": "b1, b2"})
+    request = ModelRequest(model="m", messages=[{"role": "user", "content": "Hi"}], betas=("b2", "mcp", "mcp"))
+    headers = AnthropicAdapter(config).build_request(request).headers
+    assert [(k, v) for k, v in headers.items() if k.lower() == "anthropic-beta"] == [("Anthropic-Beta", "b1,b2,mcp")]
+    counted = AnthropicAdapter(config).count_request(request)
+    assert counted is not None
+    assert counted.headers["Anthropic-Beta"] == "b1,b2,mcp"  # the count takes the beta-gated fields too
+
+
 def test_request_leaves_out_unset_options():
     http = ADAPTER.build_request(ModelRequest(model="m", messages=[{"role": "user", "content": "Hi"}]))
     assert http.json == {

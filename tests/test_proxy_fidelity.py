@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 from django.conf import settings
@@ -141,3 +142,33 @@ def test_the_stop_sequence_that_ended_the_answer_reaches_the_anthropic_client(
     with served_by(upstream, "claude"):
         final = anthropic_final(raw_key, stop_sequences=["END"])
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "END")
+
+
+# ---- the client's beta flags ----------------------------------------------------------------
+
+
+def test_the_clients_beta_flags_reach_an_anthropic_provider_with_the_providers_own(
+    upstream: ScriptedUpstream, raw_key: str
+) -> None:
+    upstream.responses = {"/v1/messages": anthropic_stream()}
+    mcp = [{"type": "url", "url": "https://mcp.example.com/sse", "name": "ex"}]
+    configured = {"EXTRA_HEADERS": {"anthropic-beta": "context-1m-2025-08-07"}}
+    with served_by(upstream, "claude", **configured):
+        anthropic_final(
+            raw_key,
+            extra_body={"mcp_servers": mcp},
+            extra_headers={"anthropic-beta": "mcp-client-2025-04-04, context-1m-2025-08-07"},
+        )
+    sent = upstream.requests[-1]
+    assert sent["body"]["mcp_servers"] == mcp
+    assert sent["headers"]["anthropic-beta"] == "context-1m-2025-08-07,mcp-client-2025-04-04"
+
+
+def test_a_non_streamed_request_takes_the_clients_beta_flags_too(upstream: ScriptedUpstream, raw_key: str) -> None:
+    upstream.responses = {"/v1/messages": b"{}"}
+    body = {"model": "m", "max_tokens": 50, "messages": MESSAGES}
+    headers = {"x-api-key": raw_key, "anthropic-beta": "mcp-client-2025-04-04"}
+    with served_by(upstream, "claude"):
+        response = httpx.post(daphne_url() + "/streamrecover/proxy/v1/messages", json=body, headers=headers)
+    assert response.status_code == 200
+    assert upstream.requests[-1]["headers"]["anthropic-beta"] == "mcp-client-2025-04-04"

@@ -52,6 +52,9 @@ class ModelRequest:
     structured: bool = False  # JSON mode or a forced tool: continue only with prefill
     temperature: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Anthropic beta flags a proxied client sent (its ``anthropic-beta``), for fields in ``extra``
+    # that need them; adapters of other APIs have no such header and leave them out
+    betas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

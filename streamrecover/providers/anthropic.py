@@ -382,6 +382,17 @@ def _refine(status: int, kind: str, error_class: ErrorClass, message: str, code:
     return kind, error_class
 
 
+def _add_betas(headers: dict[str, str], betas: tuple[str, ...]) -> None:
+    """The request's beta flags after those of the provider's settings (``EXTRA_HEADERS``), each
+    once, in the one comma-separated ``anthropic-beta`` header."""
+    if not betas:
+        return
+    name = next((k for k in headers if k.lower() == "anthropic-beta"), "anthropic-beta")
+    flags = [f.strip() for f in headers.get(name, "").split(",") if f.strip()]
+    flags.extend(f for f in dict.fromkeys(betas) if f not in flags)
+    headers[name] = ",".join(flags)
+
+
 # the Messages request fields the token-count endpoint takes (no max_tokens, no stream)
 _COUNTED_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"})
 
@@ -405,6 +416,7 @@ class AnthropicAdapter:
             "accept": "text/event-stream",
         }
         headers.update(config.extra_headers)
+        _add_betas(headers, request.betas)
         body: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,

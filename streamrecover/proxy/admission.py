@@ -115,6 +115,7 @@ def _create_run(key: ProxyKey, request: ProxyRequest, provider: str, faults: lis
                 "temperature": request.temperature,
                 "structured": request.structured,
                 "extra": served.extra,
+                "betas": request.betas,
                 "dropped": served.dropped,
                 "failover": failover,
                 "no_failover": no_failover,

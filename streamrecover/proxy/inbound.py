@@ -47,6 +47,7 @@ class ProxyRequest:
     max_tokens_given: bool = True  # False: an OpenAI request without one (the default applies)
     extra: dict[str, Any] = field(default_factory=dict)
     body: dict[str, Any] = field(default_factory=dict)  # as sent (a non-streamed request passes it on)
+    betas: list[str] = field(default_factory=list)  # Anthropic: the client's ``anthropic-beta`` flags
 
     def last_user_text(self) -> str:
         for message in reversed(self.messages):
@@ -148,6 +149,12 @@ def _anthropic(body: dict[str, Any], model: str, messages: list[Any]) -> ProxyRe
         extra=_extra(body, *taken),
         body=body,
     )
+
+
+def beta_flags(header: str | None) -> list[str]:
+    """The flags of an ``anthropic-beta`` header (comma-separated, as the SDK sends its ``betas``):
+    the fields they enable pass in ``extra``, so an Anthropic provider needs them too."""
+    return [flag.strip() for flag in (header or "").split(",") if flag.strip()]
 
 
 # ---- OpenAI Chat Completions -----------------------------------------------------------

@@ -26,7 +26,10 @@ RETRIED = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 async def forward(request: ProxyRequest, provider: str) -> HttpResponse:
     config = fake_provider(app_settings.provider_config(provider), request.model)
     adapter = get_adapter(config)
-    built = adapter.build_request(ModelRequest(model=request.model, messages=request.messages, max_tokens=1))
+    model_request = ModelRequest(
+        model=request.model, messages=request.messages, max_tokens=1, betas=tuple(request.betas)
+    )
+    built = adapter.build_request(model_request)
     headers = {**built.headers, "accept": "application/json"}
     body = dict(request.body)
     if not request.max_tokens_given:  # an OpenAI request without one: the default (or the key's limit)

@@ -23,7 +23,7 @@ from ..models import ProxyKey
 from ..testing import is_fake
 from .admission import Refused, admit, check_limits
 from .errors import error_response
-from .inbound import ANTHROPIC, OPENAI, RESPONSES, BadRequest, Format, parse
+from .inbound import ANTHROPIC, OPENAI, RESPONSES, BadRequest, Format, beta_flags, parse
 from .keys import find_key
 from .passthrough import forward
 from .relay import Item, ProxyStream, RelaySink, RunEnded, start_run_thread
@@ -69,6 +69,8 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
         parsed = parse(format, request.body, int(app_settings.PROXY_DEFAULT_MAX_TOKENS))
     except BadRequest as exc:
         return error_response(format, 400, str(exc))
+    if format == ANTHROPIC:
+        parsed.betas = beta_flags(request.headers.get("anthropic-beta"))
     provider = _provider(format)
     try:
         faults = _faults(request, provider)  # reads the provider's settings: a missing API key raises
