@@ -12,7 +12,7 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..models import Message, ProxyKey, Run, Thread
 from ..redaction import cut_secrets
-from .inbound import ProxyRequest
+from .inbound import ANTHROPIC, OPENAI, ProxyRequest, json_path, walk_json
 from .translate import Translated, translate, wire_format
 
 
@@ -22,6 +22,12 @@ class Refused(Exception):
 
     status: int
     message: str
+
+
+# What a run's model column holds.
+MODEL_MAX_LENGTH: int = Run._meta.get_field("model").max_length or 0
+# Where each format's system prompt came from (a run keeps it in its options).
+_SYSTEM_FIELD = {ANTHROPIC: "system", OPENAI: "messages[0].content"}
 
 
 def model_allowed(key: ProxyKey, model: str) -> bool:
@@ -48,6 +54,7 @@ def admit(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]
     two requests at once cannot both take the last free stream.
     """
     check_limits(key, request)
+    check_storable(request)
     served = _served(request, provider)
     with transaction.atomic():
         locked = ProxyKey.objects.select_for_update().get(pk=key.pk)
@@ -60,6 +67,25 @@ def admit(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]
         locked.last_used_at = timezone.now()
         locked.save(update_fields=["last_used_at"])
         return _create_run(key, request, provider, faults, served)
+
+
+def check_storable(request: ProxyRequest) -> None:
+    """Raise ``Refused`` (400) for what the run's rows cannot hold: a model name longer than its
+    column, NUL (U+0000) in the model or in what is kept in the run's options (the system prompt,
+    the fields passed to the provider: PostgreSQL's jsonb refuses ``\\u0000``). The conversation
+    itself may hold NUL: its messages store any string exactly (``TextJSONField``), as they do
+    a model's output that the client sends back."""
+    if len(request.model) > MODEL_MAX_LENGTH:
+        raise Refused(400, f"model: longer than {MODEL_MAX_LENGTH} characters.")
+    if "\x00" in request.model:
+        raise Refused(400, "model: cannot contain NUL (\\u0000) characters.")
+    if request.system and "\x00" in request.system:
+        field = _SYSTEM_FIELD.get(request.format, "instructions")
+        raise Refused(400, f"{field}: cannot contain NUL (\\u0000) characters.")
+    for value, trail, _ in walk_json(request.extra):
+        key = trail[1]  # a field's name (the root's is "")
+        if (isinstance(value, str) and "\x00" in value) or (isinstance(key, str) and "\x00" in key):
+            raise Refused(400, f"{json_path(trail)}: cannot contain NUL (\\u0000) characters.")
 
 
 def _served(request: ProxyRequest, provider: str) -> Translated:
@@ -96,7 +122,9 @@ def _failover(request: ProxyRequest, served: Translated) -> tuple[dict[str, Any]
 def _create_run(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str], served: Translated) -> Run:
     messages: list[dict[str, Any]] = cut_secrets(request.messages)
     failover, no_failover = _failover(request, served)
-    thread = Thread.objects.create(owner=key.user, title=request.last_user_text()[:80])
+    # NUL, kept in the messages, has no place in the title's plain text column
+    title = request.last_user_text().replace("\x00", "")[:80]
+    thread = Thread.objects.create(owner=key.user, title=title)
     run = Run.objects.create(
         thread=thread,
         owner=key.user,

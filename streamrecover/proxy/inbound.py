@@ -8,8 +8,11 @@ every other field the client sent passes to the provider as it was sent (``extra
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
+
+from ..providers.common import LONE_SURROGATE
 
 Format = Literal["anthropic", "openai", "responses"]
 ANTHROPIC: Final = "anthropic"
@@ -24,6 +27,18 @@ _OWN_FIELDS = frozenset(
 )
 # Responses fields that name state kept at the provider: the run's conversation is the request's own
 _STATEFUL = ("previous_response_id", "conversation", "background", "prompt")
+# No conversation or tool schema nests this deep; a body that does would only meet the
+# interpreter's recursion limit further on (redaction, storage), as a 500.
+MAX_DEPTH: Final = 100
+# The string fields the adapters read from each kind of canonical block; other kinds (images,
+# documents, server tools...) pass to the provider as sent.
+_BLOCK_STRINGS: Final = {
+    "text": ("text",),
+    "tool_use": ("id", "name"),
+    "tool_result": ("tool_use_id",),
+    "thinking": ("thinking", "signature"),
+    "redacted_thinking": ("data",),
+}
 
 
 class BadRequest(ValueError):
@@ -59,11 +74,12 @@ class ProxyRequest:
 
 def parse(format: Format, raw: bytes, default_max_tokens: int) -> ProxyRequest:
     try:
-        body = json.loads(raw or b"null")
-    except ValueError:
+        body = json.loads(raw or b"null", parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # RecursionError: nested too deep for the decoder
         raise BadRequest("There was an error parsing the body of your request: invalid JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
+    _check_values(body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("model: Field required")
@@ -75,6 +91,104 @@ def parse(format: Format, raw: bytes, default_max_tokens: int) -> ProxyRequest:
     if format == ANTHROPIC:
         return _anthropic(body, model, messages)
     return _openai(body, model, messages, default_max_tokens)
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity: Python's decoder takes them, JSON has no such value (nor has jsonb, nor
+    the request sent on)."""
+    raise ValueError(name)
+
+
+# (the parent's trail, this value's key or index); the root's parent is None
+Trail = tuple[Any, str | int]
+
+
+def walk_json(value: Any, where: str = "") -> Iterator[tuple[Any, Trail, int]]:
+    """Every value in ``value`` (itself included) with its trail and depth: iterative, so a deep
+    body cannot exhaust the stack; a path is spelled out (``json_path``) only for an error."""
+    stack: list[tuple[Any, Trail, int]] = [(value, (None, where), 0)]
+    while stack:
+        item = stack.pop()
+        yield item
+        value, trail, depth = item
+        if isinstance(value, dict):
+            stack.extend((child, (trail, key), depth + 1) for key, child in value.items())
+        elif isinstance(value, list):
+            stack.extend((child, (trail, index), depth + 1) for index, child in enumerate(value))
+
+
+def json_path(trail: Trail | None) -> str:
+    """``messages[0].content[1].text`` from a trail."""
+    keys: list[str | int] = []
+    while trail is not None:
+        trail, key = trail
+        keys.append(key)
+    path = ""
+    for key in reversed(keys):
+        path += f"[{key}]" if isinstance(key, int) else f".{key}" if path else key
+    return path
+
+
+def _check_values(value: Any, where: str = "") -> None:
+    """Refuse what parsed yet could be neither sent on nor stored: nesting deeper than
+    ``MAX_DEPTH``, a lone surrogate escape (``"\\ud83d"`` without its pair: it has no UTF-8
+    form) in any string or key."""
+    for item, trail, depth in walk_json(value, where):
+        if depth > MAX_DEPTH:
+            raise BadRequest(f"{json_path(trail)}: nested deeper than {MAX_DEPTH} levels")
+        key = trail[1]
+        if depth and isinstance(key, str) and LONE_SURROGATE.search(key):
+            raise BadRequest(f"{json_path(trail[0]) or 'body'}: a key is not valid Unicode (a lone surrogate escape)")
+        if isinstance(item, str) and LONE_SURROGATE.search(item):
+            raise BadRequest(f"{json_path(trail)}: not valid Unicode (a lone surrogate escape)")
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{where}: expected an object")
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise BadRequest(f"{where}: expected a string")
+    return value
+
+
+def _json_object(arguments: Any, where: str) -> dict[str, Any]:
+    """A tool call's arguments: a string of JSON (as OpenAI sends them) holding an object."""
+    if arguments is not None and not isinstance(arguments, str):
+        raise BadRequest(f"{where}: expected a string (the arguments as JSON)")
+    try:
+        parsed = json.loads(arguments or "{}", parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise BadRequest(f"{where}: not valid JSON") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest(f"{where}: expected a JSON object")
+    _check_values(parsed, where)
+    return parsed
+
+
+def _blocks(content: Any, where: str) -> list[Any]:
+    """Anthropic content (a message's, a tool result's): a string, or blocks whose fields the
+    adapters read have their types."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}: expected a string or a list of blocks")
+    for position, block in enumerate(content):
+        _block(block, f"{where}[{position}]")
+    return content
+
+
+def _block(block: Any, where: str) -> None:
+    kind = _string(_object(block, where).get("type"), f"{where}.type")
+    for name in _BLOCK_STRINGS.get(kind, ()):
+        _string(block.get(name), f"{where}.{name}")
+    if kind == "tool_use" and block.get("input") is not None:
+        _object(block["input"], f"{where}.input")
+    if kind == "tool_result" and block.get("content") is not None:
+        _blocks(block["content"], f"{where}.content")
 
 
 def _max_tokens(value: Any, name: str) -> int:
@@ -110,15 +224,11 @@ def _anthropic(body: dict[str, Any], model: str, messages: list[Any]) -> ProxyRe
     if "max_tokens" not in body:
         raise BadRequest("max_tokens: Field required")
     canonical = []
-    for message in messages:
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise BadRequest("messages: each message needs a role of 'user' or 'assistant'")
-        content = message.get("content")
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        if not isinstance(content, list):
-            raise BadRequest("messages: content must be a string or a list of blocks")
-        canonical.append({"role": message["role"], "content": content})
+    for position, message in enumerate(messages):
+        where = f"messages[{position}]"
+        if _object(message, where).get("role") not in ("user", "assistant"):
+            raise BadRequest(f"{where}.role: expected 'user' or 'assistant'")
+        canonical.append({"role": message["role"], "content": _blocks(message.get("content"), f"{where}.content")})
     taken = ["temperature"]
     system = body.get("system")
     if isinstance(system, str):
@@ -126,7 +236,9 @@ def _anthropic(body: dict[str, Any], model: str, messages: list[Any]) -> ProxyRe
     elif isinstance(system, list):
         # blocks (cache_control...) pass to an Anthropic provider as sent; their text is the
         # run's system prompt (what a fallback of another format is given)
-        system = "\n\n".join(b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text")
+        system = "\n\n".join(_system_text(block, f"system[{i}]") for i, block in enumerate(system))
+    elif system is not None:
+        raise BadRequest("system: expected a string or a list of text blocks")
     thinking = body.get("thinking")
     budget = None
     if isinstance(thinking, dict) and thinking.get("type") == "enabled":
@@ -157,6 +269,12 @@ def beta_flags(header: str | None) -> list[str]:
     return [flag.strip() for flag in (header or "").split(",") if flag.strip()]
 
 
+def _system_text(block: Any, where: str) -> str:
+    if _object(block, where).get("type") != "text":
+        raise BadRequest(f"{where}.type: expected 'text'")
+    return _string(block.get("text"), f"{where}.text")
+
+
 # ---- OpenAI Chat Completions -----------------------------------------------------------
 
 
@@ -168,27 +286,27 @@ def _openai(body: dict[str, Any], model: str, messages: list[Any], default_max_t
     system: str | None = None
     canonical: list[dict[str, Any]] = []
     for position, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise BadRequest("messages: each message must be an object")
-        role = message.get("role")
+        where = f"messages[{position}]"
+        role = _object(message, where).get("role")
         if role in ("system", "developer"):
-            text = _openai_text(message.get("content"))
+            text = _openai_text(message.get("content"), f"{where}.content")
             if position == 0 and role == "system":
                 system = text
             else:
                 canonical.append({"role": "system", "content": [{"type": "text", "text": text}]})
         elif role == "user":
-            canonical.append({"role": "user", "content": _openai_user(message.get("content"))})
+            canonical.append({"role": "user", "content": _openai_user(message.get("content"), f"{where}.content")})
         elif role == "assistant":
-            canonical.append({"role": "assistant", "content": _openai_assistant(message)})
+            canonical.append({"role": "assistant", "content": _openai_assistant(message, where)})
         elif role == "tool":
             result = {
                 "type": "tool_result",
-                "tool_use_id": message.get("tool_call_id"),
-                "content": _openai_text(message.get("content")),
+                "tool_use_id": _string(message.get("tool_call_id"), f"{where}.tool_call_id"),
+                "content": _openai_text(message.get("content"), f"{where}.content"),
             }
-            if canonical and canonical[-1]["role"] == "user" and canonical[-1]["content"][-1]["type"] == "tool_result":
-                canonical[-1]["content"].append(result)
+            previous = canonical[-1]["content"] if canonical and canonical[-1]["role"] == "user" else []
+            if previous and previous[-1]["type"] == "tool_result":
+                previous.append(result)
             else:
                 canonical.append({"role": "user", "content": [result]})
         else:
@@ -213,40 +331,56 @@ def _openai(body: dict[str, Any], model: str, messages: list[Any], default_max_t
     )
 
 
-def _openai_text(content: Any) -> str:
+def _openai_text(content: Any, where: str) -> str:
+    """A message's text: its string, or its text parts' joined (other parts are left out)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    raise BadRequest("messages: content must be a string or a list of parts")
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}: expected a string or a list of parts")
+    return "".join(p["text"] for p in _parts(content, where, ("text",)) if p["type"] == "text")
 
 
-def _openai_user(content: Any) -> list[dict[str, Any]]:
+def _parts(content: list[Any], where: str, text_types: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Content parts, each an object with a type; a text part's (``text_types``) text a string."""
+    for position, part in enumerate(content):
+        at = f"{where}[{position}]"
+        if _string(_object(part, at).get("type"), f"{at}.type") in text_types:
+            _string(part.get("text"), f"{at}.text")
+    return content
+
+
+def _openai_user(content: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
-        raise BadRequest("messages: content must be a string or a list of parts")
+        raise BadRequest(f"{where}: expected a string or a list of parts")
     # text parts become text blocks; other parts (images...) pass to the provider as sent
     return [
-        {"type": "text", "text": p.get("text", "")} if isinstance(p, dict) and p.get("type") == "text" else p
-        for p in content
+        {"type": "text", "text": p["text"]} if p["type"] == "text" else p for p in _parts(content, where, ("text",))
     ]
 
 
-def _openai_assistant(message: dict[str, Any]) -> list[dict[str, Any]]:
+def _openai_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    text = _openai_text(message.get("content"))
+    text = _openai_text(message.get("content"), f"{where}.content")
     if text:
         blocks.append({"type": "text", "text": text})
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        try:
-            arguments = json.loads(function.get("arguments") or "{}")
-        except ValueError:
-            raise BadRequest("messages: a tool call's arguments are not valid JSON") from None
-        blocks.append({"type": "tool_use", "id": call.get("id"), "name": function.get("name"), "input": arguments})
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise BadRequest(f"{where}.tool_calls: expected a list")
+    for position, call in enumerate(calls):
+        at = f"{where}.tool_calls[{position}]"
+        function = _object(_object(call, at).get("function"), f"{at}.function")
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": _string(call.get("id"), f"{at}.id"),
+                "name": _string(function.get("name"), f"{at}.function.name"),
+                "input": _json_object(function.get("arguments"), f"{at}.function.arguments"),
+            }
+        )
     return blocks
 
 
@@ -298,32 +432,31 @@ def _responses_input(raw: Any) -> list[dict[str, Any]]:
             canonical.append({"role": role, "content": [block]})
 
     for position, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise BadRequest(f"input[{position}]: each item must be an object")
-        kind = item.get("type", "message")
+        where = f"input[{position}]"
+        kind = _object(item, where).get("type", "message")
         if kind == "message":
             role = item.get("role")
+            parts = _responses_parts(item.get("content"), f"{where}.content")
             if role in ("system", "developer"):
-                canonical.append({"role": "system", "content": [{"type": "text", "text": _responses_text(item)}]})
-            elif role == "user":
-                for part in _responses_parts(item.get("content")):
-                    add("user", part, merge=True)
-            elif role == "assistant":
-                for part in _responses_parts(item.get("content")):
-                    add("assistant", part, merge=True)
+                text = "".join(p["text"] for p in parts if p["type"] == "text")
+                canonical.append({"role": "system", "content": [{"type": "text", "text": text}]})
+            elif role in ("user", "assistant"):
+                for part in parts:
+                    add(role, part, merge=True)
             else:
-                raise BadRequest(f"input[{position}].role: unsupported role {role!r}")
+                raise BadRequest(f"{where}.role: unsupported role {role!r}")
         elif kind == "function_call":
-            try:
-                arguments = json.loads(item.get("arguments") or "{}")
-            except ValueError:
-                raise BadRequest(f"input[{position}].arguments: not valid JSON") from None
-            call = {"type": "tool_use", "id": item.get("call_id"), "name": item.get("name"), "input": arguments}
+            call = {
+                "type": "tool_use",
+                "id": _string(item.get("call_id"), f"{where}.call_id"),
+                "name": _string(item.get("name"), f"{where}.name"),
+                "input": _json_object(item.get("arguments"), f"{where}.arguments"),
+            }
             add("assistant", call, merge=True)
         elif kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else _openai_text(output)
-            add("user", {"type": "tool_result", "tool_use_id": item.get("call_id"), "content": text}, merge=True)
+            call_id = _string(item.get("call_id"), f"{where}.call_id")
+            text = _openai_text(item.get("output"), f"{where}.output")
+            add("user", {"type": "tool_result", "tool_use_id": call_id, "content": text}, merge=True)
         elif kind == "reasoning":
             if not item.get("encrypted_content"):
                 continue  # reasoning shown for reading only (another provider's thinking): nothing to send back
@@ -334,19 +467,16 @@ def _responses_input(raw: Any) -> list[dict[str, Any]]:
     return canonical
 
 
-def _responses_text(item: dict[str, Any]) -> str:
-    return "".join(p["text"] for p in _responses_parts(item.get("content")) if p.get("type") == "text")
+_RESPONSES_TEXT = ("input_text", "output_text", "text")
 
 
-def _responses_parts(content: Any) -> list[dict[str, Any]]:
+def _responses_parts(content: Any, where: str) -> list[dict[str, Any]]:
     """A message item's content: its text parts become text blocks, other parts (images, files) pass as sent."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
-        raise BadRequest("input: a message's content must be a string or a list of parts")
+        raise BadRequest(f"{where}: expected a string or a list of parts")
     return [
-        {"type": "text", "text": p.get("text", "")}
-        if isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text")
-        else p
-        for p in content
+        {"type": "text", "text": p["text"]} if p["type"] in _RESPONSES_TEXT else p
+        for p in _parts(content, where, _RESPONSES_TEXT)
     ]
