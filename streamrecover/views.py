@@ -28,6 +28,8 @@ from .testing import is_fake, parse_faults
 JsonView = Callable[..., JsonResponse]
 # The database's integer columns hold no more; a larger number is a client's mistake, not a 500.
 MAX_INT = 2**31 - 1
+# Nor does a run's model column hold a longer name.
+MODEL_MAX_LENGTH: int = Run._meta.get_field("model").max_length or 0
 
 
 class BadRequest(Exception):
@@ -103,9 +105,17 @@ def _optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...], wha
         raise BadRequest(f"{key!r} must be {what}.")
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
         raise BadRequest(f"{key!r} is too large.")
-    if isinstance(value, str) and "\x00" in value:
-        raise BadRequest(f"{key!r} cannot contain NUL (\\u0000) characters.")
+    if isinstance(value, str):
+        _check_text(key, value)
     return value
+
+
+def _check_text(key: str, value: str) -> None:
+    """400 for a string that could be neither stored nor sent on."""
+    if "\x00" in value:  # PostgreSQL stores no NUL in text (the chat form refuses it too)
+        raise BadRequest(f"{key!r} cannot contain NUL (\\u0000) characters.")
+    if LONE_SURROGATE.search(value):  # no UTF-8 form
+        raise BadRequest(f"{key!r} is not valid Unicode (a lone surrogate escape).")
 
 
 def _run_options(body: dict[str, Any]) -> dict[str, Any]:
@@ -113,10 +123,7 @@ def _run_options(body: dict[str, Any]) -> dict[str, Any]:
     prompt = body.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise BadRequest("'prompt' is required: a non-empty string.")
-    if "\x00" in prompt:  # PostgreSQL stores no NUL in text (the chat form refuses it too)
-        raise BadRequest("'prompt' cannot contain NUL (\\u0000) characters.")
-    if LONE_SURROGATE.search(prompt):  # no UTF-8 form: it could be neither stored nor sent
-        raise BadRequest("'prompt' is not valid Unicode (a lone surrogate escape).")
+    _check_text("prompt", prompt)
     provider = _optional(body, "provider", str, "a provider name") or app_settings.DEFAULT_PROVIDER
     if provider not in app_settings.PROVIDERS:
         raise BadRequest(f"Unknown provider {provider!r}. Configured: {', '.join(sorted(app_settings.PROVIDERS))}.")
@@ -124,10 +131,13 @@ def _run_options(body: dict[str, Any]) -> dict[str, Any]:
         app_settings.provider_config(provider)
     except ImproperlyConfigured as exc:
         raise BadRequest(str(exc)) from None
+    model = _optional(body, "model", str, "a model name") or None
+    if model is not None and len(model) > MODEL_MAX_LENGTH:
+        raise BadRequest(f"'model' is longer than {MODEL_MAX_LENGTH} characters.")
     options: dict[str, Any] = {
         "prompt": prompt,
         "provider": provider,
-        "model": _optional(body, "model", str, "a model name") or None,
+        "model": model,
         "demo_tools": bool(_optional(body, "demo_tools", bool, "true or false")),
         "thinking_budget": _optional(body, "thinking_budget", int, "an integer (tokens)"),
         "faults": _faults(body.get("faults"), provider),

@@ -127,6 +127,9 @@ def _client(user: Any) -> Client:
         (json.dumps({"prompt": "Hi", "thread_id": -1}).encode(), "No thread -1 of yours"),
         (json.dumps({"prompt": "Hi\x00there"}).encode(), "NUL"),
         (b'{"prompt": "half an emoji \\ud83d"}', "lone surrogate"),
+        (json.dumps({"prompt": "Hi", "model": "m" * 201}).encode(), "'model' is longer than 200 characters"),
+        (b'{"prompt": "Hi", "model": "claude\\ud83d"}', "'model' is not valid Unicode"),
+        (b'{"prompt": "Hi", "provider": "\\udc00"}', "'provider' is not valid Unicode"),
     ],
 )
 @pytest.mark.django_db  # no transaction needed: a plain test database is faster
