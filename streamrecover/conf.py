@@ -152,6 +152,9 @@ DEFAULTS: dict[str, Any] = {
     "PROXY_OPENAI_PROVIDER": "openai",
     "PROXY_RESPONSES_PROVIDER": "openai-responses",
     "PROXY_DEFAULT_MAX_TOKENS": 4096,
+    # The largest request body the healing endpoint reads (it ignores DATA_UPLOAD_MAX_MEMORY_SIZE,
+    # made for form posts): Anthropic takes 32 MB, images included; a larger one is a 413.
+    "PROXY_MAX_BODY_BYTES": 32 * 1024 * 1024,
     # format -> {"PROVIDER", "MODEL"}: where a proxied answer goes on when its provider gives up
     "PROXY_FAILOVER": None,
 }
@@ -273,6 +276,9 @@ def validate(user: Any) -> list[str]:
         problems.append(
             f"{SETTINGS_NAME}['BACKOFF_SCHEDULE'] must be a non-empty list of non-negative numbers, not {schedule!r}."
         )
+    limit = merged["PROXY_MAX_BODY_BYTES"]
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        problems.append(f"{SETTINGS_NAME}['PROXY_MAX_BODY_BYTES'] must be a positive integer (bytes), not {limit!r}.")
     threshold = merged["GC_THRESHOLD"]
     if threshold is not None and (not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1):
         problems.append(f"{SETTINGS_NAME}['GC_THRESHOLD'] must be a positive integer or None, not {threshold!r}.")

@@ -1,6 +1,6 @@
 """Malformed and hostile request bodies at the healing endpoint: each is refused in its provider's own
-error shape (a 400 naming the field at fault), never a 500, and nothing is stored for it; what the
-database can hold is served and stored exactly."""
+error shape (a 400 naming the field at fault, a 413 for a body over ``PROXY_MAX_BODY_BYTES``), never a
+500, and nothing is stored for it; what the database can hold is served and stored exactly."""
 
 from __future__ import annotations
 
@@ -321,3 +321,26 @@ def test_nesting_is_refused_past_100_levels_and_served_to_them(key: str) -> None
     tool = {**deep, "input_schema": schema(96)}
     run_id = served_run(post(key, MESSAGES, json.dumps(anthropic(HELLO, tools=[tool])).encode()))
     assert Run.objects.get(pk=run_id).options["proxy"]["extra"]["tools"] == [tool]
+
+
+def test_a_body_over_the_endpoints_limit_is_a_413_in_each_format(key: str) -> None:
+    with override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "PROXY_MAX_BODY_BYTES": 4096}):
+        padding = "x" * 5000
+        anthropic_413 = post(key, MESSAGES, json.dumps(anthropic([{"role": "user", "content": padding}])).encode())
+        chat_413 = post(key, CHAT, json.dumps(chat([{"role": "user", "content": padding}])).encode())
+        responses_413 = post(key, RESPONSES, json.dumps(responses(padding)).encode())
+    assert anthropic_413.status_code == chat_413.status_code == responses_413.status_code == 413
+    assert error_of(MESSAGES, anthropic_413)["type"] == "request_too_large"
+    for path, response in ((CHAT, chat_413), (RESPONSES, responses_413)):
+        error = error_of(path, response)
+        assert error["code"] == "request_too_large"
+        assert "4096 bytes" in error["message"]
+    assert not Run.objects.exists()
+
+
+def test_the_endpoint_reads_bodies_past_djangos_form_limit(key: str) -> None:
+    """DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB by default) is for form posts; an image request is
+    routinely larger, and the endpoint holds it to PROXY_MAX_BODY_BYTES (32 MiB) instead."""
+    body = anthropic([{"role": "user", "content": "Hello [[words=5]] " + "x" * 2000}])
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000):
+        served_run(post(key, MESSAGES, json.dumps(body).encode()))

@@ -21,6 +21,7 @@ _OPENAI_TYPES = {
     401: ("invalid_request_error", "invalid_api_key"),
     403: ("invalid_request_error", "model_not_found"),
     404: ("invalid_request_error", "model_not_found"),
+    413: ("invalid_request_error", "request_too_large"),
     429: ("requests", "rate_limit_exceeded"),
 }
 
