@@ -147,6 +147,8 @@ def _run_options(body: dict[str, Any]) -> dict[str, Any]:
         if max_tokens < 1:
             raise BadRequest("'max_tokens' must be positive.")
         options["max_tokens"] = max_tokens
+    if options["thinking_budget"] is not None and options["thinking_budget"] < 0:
+        raise BadRequest("'thinking_budget' must be 0 or more.")
     if options["thinking_budget"] is not None and options["thinking_budget"] >= options.get("max_tokens", 1024):
         raise BadRequest("'thinking_budget' must be below 'max_tokens' (default 1024).")
     limit = _optional(body, "max_continuations", int, "an integer")

@@ -123,6 +123,7 @@ def test_someone_elses_thread_is_not_found(user: Any) -> None:
         ('{"prompt": "Hi", "demo_tools": "yes"}', "application/json", "'demo_tools' must be true or false"),
         ('{"prompt": "Hi", "max_continuations": 99}', "application/json", "'max_continuations' must be between"),
         ('{"prompt": "Hi", "thinking_budget": 2048}', "application/json", "must be below 'max_tokens'"),
+        ('{"prompt": "Hi", "thinking_budget": -5}', "application/json", "'thinking_budget' must be 0 or more"),
         ('{"prompt": "Hi", "max_tokens": 0}', "application/json", "'max_tokens' must be positive"),
     ],
 )
