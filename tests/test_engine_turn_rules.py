@@ -102,6 +102,48 @@ async def test_an_answer_whose_stop_reason_arrived_is_not_continued(
         assert [name for name, _ in tools.calls] == ["get_weather"]
 
 
+# ---- a tool call cut by max_tokens in an answer that ended ------------------------------------
+
+CUT_CALL = "What is the weather in Paris? [[tool=get_weather]] [[partial_tool_at_limit]]"
+
+
+@pytest.mark.parametrize(("wire", "model"), [("anthropic", "claude-3-7-sonnet"), ("openai", "gpt-4o")])
+@pytest.mark.parametrize("fault", [None, "cut:from_end=1"])  # a clean end, or only its terminator lost
+async def test_a_tool_call_cut_by_max_tokens_is_dropped_for_the_client_too(fake_server, wire, model, fault):
+    """The provider stops inside a call's arguments (OpenAI ``length``; Anthropic fine-grained
+    tool streaming) and ends the stream: the call is not committed, so the client, which saw
+    it stream, is told to drop it, and the drop is recorded, as at a break."""
+    whole = await run(fake_server, CUT_CALL, wire=wire, model=model, tools=demo_registry())
+    limit = whole.log[0].output_tokens - 3  # three pieces of the call's arguments short
+    tools = demo_registry()
+    out = await run(
+        fake_server,
+        CUT_CALL,
+        wire=wire,
+        model=model,
+        tools=tools,
+        max_tokens=limit,
+        faults=[fault] if fault else [],
+        config=with_config(notify_model_of_discarded_tools=True),
+    )
+    assert_invariants(out)  # among them: what the client shows is what was committed
+    ((shown, committed),) = out.view.turns
+    assert shown == committed
+    assert [b["type"] for b in committed] == ["text"]
+    assert tools.calls == []
+    (cancel,) = out.frames("tool_call_cancel")
+    assert cancel["name"] == "get_weather"
+    (discarded,) = out.events("discarded_partial_tool_use")
+    assert discarded["tool_name"] == "get_weather"
+    assert discarded["tool_call_id"] == cancel["id"]
+    assert discarded["reason"] == "invalid_arguments_json"  # its block closed with broken JSON
+    assert discarded["partial_input_bytes"] > 0
+    assert out.result.undelivered_notices == [
+        {"id": cancel["id"], "name": "get_weather", "reason": "invalid_arguments_json"}
+    ]
+    assert len(out.log) == 1  # the answer had ended: never continued
+
+
 # ---- a refusal in progress -------------------------------------------------------------------
 
 

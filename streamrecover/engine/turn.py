@@ -648,7 +648,9 @@ class TurnRunner:
         stop = snapshot.stop_reason or "end_turn"
         keep: list[Block] = []
         for block in snapshot.blocks:
-            # A clean end closes every block; anything unusable still never reaches history.
+            # A clean end closes every block; anything unusable still never reaches history,
+            # and the client, which saw it stream, is told it is gone.
+            reason = _discard_reason(block)  # read before the block is closed here
             block.closed = True
             if block.kind == TEXT and not block.text:
                 continue
@@ -656,6 +658,9 @@ class TurnRunner:
                 keep.append(block)
             elif block.kind == THINKING:
                 await self._unsigned_thinking_dropped(block)
+            elif block.kind == TOOL_USE:
+                # arguments that do not parse (max_tokens hit inside them): dropped as at a break
+                await self._tool_dropped(block, reason)
         result = await self._finish_with(keep, stop)
         if self.continuation > 0:
             await self._emit(
@@ -694,16 +699,8 @@ class TurnRunner:
 
     async def _publish_discards(self, recovery: RecoveryPlan) -> None:
         for block in recovery.discarded_tools:
-            reason = "incomplete_arguments" if not block.closed else "invalid_arguments_json"
-            if recovery.kind is not PlanKind.NATIVE_RESUME:  # a native resume receives the call again, whole
-                self.discarded_tools.append(DiscardedTool(block.id, block.name, reason).as_dict())
-            await self._emit(
-                ev.DISCARDED_PARTIAL_TOOL_USE,
-                tool_name=block.name,
-                tool_call_id=block.id,
-                partial_input_bytes=len(block.arguments.encode()),
-                reason=reason,
-            )
+            # a native resume receives the call again, whole: not a tool call the turn lost
+            await self._tool_discarded(block, _discard_reason(block), lost=recovery.kind is not PlanKind.NATIVE_RESUME)
         for block in recovery.discarded_thinking:
             reason = "restart" if block.status() is BlockStatus.COMPLETE else "unsigned_partial_thinking"
             await self._emit(
@@ -722,6 +719,27 @@ class TurnRunner:
             )
         for block in [*recovery.discarded_thinking, *recovery.discarded_other]:
             await self.ctx.frame(FrameKind.BLOCK_CANCEL, block=block.index, kind=block.kind, reason="partial")
+
+    async def _tool_discarded(self, block: Block, reason: str, *, lost: bool = True) -> None:
+        """Record a tool call that is never run nor committed: the event, and, when the turn
+        loses it (``lost``), the turn result's ``discarded_tools`` (the model may be told)."""
+        if lost:
+            self.discarded_tools.append(DiscardedTool(block.id, block.name, reason).as_dict())
+        await self._emit(
+            ev.DISCARDED_PARTIAL_TOOL_USE,
+            tool_name=block.name,
+            tool_call_id=block.id,
+            partial_input_bytes=len(block.arguments.encode()),
+            reason=reason,
+        )
+
+    async def _tool_dropped(self, block: Block, reason: str) -> None:
+        """A tool call a completed answer ends with, unusable: recorded as at a break, and the
+        client, which saw it stream, drops it, so it shows what is committed."""
+        await self._tool_discarded(block, reason)
+        await self.ctx.frame(
+            FrameKind.TOOL_CALL_CANCEL, block=block.index, id=block.id, name=block.name, reason="partial"
+        )
 
     async def _unsigned_thinking_dropped(self, block: Block) -> None:
         """Reasoning that ended without a signature (DeepSeek's ``reasoning_content``, a Gemini
@@ -831,6 +849,12 @@ class TurnRunner:
             "attempt": attempt.index if attempt else None,
         }
         await self.ctx.sink.on_event(StructuredEvent(name, {**base, **fields}))
+
+
+def _discard_reason(block: Block) -> str:
+    """Why a tool call is dropped: its arguments were still arriving, or its block closed
+    with arguments that are not a JSON object."""
+    return "incomplete_arguments" if not block.closed else "invalid_arguments_json"
 
 
 def _open_text(blocks: list[Block]) -> bool:

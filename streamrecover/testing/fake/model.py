@@ -28,6 +28,11 @@ from the last user text prompt; directives anywhere in that prompt steer it:
     A model that changes its mind: asked to go on after a break that cut its tool call
     off (no complete call in the prefix), it finishes its text and ends the turn
     (``end_turn``) instead of calling the tool again.
+``[[partial_tool_at_limit]]``
+    A model stopped by ``max_tokens`` inside a tool call's arguments sends them as far as
+    they got, then the stop reason ``max_tokens`` and a clean end (OpenAI Chat; Anthropic
+    with fine-grained tool streaming). Without it, or where calls arrive whole (Gemini, the
+    Responses API), a call that does not fit is left out.
 ``[[cite]]``
     The answer text is one cited span (Anthropic: a text block that starts with
     ``"citations": []`` and gets two ``citations_delta`` before its text, as web search
@@ -172,6 +177,7 @@ class Directives:
     refuse: bool = False
     no_tool_after_break: bool = False
     no_continuation_thinking: bool = False
+    partial_tool_at_limit: bool = False
     cite: bool = False
     seam: str = ""  # repeat, rephrase, restart, restart_new (continue-message continuations)
     seam_words: int = 3
@@ -199,6 +205,8 @@ class Directives:
                 values["no_tool_after_break"] = True
             elif name == "no_continuation_thinking":
                 values["no_continuation_thinking"] = True
+            elif name == "partial_tool_at_limit":
+                values["partial_tool_at_limit"] = True
             elif name == "seam" and raw.strip():
                 kind, _, count = raw.strip().partition(":")
                 if kind in SEAMS:
@@ -293,10 +301,11 @@ def _continue_plan(
     return Plan(tuple(rest), stop), True
 
 
-def limit_plan(plan: Plan, max_tokens: int) -> Plan:
+def limit_plan(plan: Plan, max_tokens: int, *, partial_tools: bool = False) -> Plan:
     """The answer cut at ``max_tokens`` output tokens (non-empty pieces), stop reason
     ``max_tokens``, as a real model stops there. A thinking block cut short is signed as
-    it stands; a tool call that does not fit whole is left out."""
+    it stands; a tool call that does not fit whole is left out, or, with ``partial_tools``,
+    sent as far as its arguments got (broken JSON, as a streaming API sends it)."""
     if plan.output_tokens <= max_tokens:
         return plan
     left = max_tokens
@@ -307,7 +316,7 @@ def limit_plan(plan: Plan, max_tokens: int) -> Plan:
             blocks.append(block)
             left -= count
             continue
-        if block.kind is not BlockKind.TOOL_USE and left > 0:
+        if (block.kind is not BlockKind.TOOL_USE or partial_tools) and left > 0:
             pieces: list[str] = []
             for piece in block.pieces:
                 if piece and left == 0:

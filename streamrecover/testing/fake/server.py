@@ -408,6 +408,9 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         self._append_log(entry)
 
 
+_PARTIAL_TOOL_WIRES = ("anthropic", "openai")  # where ``[[partial_tool_at_limit]]`` applies
+
+
 def _prompt_of(interpretation: Interpretation) -> str:
     turns = interpretation.conversation.turns
     return next((t.text for t in reversed(turns) if t.role == "user" and t.text), "")
@@ -460,7 +463,10 @@ def _understand(
         if matched and directives.seam and interpretation.mode is Mode.CONTINUE_MESSAGE:
             plan = seam_plan(whole, plan, interpretation.prefix_text, directives, _prompt_of(interpretation))
     if interpretation.max_tokens is not None:
-        plan = limit_plan(plan, interpretation.max_tokens)
+        # only these wires stream a call's arguments in pieces: elsewhere a call comes whole
+        directives = Directives.of(interpretation.conversation)
+        partial = dialect.name in _PARTIAL_TOOL_WIRES and directives.partial_tool_at_limit
+        plan = limit_plan(plan, interpretation.max_tokens, partial_tools=partial)
     outcome.output_tokens = plan.output_tokens
     ctx = ResponseContext(
         model=interpretation.model,
