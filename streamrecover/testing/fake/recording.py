@@ -16,6 +16,7 @@ to end.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -283,7 +284,7 @@ def _anthropic_blocks(chunks: list[bytes], payloads: list[dict[str, Any]]) -> tu
     for index in sorted(starts):
         start, own = starts[index], tuple(deltas.get(index, ()))
         kind = str(start["content_block"].get("type", ""))
-        text = "".join(d["delta"].get("text", "") for d in own if d["delta"].get("type") == "text_delta")
+        text = _units("".join(d["delta"].get("text", "") for d in own if d["delta"].get("type") == "text_delta"))
         blocks.append(_RecordedBlock(start, own, kind, text))
     return tuple(blocks), _Frame(tuple(head), ping, tuple(tail))
 
@@ -331,7 +332,7 @@ def _match(prefix: list[dict[str, Any]], blocks: tuple[_RecordedBlock, ...]) -> 
         last = n == len(prefix) - 1
         kind = sent.get("type")
         if kind == "text":
-            text = str(sent.get("text", ""))
+            text = _units(str(sent.get("text", "")))
             while True:
                 while at < len(blocks) and _skippable(blocks[at], text):
                     at += 1
@@ -375,12 +376,32 @@ def _deltas_after(block: _RecordedBlock, offset: int) -> list[dict[str, Any]]:
             if seen >= offset:
                 out.append(payload)
             continue
-        text = delta.get("text", "")
+        text = _units(delta.get("text", ""))
         if seen + len(text) > offset:
             rest = text[max(0, offset - seen) :]
-            out.append({**payload, "delta": {**delta, "text": rest}} if rest != text else payload)
+            out.append({**payload, "delta": {**delta, "text": _characters(rest)}} if rest != text else payload)
         seen += len(text)
     return out
+
+
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _units(text: str) -> str:
+    """``text`` with each character beyond the BMP as its UTF-16 pair (two surrogates): how a
+    recording that split pairs across deltas holds it. A prefix holds such a character whole
+    (the engine joins the halves), so texts are matched, and offsets counted, in these units."""
+    return _ASTRAL.sub(_as_pair, text)
+
+
+def _as_pair(match: re.Match[str]) -> str:
+    code = ord(match.group()) - 0x10000
+    return chr(0xD800 + (code >> 10)) + chr(0xDC00 + (code & 0x3FF))
+
+
+def _characters(units: str) -> str:
+    """``_units`` undone: each pair of surrogates joined into its character (a lone one stays)."""
+    return units.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
 
 
 def _billing(payload: dict[str, Any]) -> tuple[int, str]:
