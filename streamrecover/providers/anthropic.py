@@ -34,8 +34,8 @@ from ..engine.events import (
 from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
 from .common import (
+    SplitPairs,
     as_int,
-    event_object,
     excerpt,
     read_error_body,
     status_policy,
@@ -156,12 +156,13 @@ class AnthropicStreamParser:
     over time. Bad data raises ``ParseError``.
     """
 
-    __slots__ = ("message_id", "model", "usage")
+    __slots__ = ("_pairs", "message_id", "model", "usage")
 
     def __init__(self) -> None:
         self.message_id: str | None = None
         self.model: str | None = None
         self.usage = Usage()  # the usage so far: the cache counts a later input count adds to
+        self._pairs = SplitPairs()
 
     def _read_usage(self, raw: Any) -> Usage:
         usage = _usage(raw, self.usage)
@@ -170,7 +171,7 @@ class AnthropicStreamParser:
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         data = event.data
-        obj = event_object(data, f"anthropic {event.event!r} event")
+        obj = self._pairs.event_object(data, f"anthropic {event.event!r} event")
         etype = obj.get("type")
         if type(etype) is not str:
             if etype is not None or event.event == "message":  # unnamed: nothing to fall back on
@@ -178,9 +179,9 @@ class AnthropicStreamParser:
             etype = event.event
         handler = _HANDLERS.get(etype)
         if handler is None:
-            return []  # ping, and event types added after this was written
+            return self._pairs.settle([])  # ping, and event types added after this was written
         try:
-            return handler(self, obj)
+            return self._pairs.settle(handler(self, obj))
         except (_ShapeError, KeyError, TypeError, AttributeError) as exc:
             raise ParseError(f"anthropic {etype!r} event has the wrong shape ({exc!r}): {excerpt(data)}") from None
 

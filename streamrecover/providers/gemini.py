@@ -41,8 +41,8 @@ from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
 from .common import (
     ContinueMessageOnly,
+    SplitPairs,
     as_int,
-    event_object,
     excerpt,
     read_error_body,
     status_policy,
@@ -124,9 +124,10 @@ def synthetic_call_id(name: str, arguments: str, ordinal: int) -> str:
 class GeminiStreamParser:
     """One response's chunks -> normalized stream events (candidate 0 only)."""
 
-    __slots__ = ("_calls", "_next", "_saw_call", "_started", "_text", "_thinking")
+    __slots__ = ("_calls", "_next", "_pairs", "_saw_call", "_started", "_text", "_thinking")
 
     def __init__(self) -> None:
+        self._pairs = SplitPairs()
         self._started = False
         self._next = 0  # the next block index
         self._text: int | None = None  # the open text block
@@ -136,9 +137,9 @@ class GeminiStreamParser:
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         data = event.data
-        chunk = event_object(data, "gemini chunk")
+        chunk = self._pairs.event_object(data, "gemini chunk")
         try:
-            return self._chunk(chunk)
+            return self._pairs.settle(self._chunk(chunk))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ParseError(f"gemini chunk has the wrong shape ({exc!r}): {excerpt(data)}") from None
 

@@ -35,8 +35,8 @@ from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
 from .azure import CHAT_PATH, azure_headers, azure_url, deployment
 from .common import (
+    SplitPairs,
     as_int,
-    event_object,
     excerpt,
     read_error_body,
     status_policy,
@@ -110,9 +110,10 @@ class OpenAIChatStreamParser:
     history, as any unsigned thinking), closed when the answer starts.
     """
 
-    __slots__ = ("_open_tools", "_reasoning_open", "_refused", "_started", "_text_open")
+    __slots__ = ("_open_tools", "_pairs", "_reasoning_open", "_refused", "_started", "_text_open")
 
     def __init__(self) -> None:
+        self._pairs = SplitPairs()
         self._text_open = False
         self._reasoning_open = False
         self._open_tools: dict[int, int] = {}  # provider tool index -> block index
@@ -122,10 +123,10 @@ class OpenAIChatStreamParser:
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         data = event.data
         if data[:6] == "[DONE]":  # the SDK's test: startswith("[DONE]")
-            return [_STREAM_END]
-        chunk = event_object(data, f"openai {event.event!r} event")
+            return self._pairs.settle([_STREAM_END])
+        chunk = self._pairs.event_object(data, f"openai {event.event!r} event")
         try:
-            return self._chunk(chunk)
+            return self._pairs.settle(self._chunk(chunk))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ParseError(f"openai chunk has the wrong shape ({exc!r}): {excerpt(data)}") from None
 

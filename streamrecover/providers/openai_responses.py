@@ -34,7 +34,7 @@ from ..engine.events import (
 )
 from ..engine.sse import SSEEvent
 from .azure import azure_headers, azure_url, deployment
-from .common import ContinueMessageOnly, as_int, event_object, excerpt, text_of
+from .common import ContinueMessageOnly, SplitPairs, as_int, excerpt, text_of
 from .openai_chat import OpenAIChatAdapter
 
 __all__ = ["INCOMPLETE_REASONS", "REASONING", "OpenAIResponsesAdapter", "ResponsesStreamParser", "ResumePoint"]
@@ -70,9 +70,12 @@ class ResponsesStreamParser:
     call whole and the kept blocks are exactly the state at that event.
     """
 
-    __slots__ = ("_blocks", "_calls_open", "_clean_seq", "_last_seq", "_next", "_open", "_refused", "_response_id")
+    __slots__ = (
+        "_blocks", "_calls_open", "_clean_seq", "_last_seq", "_next", "_open", "_pairs", "_refused", "_response_id",
+    )  # fmt: skip
 
     def __init__(self) -> None:
+        self._pairs = SplitPairs()
         self._blocks: dict[tuple[str, int], int] = {}  # (item id, content index) -> block index
         self._open: set[int] = set()
         self._next = 0
@@ -92,15 +95,16 @@ class ResponsesStreamParser:
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         data = event.data
-        payload = event_object(data, f"responses {event.event!r} event")
+        payload = self._pairs.event_object(data, f"responses {event.event!r} event")
         try:
-            out = self._event(payload)
+            out = self._pairs.settle(self._event(payload))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ParseError(f"responses event has the wrong shape ({exc!r}): {excerpt(data)}") from None
         seq = payload.get("sequence_number")
         if type(seq) is int:
             self._last_seq = seq
-            if not self._calls_open:
+            # not while events are held back (half a character): a resume re-sends them
+            if not self._calls_open and not self._pairs.holding:
                 self._clean_seq = seq
         return out
 
