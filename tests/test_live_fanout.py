@@ -10,9 +10,10 @@ import uuid
 import pytest
 from django.conf import settings
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from streamrecover.live.buffer import RedisFrameBuffer
-from streamrecover.live.fanout import decode_message, encode_message, fanout_for, frames_channel
+from streamrecover.live.fanout import Fanout, decode_message, encode_message, fanout_for, frames_channel
 
 pytestmark = pytest.mark.services
 
@@ -30,6 +31,18 @@ async def _until(predicate: object, timeout: float = 5.0) -> None:
     while not predicate():  # type: ignore[operator]
         assert asyncio.get_running_loop().time() < deadline, "the frames did not all arrive"
         await asyncio.sleep(0.01)
+
+
+def _next_subscribe_fails(fanout: Fanout) -> None:
+    """The fan-out's next SUBSCRIBE fails once, as when Redis restarts under it."""
+    pubsub = fanout._connection()
+    subscribe = pubsub.subscribe
+
+    async def refused(*args: object, **kwargs: object) -> None:
+        pubsub.subscribe = subscribe  # type: ignore[method-assign]
+        raise RedisConnectionError("Redis is restarting")
+
+    pubsub.subscribe = refused  # type: ignore[method-assign]
 
 
 def test_a_message_is_the_seq_and_the_frame_text_as_sent() -> None:
@@ -67,6 +80,66 @@ async def test_a_run_id_is_one_channel_however_it_is_spelt() -> None:
     buffer = RedisFrameBuffer(settings.REDIS_URL)
     run = uuid.uuid4()
     assert frames_channel(buffer, str(run)) == frames_channel(buffer, run.hex) == frames_channel(buffer, run)
+
+
+async def test_after_a_failed_subscribe_the_runs_next_socket_gets_its_frames_live() -> None:
+    buffer = RedisFrameBuffer(settings.REDIS_URL, prefix=f"streamrecover:test:{uuid.uuid4().hex}:")
+    fanout = fanout_for(buffer)
+    channel = frames_channel(buffer, uuid.uuid4())
+    failed, next_one = Socket(), Socket()
+    _next_subscribe_fails(fanout)
+    with pytest.raises(RedisConnectionError):
+        await fanout.join(channel, failed)
+    await fanout.join(channel, next_one)
+    publisher = Redis.from_url(settings.REDIS_URL)
+    try:
+        await publisher.publish(channel, encode_message(1, '"hello"'))
+        await _until(lambda: next_one.frames)
+        assert next_one.frames == [(1, '"hello"')]
+        assert failed.frames == []
+    finally:
+        await fanout.leave(channel, next_one)
+        await publisher.aclose()
+    assert fanout._members == {}  # the failed socket is no member left behind
+    assert fanout._reader is None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_socket_whose_subscribe_fails_is_closed_and_the_next_one_streams() -> None:
+    # The failed socket must not linger as the run's member on the process's fan-out, where it
+    # kept every later socket of the run from subscribing (their frames came only at catch-up).
+    from asgiref.sync import sync_to_async
+
+    from streamrecover.live.buffer import reader_buffer
+    from streamrecover.live.publisher import make_publisher
+
+    from .factories import make_user
+    from .test_live_consumer import TIMEOUT, close, new_run, receive, socket
+
+    owner = await sync_to_async(make_user)()
+    run = await new_run(owner)
+    run_id = str(run.pk)
+    buffer = reader_buffer()
+    assert isinstance(buffer, RedisFrameBuffer)
+    _next_subscribe_fails(fanout_for(buffer))
+    refused = await socket(run_id, owner)
+    assert await refused.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": 1013}
+    await close(refused)
+    ws = await socket(run_id, owner)  # the client's reconnect, or another tab
+    publisher = await make_publisher(run_id)
+    assert publisher.outbox is not None
+    publisher.coalesce_s = 0.0
+    try:
+        assert (await receive(ws))["type"] == "snapshot"
+        await publisher.on_frame({"run_id": run_id, "seq": 1, "type": "run_status", "status": "running"})
+        await publisher.outbox.barrier()
+        # live, well before the catch-up check (LIVE_CHECK_SECONDS, 5 s) could have sent it
+        frame = await ws.receive_json_from(timeout=2)
+        assert (frame["type"], frame["seq"]) == ("run_status", 1)
+    finally:
+        await close(ws)
+        await publisher.aclose()
+        await buffer.discard(run_id)
 
 
 @pytest.mark.django_db(transaction=True)

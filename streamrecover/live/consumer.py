@@ -44,6 +44,7 @@ from .fanout import Fanout, direct_frames, fanout_for, frames_channel
 from .snapshot import RunRecord, build_snapshot
 
 FORBIDDEN_CLOSE_CODE = 4403
+TRY_AGAIN_CLOSE_CODE = 1013  # "try again later": the run's frames could not be subscribed to
 # A client sends only {"type": "cancel"} or {"type": "resync"}: anything much longer is refused
 # before it is parsed, so a client cannot make the consumer parse megabytes.
 MAX_CLIENT_MESSAGE_CHARS = 4096
@@ -95,17 +96,33 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             bind_home_loop(self.channel_layer)
             await self.channel_layer.group_add(self.group, self.channel_name)
             self.joined = True
-            buffer = self.buffer
-            if direct_frames(buffer, self.channel_layer):
-                self.frames_channel = frames_channel(buffer, self.run_id)
-                self.fanout = fanout_for(buffer)
-                await self.fanout.join(self.frames_channel, self)
+            if not await self._join_frames():
+                await self.disconnect(TRY_AGAIN_CLOSE_CODE)  # leaves the group it joined
+                await self.close(code=TRY_AGAIN_CLOSE_CODE)
+                return
         if record.status not in TERMINAL_STATUSES:
             catch_up_check().watch(self)
         after = _after(self.scope)
         if after is not None and await self._replay(record, after):
             return
         await self._send_snapshot(record)
+
+    async def _join_frames(self) -> bool:
+        """Join the run's frames channel on the fan-out, when frames come that way. False when the
+        subscribe fails (Redis away): a socket that stayed open would get its frames only from
+        the catch-up check, so it is closed instead and the client reconnects (with backoff)."""
+        buffer = self.buffer
+        if not direct_frames(buffer, self.channel_layer):
+            return True
+        channel = frames_channel(buffer, self.run_id)
+        fanout = fanout_for(buffer)
+        try:
+            await fanout.join(channel, self)
+        except Exception:
+            log.warning("live_subscribe_failed", run_id=self.run_id, exc_info=True)
+            return False
+        self.fanout, self.frames_channel = fanout, channel
+        return True
 
     async def _replay(self, record: RunRecord, after: int) -> bool:
         """Send the frames after ``after`` from the buffer; False when a snapshot must go instead:

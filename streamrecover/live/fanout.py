@@ -104,7 +104,13 @@ class Fanout:
             members = self._members.setdefault(channel, set())
             members.add(receiver)
             if len(members) == 1:
-                await self._connection().subscribe(channel)
+                try:
+                    await self._connection().subscribe(channel)
+                except BaseException:
+                    # Undone, or the channel would keep a member that never leaves (its socket's
+                    # connect failed here) and the run's next socket would not subscribe again.
+                    await self._forget(channel, receiver)
+                    raise
             if self._reader is None or self._reader.done():
                 self._reader = asyncio.ensure_future(self._read())
 
@@ -122,6 +128,17 @@ class Fanout:
                     await self._connection().unsubscribe(channel)
                 return
             await self._close()  # nobody watches: no task and no connection left behind
+
+    async def _forget(self, channel: str, receiver: Receiver) -> None:
+        """A failed join undone (the lock held): the channel was never subscribed, so nothing to
+        unsubscribe; with nobody left, the connection the failure broke goes too."""
+        members = self._members.get(channel)
+        if members is not None:
+            members.discard(receiver)
+            if not members:
+                del self._members[channel]
+        if not self._members:
+            await self._close()
 
     async def _close(self) -> None:
         reader, self._reader = self._reader, None
