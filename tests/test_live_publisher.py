@@ -275,6 +275,77 @@ async def test_a_resumed_run_numbers_on_from_the_buffer(redis_buffer: RedisFrame
     await other_worker.aclose()
 
 
+@pytest.mark.services
+async def test_a_run_reclaimed_by_a_worker_that_lost_it_earlier_numbers_on_from_redis() -> None:
+    # Worker 1 streams to seq 5 and loses its claim; worker 2 streams on to 20; worker 1 claims
+    # the run again: its frames must follow seq 20, or the buffer refuses them and every socket
+    # drops them as already seen.
+    prefix = f"streamrecover:test:{uuid.uuid4().hex}:"
+    worker1, worker2, reader = (RedisFrameBuffer(settings.REDIS_URL, prefix=prefix) for _ in range(3))
+    run_id = str(uuid.uuid4())
+
+    async def stream(buffer: RedisFrameBuffer, texts: list[str]) -> Publisher:
+        pub = await make_publisher(run_id, buffer=buffer)  # the tests' layer: through the outbox
+        assert pub.outbox is not None
+        pub.coalesce_s = 0
+        if pub.last_seq:
+            pub.last_seq += 1  # a new claim leaves one seq out (runs.execution)
+            await pub.on_frame({"type": "stream_reset", "run_id": run_id, "seq": pub.last_seq, "reason": "reclaimed"})
+        for text in texts:
+            await pub.on_frame(text_frame(run_id, pub.last_seq + 1, text))
+        await pub.flush()
+        await pub.outbox.barrier()
+        return pub
+
+    try:
+        lost = await stream(worker1, ["a"] * 5)
+        lost.abandon()
+        await lost.aclose()
+        assert run_id not in worker1._writing  # nothing of the lost claim stays in the worker
+        done = await stream(worker2, ["b"] * 14)
+        await done.aclose()
+        assert await reader.last_seq(run_id) == 20
+        again = await stream(worker1, ["new"])
+        assert again.last_seq == 22
+        frames = await reader.frames_after(run_id, 20)
+        assert frames is not None
+        assert [(f["seq"], f.get("text")) for f in frames] == [(21, None), (22, "new")]
+        state = await reader.state(run_id)
+        assert state is not None
+        assert state.partial() == [{"block": 0, "content": {"type": "text", "text": "new"}}]
+        await again.aclose()
+    finally:
+        await reader.discard(run_id)
+        for buffer in (worker1, worker2, reader):
+            await buffer.aclose()
+
+
+@pytest.mark.services
+async def test_a_lost_claim_let_go_after_the_runs_new_claim_began_leaves_its_frames_kept(
+    redis_buffer: RedisFrameBuffer,
+) -> None:
+    # The same worker claims the run again before its first claim has noticed the loss.
+    run_id = str(uuid.uuid4())
+    lost = await make_publisher(run_id, buffer=redis_buffer)
+    assert lost.outbox is not None
+    lost.coalesce_s = 0
+    await lost.on_frame(text_frame(run_id, 1, "old"))
+    await lost.outbox.barrier()
+    new = await make_publisher(run_id, buffer=redis_buffer)
+    new.coalesce_s = 0
+    lost.abandon()
+    await lost.aclose()
+    await new.on_frame({"type": "stream_reset", "run_id": run_id, "seq": 3, "reason": "reclaimed"})
+    await new.on_frame(text_frame(run_id, 4, "new"))
+    await new.aclose()
+    reader = RedisFrameBuffer(settings.REDIS_URL, prefix=redis_buffer.prefix)
+    last, state = await reader.last_seq(run_id), await reader.state(run_id)
+    await reader.aclose()
+    assert last == 4
+    assert state is not None
+    assert state.partial() == [{"block": 0, "content": {"type": "text", "text": "new"}}]
+
+
 class FailingBuffer(InMemoryFrameBuffer):
     """A buffer whose storage is down."""
 

@@ -278,9 +278,20 @@ class RedisFrameBuffer:
             self._unsaved[run_id] = self.save_every  # save with the first frame
         return state
 
-    async def prepare(self, run_id: str) -> None:
-        """Load the run's writer state, so ``stage_append`` can be called without awaiting."""
-        await self._writer_state(run_id)
+    async def prepare(self, run_id: str) -> RunState:
+        """Load the run's writer state, so ``stage_append`` can be called without awaiting; the
+        state is the publisher's handle for ``release``."""
+        return await self._writer_state(run_id)
+
+    def release(self, run_id: str, state: RunState | None = None) -> None:
+        """Forget the run's writer state, leaving its keys in Redis alone: a claim of the run
+        starts (what this buffer kept of an earlier claim is stale when another worker streamed
+        the run since), or one was lost (its state would stay for the worker's life). With
+        ``state``: only while it is still that one, not a newer claim's on this buffer."""
+        if state is not None and self._writing.get(run_id) is not state:
+            return
+        self._writing.pop(run_id, None)
+        self._unsaved.pop(run_id, None)
 
     def planned_write(self, run_id: str, frame: dict[str, Any], text: str | None = None) -> PlannedWrite | None:
         """Apply ``frame`` to the run's writer state (after ``prepare``) and say what to write:

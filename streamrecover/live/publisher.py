@@ -39,6 +39,7 @@ from ..engine.sink import BaseSink
 from .buffer import FrameBuffer, RedisFrameBuffer, shared_writer_buffer, writer_buffer
 from .delivery import FRAME_EVENT, group_name, group_send
 from .outbox import Outbox, outbox_for
+from .state import RunState
 
 log = structlog.get_logger("streamrecover.live")
 
@@ -122,6 +123,7 @@ class Publisher(BaseSink):
         timestamps: bool = False,
         clock: Callable[[], float] = time.monotonic,
         outbox: Outbox | None = None,
+        writer_state: RunState | None = None,
     ) -> None:
         self.run_id = run_id
         self.outbox = outbox
@@ -144,6 +146,7 @@ class Publisher(BaseSink):
         self._buffer_down_until = 0.0
         self._layer_down_until = 0.0
         self._abandoned = False
+        self._writer_state = writer_state  # this claim's state in a shared buffer, to release
 
     # ---- RunSink ------------------------------------------------------------------------
 
@@ -267,6 +270,9 @@ class Publisher(BaseSink):
         and leave the replay buffer to the run's new owner (``aclose`` then only lets go)."""
         self._abandoned = True
         self._pending = None
+        if self._writer_state is not None and isinstance(self.buffer, RedisFrameBuffer):
+            # finish never runs for this claim: its state would stay in the worker's buffer
+            self.buffer.release(self.run_id, self._writer_state)
 
     async def aclose(self) -> None:
         """Flush, let the buffered frames expire in a while, release the connections."""
@@ -304,10 +310,15 @@ async def make_publisher(run_id: str, *, buffer: FrameBuffer | None = None, laye
     buffer = buffer or (shared_writer_buffer() if shared else writer_buffer())
     layer = layer if layer is not None else get_channel_layer()
     outbox = outbox_for(buffer, layer)
+    writer_state = None
     try:
+        if isinstance(buffer, RedisFrameBuffer):
+            # A worker's shared buffer may still hold this run's state from an earlier claim of
+            # its own (lost, then the run streamed on elsewhere): numbering goes on from Redis.
+            buffer.release(run_id)
         last_seq = await buffer.last_seq(run_id)
-        if outbox is not None and isinstance(buffer, RedisFrameBuffer):
-            await buffer.prepare(run_id)
+        if isinstance(buffer, RedisFrameBuffer):
+            writer_state = await buffer.prepare(run_id)
     except Exception:  # no buffer: the run goes on, clients get snapshots
         log.exception("live_buffer_unavailable", run_id=run_id)
         last_seq = 0
@@ -322,4 +333,5 @@ async def make_publisher(run_id: str, *, buffer: FrameBuffer | None = None, laye
         own_buffer=own,
         timestamps=os.environ.get(TIMESTAMPS_ENV) == "1",
         outbox=outbox,
+        writer_state=writer_state,
     )
