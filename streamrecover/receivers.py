@@ -9,9 +9,10 @@ from django.db.models.signals import pre_delete
 
 from .analytics import rollup
 from .conf import reload_app_settings
+from .live.publisher import announce_cancelled_in_queue
 from .models import Run
 from .runs import deferred
-from .runs.signals import run_requeued, run_settled
+from .runs.signals import run_cancelled_in_queue, run_requeued, run_settled
 
 
 def fold_settled_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
@@ -26,6 +27,12 @@ def unfold_requeued_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
     rollup.unfold_run(run_id)
 
 
+def publish_cancelled_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
+    """A run cancelled before any worker claimed it: its sockets get its end now (no worker will
+    send it), not at their next catch-up check."""
+    announce_cancelled_in_queue(str(run_id))
+
+
 def unfold_deleted_run(sender: type[Run], instance: Run, **kwargs: Any) -> None:
     """A deleted run leaves the figures, as it leaves its rows (its events are still there now)."""
     rollup.unfold_run(instance.pk)  # the instance's flag may be stale: the database's counts
@@ -36,4 +43,5 @@ def connect() -> None:
     setting_changed.connect(reload_app_settings, dispatch_uid="streamrecover.reload_app_settings")
     run_settled.connect(fold_settled_run, dispatch_uid="streamrecover_fold_settled_run")
     run_requeued.connect(unfold_requeued_run, dispatch_uid="streamrecover_unfold_requeued_run")
+    run_cancelled_in_queue.connect(publish_cancelled_run, dispatch_uid="streamrecover_publish_cancelled_run")
     pre_delete.connect(unfold_deleted_run, sender=Run, dispatch_uid="streamrecover_unfold_deleted_run")

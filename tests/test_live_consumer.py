@@ -13,6 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.test import Client, override_settings
 
 from project.asgi import application
@@ -306,6 +307,61 @@ async def test_cancel_from_the_socket_stops_a_running_run(owner: Any) -> None:
     assert (error["type"], error["code"]) == ("error", "not_cancellable")
     await close(ws)
     await reader_buffer().discard(str(run.pk))
+
+
+@override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "LIVE_CHECK_SECONDS": 0})
+async def test_cancelling_a_queued_run_tells_every_socket_watching_it_at_once(owner: Any) -> None:
+    # No worker ever claims the run, so none publishes its end; without it the sockets heard of
+    # the cancel only at a catch-up check (never, with the check off as here).
+    run = await new_run(owner)
+    asking, other = await socket(run.pk, owner), await socket(run.pk, owner)
+    assert (await receive(asking))["status"] == (await receive(other))["status"] == "queued"
+    await asking.send_json_to({"type": "cancel"})
+    for ws in (asking, other):
+        frame = await ws.receive_json_from(timeout=2)
+        assert frame == {"type": "run_status", "run_id": str(run.pk), "seq": 1, "status": "cancelled", "error": None}
+    assert (await Run.objects.aget(pk=run.pk)).status == "cancelled"
+    # a reconnecting client finds the same end in the replay buffer
+    again = await socket(run.pk, owner, after=0)
+    assert (await receive(again))["seq"] == 1
+    await asking.send_json_to({"type": "cancel"})
+    assert (await receive(asking))["code"] == "not_cancellable"
+    for ws in (asking, other, again):
+        await close(ws)
+    await reader_buffer().discard(str(run.pk))
+
+
+@override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "LIVE_CHECK_SECONDS": 0})
+async def test_a_queued_run_cancelled_after_an_earlier_claim_streamed_ends_after_a_gap(
+    owner: Any, frames_out: Any
+) -> None:
+    # Swept back to the queue after a claim streamed (Redis may have lost that claim's last
+    # frames): the end leaves a seq out as a new claim would, so the client takes a snapshot.
+    run = await new_run(owner)
+    await frames_out(run, {"type": "run_status", "status": "running"}, {"type": "text_delta", "block": 0, "text": "Hi"})
+    ws = await socket(run.pk, owner)
+    view = ClientView()
+    view.apply(await receive(ws))
+    assert view.last_seq == 2
+    await sync_to_async(lifecycle.request_cancel)(run.pk, "stop")  # from the API, the admin, the CLI
+    end = await ws.receive_json_from(timeout=2)
+    assert (end["type"], end["status"], end["seq"]) == ("run_status", "cancelled", 4)
+    assert end["seq"] != view.last_seq + 1  # a gap: the client resyncs
+    await ws.send_json_to({"type": "resync"})
+    snapshot = await receive(ws)
+    assert (snapshot["status"], snapshot["seq"]) == ("cancelled", 4)
+    await close(ws)
+    reconnect = await socket(run.pk, owner, after=2)  # the buffer holds the gap too
+    assert (await receive(reconnect))["type"] == "snapshot"
+    await close(reconnect)
+    await reader_buffer().discard(str(run.pk))
+
+
+async def test_cancelling_a_claimed_run_leaves_its_end_to_the_worker(owner: Any) -> None:
+    run = await new_run(owner)
+    assert await sync_to_async(lifecycle.claim_run)(str(run.pk))
+    assert await sync_to_async(lifecycle.request_cancel)(run.pk)
+    assert await reader_buffer().last_seq(str(run.pk)) == 0  # nothing numbered beside the worker
 
 
 async def test_bad_client_input_gets_an_error_frame_and_the_socket_stays_open(owner: Any, frames_out: Any) -> None:

@@ -32,9 +32,10 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import structlog
+from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from ..engine.protocol import DELTA_FIELDS, Frame
+from ..engine.protocol import DELTA_FIELDS, Frame, FrameKind, RunStatus, RunStatusFrame
 from ..engine.sink import BaseSink
 from .buffer import FrameBuffer, RedisFrameBuffer, shared_writer_buffer, writer_buffer
 from .delivery import FRAME_EVENT, group_name, group_send
@@ -45,6 +46,7 @@ log = structlog.get_logger("streamrecover.live")
 
 TIMESTAMPS_ENV = "STREAMRECOVER_FRAME_TIMESTAMPS"
 PAUSE_AFTER_FAILURE_S = 5.0  # after a failed buffer write or group_send, skip it this long
+ANNOUNCE_TIMEOUT_S = 5.0  # a queued run's cancel waits at most this long for its frame to go out
 
 
 def _mergeable(pending: dict[str, Any] | None, frame: dict[str, Any]) -> bool:
@@ -335,3 +337,47 @@ async def make_publisher(run_id: str, *, buffer: FrameBuffer | None = None, laye
         outbox=outbox,
         writer_state=writer_state,
     )
+
+
+async def publish_cancelled_in_queue(run_id: str) -> None:
+    """The end of a run cancelled while queued, as a worker publishes a run's end: one
+    ``run_status`` frame, kept in the buffer (which expires as any ended run's) and sent to the
+    run's group, which every socket watching it has joined. Numbered as a new claim's first
+    frame: after an earlier claim's frames one seq is left out, so its clients take a snapshot
+    (with whatever that claim committed). Only ``lifecycle.request_cancel`` decides that no
+    worker sends it, so nothing else numbers this run's frames now."""
+    from ..conf import app_settings
+
+    buffer = writer_buffer()
+    try:
+        last_seq = await buffer.last_seq(run_id)
+        # Without the outbox: outboxes stay on their loop, and this may be a Daphne's.
+        publisher = Publisher(
+            run_id,
+            buffer,
+            get_channel_layer(),
+            coalesce_s=0.0,
+            max_chars=int(app_settings.FRAME_MAX_CHARS),
+            last_seq=last_seq,
+        )
+        seq = last_seq + 2 if last_seq else 1
+        await publisher.on_frame(
+            RunStatusFrame(type=FrameKind.RUN_STATUS, run_id=run_id, seq=seq, status=RunStatus.CANCELLED, error=None)
+        )
+        await publisher.aclose()  # the buffer's keys expire as an ended run's
+    finally:
+        await buffer.aclose()  # this loop's client, even when the time ran out
+
+
+async def _publish_cancelled_in_time(run_id: str) -> None:
+    await asyncio.wait_for(publish_cancelled_in_queue(run_id), ANNOUNCE_TIMEOUT_S)
+
+
+def announce_cancelled_in_queue(run_id: str) -> None:
+    """``publish_cancelled_in_queue`` from the thread whose transaction cancelled the run (on a
+    Daphne's database thread it runs on the sockets' loop). Best effort: the cancel stands, and
+    a socket that misses the frame learns of it at its next catch-up check."""
+    try:
+        async_to_sync(_publish_cancelled_in_time)(run_id)
+    except Exception:
+        log.exception("live_cancel_publish_failed", run_id=run_id)

@@ -35,7 +35,7 @@ from ..redaction import cut_secrets
 from .checkpoints import sweep_settled_checkpoints
 from .fence import Fence
 from .recorder import write_messages
-from .signals import run_requeued, run_settled
+from .signals import run_cancelled_in_queue, run_requeued, run_settled
 
 log = structlog.get_logger("streamrecover")
 
@@ -322,6 +322,12 @@ def _settled_on_commit(run: Run) -> None:
     transaction.on_commit(lambda: run_settled.send(sender=Run, run_id=run_id))
 
 
+def _cancelled_in_queue_on_commit(run: Run) -> None:
+    """Tell ``run_cancelled_in_queue``'s receivers (the run's sockets) once the transaction commits."""
+    run_id = run.pk
+    transaction.on_commit(lambda: run_cancelled_in_queue.send(sender=Run, run_id=run_id))
+
+
 # ---- cancelling, re-queueing, sweeping ----------------------------------------------------
 
 
@@ -334,9 +340,12 @@ def request_cancel(run_id: str | uuid.UUID, reason: str = "cancelled by user") -
         run.cancel_requested = True
         run.cancel_reason = reason[:200]
         if run.status == Run.Status.QUEUED:
+            # Decided under the run's lock: a claim now finds it cancelled, so no worker will
+            # publish its end to the run's sockets; run_cancelled_in_queue's receiver does.
             run.status = Run.Status.CANCELLED
             run.finished_at = timezone.now()
             _settled_on_commit(run)
+            _cancelled_in_queue_on_commit(run)
         run.save()
     log.info("run_cancel_requested", run_id=str(run_id), reason=reason)
     return True

@@ -2,7 +2,9 @@
 
 ``run_settled`` is sent once the transaction that made a run terminal has committed;
 ``run_requeued`` inside the transaction that puts a finished run back in the queue, before
-its state changes. Both carry ``run_id``. ``streamrecover.receivers`` connects them.
+its state changes; ``run_cancelled_in_queue`` once the transaction that cancelled a run no
+worker held has committed (no worker will publish its end: the receiver does). All carry
+``run_id``. ``streamrecover.receivers`` connects them.
 """
 
 from __future__ import annotations
@@ -11,3 +13,4 @@ from django.dispatch import Signal
 
 run_settled = Signal()
 run_requeued = Signal()
+run_cancelled_in_queue = Signal()
