@@ -12,7 +12,7 @@ import pytest
 
 from streamrecover.engine.blocks import Accumulator, BlockStatus
 from streamrecover.engine.contract import ModelRequest, ProviderConfig, Strategy, ToolSpec
-from streamrecover.engine.errors import ErrorClass, ParseError
+from streamrecover.engine.errors import ErrorClass, InterruptCause, ParseError, StreamInterrupted
 from streamrecover.engine.events import (
     BlockStart,
     BlockStop,
@@ -32,6 +32,7 @@ from streamrecover.providers.anthropic import AnthropicAdapter
 from streamrecover.providers.openai_chat import OpenAIChatAdapter, OpenAIChatStreamParser
 from streamrecover.providers.registry import ADAPTERS, get_adapter, register_adapter
 
+from .scripted import chat_chunk, chat_usage, run_scripted, sse
 from .streams import cut_points, load_text, sse_events
 
 CHAT_FIXTURES = ["openai_chat_tool.sse", "openai_chat_refusal.sse"]
@@ -117,6 +118,34 @@ def test_finish_reason_without_done_is_not_an_end():
     assert acc.stop_reason == "tool_use"
     assert StreamEnd() not in out
     assert not acc.ended
+
+
+def test_done_without_a_finish_reason_is_a_broken_stream_not_an_end():
+    """A proxy that ends the stream when its upstream fails writes ``[DONE]`` after the last
+    chunk it had: no ``finish_reason`` came, so the answer is not complete."""
+    parser = OpenAIChatStreamParser()
+    parse([chunk({"content": "Hello, this is the begin"}), chunk({"content": "ning of a long"})], parser)
+    with pytest.raises(StreamInterrupted) as info:
+        parser.feed(SSEEvent("message", "[DONE]"))
+    assert info.value.cause is InterruptCause.CONNECTION_RESET
+    assert "[DONE] without a finish_reason" in info.value.message
+    # nothing at all but [DONE] is no answer either
+    with pytest.raises(StreamInterrupted):
+        OpenAIChatStreamParser().feed(SSEEvent("message", "[DONE]"))
+
+
+async def test_a_run_whose_stream_ends_with_done_but_no_finish_reason_is_continued():
+    """End to end: the engine continues the broken answer instead of committing half of it,
+    and the committed answer, as the client rebuilt it, is the whole one."""
+    broken = sse([chat_chunk("Hello, this is the begin"), chat_chunk("ning of a long"), None])
+    rest = sse([chat_chunk(" answer."), chat_chunk(finish="stop"), chat_usage(20, 3), None])
+    out = await run_scripted("openai", [(200, {}, broken), (200, {}, rest)])
+    assert out.result.status == "completed", out.result.error
+    assert out.answer == [{"type": "text", "text": "Hello, this is the beginning of a long answer."}]
+    assert len(out.requests) == 2
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["error_kind"] == "sse_transport"
+    assert [shown for shown, _ in out.view.turns] == [out.answer]  # what the client showed
 
 
 # -- chunk shapes ---------------------------------------------------------------------

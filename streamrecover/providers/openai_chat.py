@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
-from ..engine.errors import ErrorClass, ParseError, ProviderError
+from ..engine.errors import ErrorClass, InterruptCause, ParseError, ProviderError, StreamInterrupted
 from ..engine.events import (
     BlockStart,
     BlockStop,
@@ -108,9 +108,13 @@ class OpenAIChatStreamParser:
     runner asks for one answer. ``delta.reasoning_content`` (DeepSeek and other compatible
     servers) is a thinking block of its own (unsigned: the engine shows it and drops it from
     history, as any unsigned thinking), closed when the answer starts.
+
+    The terminator is a ``finish_reason`` chunk and then ``[DONE]``: a ``[DONE]`` with no
+    ``finish_reason`` before it is a stream that broke (a proxy that ends the stream when its
+    upstream fails writes one), not a complete answer.
     """
 
-    __slots__ = ("_open_tools", "_pairs", "_reasoning_open", "_refused", "_started", "_text_open")
+    __slots__ = ("_finished", "_open_tools", "_pairs", "_reasoning_open", "_refused", "_started", "_text_open")
 
     def __init__(self) -> None:
         self._pairs = SplitPairs()
@@ -119,10 +123,16 @@ class OpenAIChatStreamParser:
         self._open_tools: dict[int, int] = {}  # provider tool index -> block index
         self._refused = False
         self._started = False
+        self._finished = False  # choice 0's finish_reason arrived
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         data = event.data
         if data[:6] == "[DONE]":  # the SDK's test: startswith("[DONE]")
+            if not self._finished:
+                raise StreamInterrupted(
+                    InterruptCause.CONNECTION_RESET,
+                    "the stream sent [DONE] without a finish_reason: it ended without its terminator",
+                )
             return self._pairs.settle([_STREAM_END])
         chunk = self._pairs.event_object(data, f"openai {event.event!r} event")
         try:
@@ -211,6 +221,7 @@ class OpenAIChatStreamParser:
     def _finish(self, finish: str, out: list[StreamEvent]) -> None:
         if type(finish) is not str:
             raise TypeError("finish_reason is not a string")
+        self._finished = True
         if self._reasoning_open:
             self._close_reasoning(out)
         if self._text_open:
