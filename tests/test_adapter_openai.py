@@ -32,6 +32,7 @@ from streamrecover.providers.anthropic import AnthropicAdapter
 from streamrecover.providers.openai_chat import OpenAIChatAdapter, OpenAIChatStreamParser
 from streamrecover.providers.registry import ADAPTERS, get_adapter, register_adapter
 
+from .harness import with_config
 from .scripted import chat_chunk, chat_usage, run_scripted, sse
 from .streams import cut_points, load_text, sse_events
 
@@ -530,6 +531,46 @@ def test_http_error_classification(status: int, payload: bytes, error_class: Err
     assert error.message
 
 
+# Azure OpenAI's ordinary rate limit: it links "quotaincrease", and waiting is what it asks for.
+AZURE_RATE_LIMIT = (
+    "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-10-21 have "
+    "exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 6 seconds. "
+    "Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit."
+)
+AZURE = OpenAIChatAdapter(
+    ProviderConfig(name="openai", base_url="https://myres.openai.azure.com", api_key="k", azure=True)
+)
+
+
+def test_azures_rate_limit_429_is_retried_after_its_retry_after_and_real_quota_exhaustion_is_not():
+    payload = json.dumps({"error": {"code": "429", "message": AZURE_RATE_LIMIT}}).encode()
+    error = AZURE.classify_http_error(429, {"retry-after": "6", "content-type": "application/json"}, payload)
+    assert (error.error_class, error.kind, error.retry_after_s) == (ErrorClass.RETRYABLE, "rate_limited", 6.0)
+    for quota in (
+        body("You exceeded your current quota, please check your plan and billing details.", "insufficient_quota"),
+        body("Insufficient quota for this subscription", None, "insufficient_quota"),
+        body("Your organization has reached its monthly spending limit."),
+        body("Monthly spend limit reached", "billing_hard_limit_reached"),
+    ):
+        error = AZURE.classify_http_error(429, {"retry-after": "6"}, quota)
+        assert (error.error_class, error.kind) == (ErrorClass.PERMANENT, "spend_limit"), quota
+
+
+async def test_a_run_that_meets_azures_rate_limit_waits_and_completes():
+    payload = json.dumps({"error": {"code": "429", "message": AZURE_RATE_LIMIT}}).encode()
+    ok = sse([chat_chunk("Hello."), chat_chunk(finish="stop"), None])
+    out = await run_scripted(
+        "openai",
+        [(429, {"retry-after": "6", "content-type": "application/json"}, payload), (200, {}, ok)],
+        provider_kw={"azure": True},
+        config=with_config(max_retry_after_s=0.01),  # the wait is capped here so the test is quick
+    )
+    assert out.result.status == "completed", out.result.error
+    assert out.answer == [{"type": "text", "text": "Hello."}]
+    (retry,) = out.events("llm_request_retry")
+    assert (retry["error_kind"], retry["retry_after_s"], retry["delay_s"]) == ("rate_limited", 6.0, 0.01)
+
+
 def test_non_json_body_still_classifies_with_a_clear_message():
     error = ADAPTER.classify_http_error(503, {}, b"upstream connect error or disconnect/reset before headers")
     assert error.error_class is ErrorClass.RETRYABLE
@@ -579,6 +620,7 @@ def test_x_should_retry_overrides_the_status_policy(status: int, header: str, ex
         ("overloaded_error", "Overloaded", ErrorClass.RETRYABLE, "overloaded"),
         ("error", "The engine is currently overloaded", ErrorClass.RETRYABLE, "overloaded"),
         ("insufficient_quota", "You exceeded your current quota", ErrorClass.PERMANENT, "spend_limit"),
+        ("429", AZURE_RATE_LIMIT, ErrorClass.RETRYABLE, "rate_limited"),
         ("context_length_exceeded", "maximum context length", ErrorClass.PERMANENT, "context_overflow"),
         ("invalid_request_error", "bad", ErrorClass.PERMANENT, "invalid_request"),
         ("invalid_prompt", "flagged", ErrorClass.PERMANENT, "provider_error"),

@@ -254,6 +254,9 @@ def test_continue_message_is_the_strategy():
     [
         (429, {"error": {"type": "requests", "code": "rate_limit_exceeded"}}, "retry", "rate_limited"),
         (429, {"error": {"message": "quota", "type": "insufficient_quota"}}, "perm", "spend_limit"),
+        # Azure's rate limit links https://aka.ms/oai/quotaincrease: still a rate limit
+        (429, {"error": {"code": "429", "message": "exceeded token rate limit. Please retry after 6 seconds. "
+                         "Please go here: https://aka.ms/oai/quotaincrease"}}, "retry", "rate_limited"),
         (404, {"error": {"message": "not found", "type": "invalid_request_error"}}, "perm", "not_found"),
         (500, {"error": {"message": "oops", "type": "server_error"}}, "retry", "server_error"),
         (400, {"error": {"message": "bad", "type": "invalid_request_error"}}, "perm", "invalid_request"),

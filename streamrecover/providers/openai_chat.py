@@ -74,8 +74,15 @@ _STATUS_POLICY: dict[int, tuple[str, ErrorClass]] = {
     504: ("timeout", ErrorClass.RETRYABLE),
 }
 
-# Look-alikes of a rate limit that retrying cannot fix: the money ran out.
-_QUOTA_MARKERS = ("insufficient_quota", "quota", "spend limit", "spending limit", "billing_hard_limit")
+# Look-alikes of a rate limit that retrying cannot fix: the money ran out. Specific phrases,
+# never a bare "quota": Azure's ordinary rate-limit 429 links https://aka.ms/oai/quotaincrease.
+_QUOTA_MARKERS = (
+    "insufficient_quota",
+    "exceeded your current quota",
+    "spend limit",
+    "spending limit",
+    "billing_hard_limit",
+)
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
 # A 400 from a server that does not take the prefill form: fall back to a continue message.
 _CONTINUE_FINAL_MARKERS = ("continue_final_message", "add_generation_prompt")
@@ -413,7 +420,8 @@ class OpenAIChatAdapter:
             kind, error_class = "spend_limit", ErrorClass.PERMANENT
         elif any(m in haystack for m in _CONTEXT_MARKERS):
             kind, error_class = "context_overflow", ErrorClass.PERMANENT
-        elif "rate_limit" in error_type:
+        elif "rate_limit" in error_type or error_type == "429" or "rate limit" in haystack:
+            # Azure names its rate limit by the status: ``"code": "429"``, "exceeded token rate limit"
             kind, error_class = "rate_limited", ErrorClass.RETRYABLE
         elif "overload" in haystack:
             kind, error_class = "overloaded", ErrorClass.RETRYABLE
