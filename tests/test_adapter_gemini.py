@@ -273,6 +273,49 @@ def test_retry_info_is_honoured_and_a_daily_quota_is_permanent() -> None:
     assert error.error_class is ErrorClass.PERMANENT
 
 
+# What Google sends for the free tier's limits: the same message for a minute's and a day's,
+# which asks to "check your plan and billing details" either way; QuotaFailure says which.
+_EXCEEDED = (
+    "You exceeded your current quota, please check your plan and billing details. For more information on "
+    "this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits. To monitor your current usage, "
+    "head to: https://ai.dev/rate-limit. \n* Quota exceeded for metric: "
+    "generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: {limit}, "
+    "model: gemini-2.5-flash\nPlease retry in 10.715548027s."
+)
+
+
+def _quota_429(quota_id: str, limit: int) -> bytes:
+    details = [
+        {
+            "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+            "violations": [
+                {
+                    "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+                    "quotaId": quota_id,
+                }
+            ],
+        },
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "10s"},
+    ]
+    return _google(429, "RESOURCE_EXHAUSTED", _EXCEEDED.format(limit=limit), details)
+
+
+@pytest.mark.parametrize(
+    ("quota_id", "limit", "kind", "error_class"),
+    [
+        ("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", 5, "rate_limited", ErrorClass.RETRYABLE),
+        ("GenerateRequestsPerDayPerProjectPerModel-FreeTier", 250, "spend_limit", ErrorClass.PERMANENT),
+        ("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", 0, "spend_limit", ErrorClass.PERMANENT),
+    ],
+)
+def test_a_per_minute_quota_429_is_retried_after_its_delay_a_daily_or_absent_one_is_not(
+    quota_id: str, limit: int, kind: str, error_class: ErrorClass
+) -> None:
+    error = adapter().classify_http_error(429, {}, _quota_429(quota_id, limit))
+    assert (error.kind, error.error_class) == (kind, error_class)
+    assert error.retry_after_s == 10.0
+
+
 def test_mid_stream_google_errors() -> None:
     events, _ = parse('data: {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}\r\n\r\n')
     error = next(e for e in events if isinstance(e, ProviderErrorEvent))

@@ -96,8 +96,10 @@ _STREAM_STATUS: dict[str, tuple[str, ErrorClass]] = {
 }
 
 _CONTEXT_MARKERS = ("exceeds the maximum number of tokens", "input token count", "context window")
-# A 429 that waiting a minute cannot fix: a daily quota, or a tier with no quota at all.
-_QUOTA_MARKERS = ("perday", "per_day", "limit: 0", "billing")
+# A 429 that waiting a minute cannot fix: a daily quota (``QuotaFailure``'s quotaId), or a tier
+# with no quota at all. Not "billing": every RESOURCE_EXHAUSTED message, the per-minute one
+# included, says "please check your plan and billing details".
+_QUOTA_MARKERS = ("perday", "per_day", "limit: 0")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 SYNTHETIC_ID_PREFIX = "gemini_call_"  # ids this adapter made up (Gemini sends none): never sent back
 
