@@ -4,6 +4,7 @@ strategy, budget and stop rule, checked by what a user would notice."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from streamrecover.engine.checkpoint import Checkpoint, InMemoryCheckpointStore
 from streamrecover.testing.tools import demo_registry
 
 from .harness import assert_invariants, events_until, run, with_config
+from .scripted import run_scripted, sse
 
 STORY = "Tell me a story about the sea [[words=120]]"
 WEATHER = "What is the weather in Paris? [[tool=get_weather]]"
@@ -177,6 +179,76 @@ async def test_prefill_refused_falls_back_to_continue_message(fake_server):
     failed = out.events("llm_stream_continuation_failed")
     assert failed
     assert failed[0]["fallback_strategy"] == "continue_message"
+
+
+CITED = {"type": "web_search_result_location", "url": "https://example.org/apple", "cited_text": "Apple said so."}
+
+
+def _anthropic_blocks(*blocks: tuple[dict, list[dict], bool], ended: bool = False) -> bytes:
+    """An Anthropic stream of (content_block_start, deltas, closed) blocks; ``ended``: with its end."""
+    start = {"id": "msg_scripted", "type": "message", "role": "assistant", "model": "claude-3-7-sonnet"}
+    events = [{"type": "message_start", "message": {**start, "content": [], "stop_reason": None, "usage": {}}}]
+    for index, (block, deltas, closed) in enumerate(blocks):
+        events.append({"type": "content_block_start", "index": index, "content_block": block})
+        events.extend({"type": "content_block_delta", "index": index, "delta": d} for d in deltas)
+        if closed:
+            events.append({"type": "content_block_stop", "index": index})
+    if ended:
+        events.append({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}})
+        events.append({"type": "message_stop"})
+    return sse(events, named=True)
+
+
+def _text(text: str) -> dict:
+    return {"type": "text_delta", "text": text}
+
+
+def _cite(citation: dict) -> dict:
+    return {"type": "citations_delta", "citation": citation}
+
+
+def _like_anthropic(answer: bytes):
+    """The continuation's response, after the API's own prefill rule (a 400 for a prefill that
+    ends in whitespace, as Anthropic answers it)."""
+    refusal = json.dumps(
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "messages: final assistant content cannot end with trailing whitespace",
+            },
+        }
+    ).encode()
+
+    def respond(body: dict) -> tuple[int, dict[str, str], bytes]:
+        last = body["messages"][-1]
+        if last["role"] == "assistant" and last["content"][-1]["text"] != last["content"][-1]["text"].rstrip():
+            return 400, {"content-type": "application/json"}, refusal
+        return 200, {}, answer
+
+    return respond
+
+
+async def test_a_prefill_after_a_blank_block_that_follows_trailing_whitespace_continues_the_answer():
+    """Kept: a cited span ending in a space, then a block of one space, cut there. The prefill
+    may end in no whitespace: the blank block is left out and the span's space too, while
+    what the client was shown (and what is stored) keeps both, once; the answer goes on."""
+    broken = _anthropic_blocks(
+        ({"type": "text", "text": ""}, [_text("Intro: ")], True),
+        ({"type": "text", "text": "", "citations": []}, [_cite(CITED), _text("Apple said so. ")], True),
+        ({"type": "text", "text": ""}, [_text(" ")], False),
+    )  # fmt: skip
+    rest = _anthropic_blocks(({"type": "text", "text": ""}, [_text(" And that"), _text(" is all.")], True), ended=True)
+    out = await run_scripted("anthropic", [(200, {}, broken), _like_anthropic(rest)], model="claude-3-7-sonnet")
+    assert out.result.status == "completed", out.result.error
+    assert out.answer == [
+        {"type": "text", "text": "Intro: "},
+        {"type": "text", "text": "Apple said so. ", "citations": [CITED]},
+        {"type": "text", "text": " And that is all."},  # the space the model wrote again is not doubled
+    ]
+    assert [shown for shown, _ in out.view.turns] == [out.answer]  # what the client showed
+    prefill = out.requests[1]["messages"][-1]
+    assert prefill["content"][-1]["text"] == "Apple said so."
 
 
 async def test_budget_exhausted_after_exactly_max_continuations(fake_server):

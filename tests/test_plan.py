@@ -199,6 +199,42 @@ def test_a_blank_last_block_is_not_sent_so_the_continuation_writes_it_again_once
         assert joiner.feed(" ") + joiner.feed("Next.") == "Next.", strategy
 
 
+def test_a_prefill_never_ends_in_whitespace_when_a_blank_block_follows_trailing_whitespace():
+    """The API refuses a prefill that ends in whitespace (a 400, and the run failed): with a
+    blank last block after a block ending in a space, both are left out of the prefill, the
+    kept blocks stay as shown, and the continuation's space is not added to theirs."""
+    from streamrecover.engine.blocks import Block
+    from streamrecover.engine.continuation import continuation_messages, joiner_for
+    from streamrecover.engine.contract import Strategy
+
+    citation = {"type": "web_search_result_location", "url": "u"}
+    prefix = [
+        Block(0, "text", text="Apple said so. ", citations=[citation], closed=True),
+        Block(1, "text", text=" \n", closed=True),
+        Block(2, "text", text=" ", closed=False),
+    ]
+    messages = continuation_messages([{"role": "user", "content": "q"}], prefix, Strategy.PREFILL)
+    assert messages[-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Apple said so.", "citations": [citation]}],
+    }
+    assert [b.text for b in prefix] == ["Apple said so. ", " \n", " "]  # shown and stored as streamed
+    for written in ("  \n Next.", " Next.", "Next."):
+        joiner = joiner_for(prefix, Strategy.PREFILL, echoes_prefix=False)
+        assert joiner is not None
+        assert joiner.feed(written) + joiner.flush() == "Next.", written
+
+
+def test_prefill_joiner_drops_the_part_of_the_held_whitespace_the_continuation_wrote_again():
+    j = ContinuationJoiner("\n\n")
+    assert j.feed("\nNext") == "Next"
+    assert j.result.kind == "echo_dropped"
+    assert j.result.chars == 1
+    # an echoed prefix (Mistral) is dropped whole or not at all: words are never cut
+    j = ContinuationJoiner("Hello world")
+    assert j.feed("Hello there") == "Hello there"
+
+
 def test_a_cited_continuation_block_never_joins_plain_kept_text_nor_plain_a_cited_one():
     """A cited span is a block of its own: the continuation's first text block continues the
     kept one only when both are plain or both cited (the remainder of a cut cited span)."""

@@ -87,20 +87,40 @@ def continuation_messages(
         return messages
     content = [b.to_content() for b in prefix]
     if strategy is Strategy.PREFILL:
-        last = content[-1]
-        if last.get("type") == "text":
-            stripped = last["text"].rstrip()
-            if stripped:
-                content[-1] = {**last, "text": stripped}
-            else:
-                content.pop()
-        messages.append({"role": "assistant", "content": content})
+        messages.append({"role": "assistant", "content": _without_trailing_whitespace(content)})
     elif strategy is Strategy.PREFIX_FLAG:
         messages.append({"role": "assistant", "content": content, "prefix": True})
     else:
         messages.append({"role": "assistant", "content": content})
         messages.append({"role": "user", "content": [{"type": "text", "text": CONTINUE_INSTRUCTION}]})
     return messages
+
+
+def _without_trailing_whitespace(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A prefill's content: the API refuses one that ends in whitespace, so the blank text blocks
+    at its end are left out and the text block then last loses its trailing whitespace (the kept
+    blocks themselves, shown and stored, are not touched: ``held_whitespace`` is what the
+    continuation is expected to write again)."""
+    content = list(content)
+    while content and content[-1].get("type") == TEXT and not content[-1]["text"].strip():
+        content.pop()
+    if content and content[-1].get("type") == TEXT:
+        content[-1] = {**content[-1], "text": content[-1]["text"].rstrip()}
+    return content
+
+
+def held_whitespace(prefix: list[Block]) -> str:
+    """The whitespace a prefill of ``prefix`` leaves out (``_without_trailing_whitespace``): the
+    trailing whitespace of its last non-blank text block, then every blank text block after it."""
+    held: list[str] = []
+    for block in reversed(prefix):
+        if block.kind != TEXT:
+            break
+        stripped = block.text.rstrip()
+        held.append(block.text[len(stripped) :])
+        if stripped:
+            break
+    return "".join(reversed(held))
 
 
 def joiner_for(prefix: list[Block], strategy: Strategy | None, echoes_prefix: bool) -> ContinuationJoiner | None:
@@ -114,13 +134,14 @@ def joiner_for(prefix: list[Block], strategy: Strategy | None, echoes_prefix: bo
     if not prefix or prefix[-1].kind != TEXT:
         return None
     text = prefix[-1].text
-    if not text.strip():  # a blank block is not sent (the API refuses it): the model writes it again
-        return ContinuationJoiner(text)
     if strategy is Strategy.PREFILL:
-        held = text[len(text.rstrip()) :]
+        # what the prefill left out (a blank block, the whitespace before it): written again
+        held = held_whitespace(prefix)
         # A server that ignores the prefill form (an OpenAI-compatible one without
         # ``continue_final_message``) starts the answer over: that is dropped, never appended.
         return ContinuationJoiner(held) if held else ContinuationJoiner(overlap_with=text, restarts_only=True)
+    if not text.strip():  # a blank block is not sent (the API refuses it): the model writes it again
+        return ContinuationJoiner(text)
     if strategy is Strategy.PREFIX_FLAG:
         return ContinuationJoiner(text if echoes_prefix else "")
     return ContinuationJoiner(overlap_with=text)

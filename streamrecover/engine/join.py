@@ -89,7 +89,7 @@ class ContinuationJoiner:
             if self._buffer.startswith(self._expect):
                 self.result = JoinResult(JoinKind.ECHO_DROPPED, len(self._expect))
                 return self._release(self._buffer[len(self._expect) :])
-            return self._release(self._buffer)
+            return self._release(self._buffer[self._partial_whitespace() :])
         if self._could_restart() or self._could_overlap():
             return ""
         return self._decide()
@@ -104,6 +104,18 @@ class ContinuationJoiner:
                 self.result = JoinResult(JoinKind.ECHO_DROPPED, len(self._buffer))
             return self._release("")
         return self._decide()
+
+    def _partial_whitespace(self) -> int:
+        """How much of a continuation that wrote only part of the expected whitespace, then went
+        on, is dropped: that part, when the expectation is a prefill's held-back whitespace (it
+        is shown already; "  " held and " And" written is "  And", never "   And"); nothing of
+        a partial echo of the prefix's words."""
+        if not self._expect.isspace():
+            return 0
+        dropped = _common_prefix(self._buffer, self._expect)
+        if dropped:
+            self.result = JoinResult(JoinKind.ECHO_DROPPED, dropped)
+        return dropped
 
     def take_replacement(self) -> str | None:
         replacement, self.replacement = self.replacement, None
