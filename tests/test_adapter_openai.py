@@ -28,8 +28,10 @@ from streamrecover.engine.events import (
     UsageUpdate,
 )
 from streamrecover.engine.sse import SSEEvent
+from streamrecover.engine.translate import delta_token_bound
 from streamrecover.providers.anthropic import AnthropicAdapter
 from streamrecover.providers.openai_chat import OpenAIChatAdapter, OpenAIChatStreamParser
+from streamrecover.providers.openai_responses import OpenAIResponsesAdapter
 from streamrecover.providers.registry import ADAPTERS, get_adapter, register_adapter
 
 from .harness import with_config
@@ -537,9 +539,8 @@ AZURE_RATE_LIMIT = (
     "exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 6 seconds. "
     "Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit."
 )
-AZURE = OpenAIChatAdapter(
-    ProviderConfig(name="openai", base_url="https://myres.openai.azure.com", api_key="k", azure=True)
-)
+AZURE_BASE = "https://myres.openai.azure.com"
+AZURE = OpenAIChatAdapter(ProviderConfig(name="openai", base_url=AZURE_BASE, api_key="k", azure=True))
 
 
 def test_azures_rate_limit_429_is_retried_after_its_retry_after_and_real_quota_exhaustion_is_not():
@@ -569,6 +570,54 @@ async def test_a_run_that_meets_azures_rate_limit_waits_and_completes():
     assert out.answer == [{"type": "text", "text": "Hello."}]
     (retry,) = out.events("llm_request_retry")
     assert (retry["error_kind"], retry["retry_after_s"], retry["delay_s"]) == ("rate_limited", 6.0, 0.01)
+
+
+# -- the token budget after a break ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("delta", "bound"),
+    [
+        ("Hello", 1),
+        (" world", 1),  # a token's leading space
+        ("\n\n", 1),
+        (" the quick brown fox jumps over it", 34),  # longer than a token: buffered, bounded by bytes
+        ("=" * 32, 1),
+        ("é", 2),  # a character may take several tokens, held back until it is whole
+        ("🚀", 4),
+        ("café", 5),
+    ],
+)
+def test_a_delta_counts_one_token_only_where_it_can_be_one(delta: str, bound: int):
+    assert delta_token_bound(delta, len(delta.encode())) == bound
+
+
+def test_azures_chunks_are_not_tokens():
+    """Azure's content filter streams buffered chunks of many tokens: its bytes bound them."""
+    assert ADAPTER.text_delta_is_token is True
+    assert AZURE.text_delta_is_token is False
+    assert (
+        OpenAIResponsesAdapter(ProviderConfig("openai-responses", AZURE_BASE, "k", azure=True)).text_delta_is_token
+        is False
+    )
+
+
+@pytest.mark.parametrize("azure", [True, False])
+async def test_a_continuation_after_chunks_of_many_tokens_stays_within_the_turns_max_tokens(azure: bool):
+    """Two chunks of 100 words each (200 tokens at least: every word is one or more) and then a
+    break: the continuation asks for no more than what is left of the turn's 1200 tokens, on
+    Azure (its buffered chunks) and wherever a chunk is plainly several tokens."""
+    words = "go " * 100
+    broken = sse([chat_chunk(words), chat_chunk(words)])  # cut: no finish_reason, no [DONE]
+    rest = sse([chat_chunk("The end."), chat_chunk(finish="stop"), chat_usage(30, 3), None])
+    out = await run_scripted(
+        "openai", [(200, {}, broken), (200, {}, rest)], max_tokens=1200, provider_kw={"azure": azure}
+    )
+    assert out.result.status == "completed", out.result.error
+    assert out.answer == [{"type": "text", "text": words * 2 + "The end."}]
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["turn_output_tokens"] >= 200
+    assert out.requests[1]["max_tokens"] <= 1200 - 200
 
 
 def test_non_json_body_still_classifies_with_a_clear_message():

@@ -116,8 +116,12 @@ class ProviderAdapter(Protocol):
 
     @property
     def text_delta_is_token(self) -> bool:
-        """True where each streamed text delta is one output token (OpenAI Chat): a broken
-        stream's text is then counted by its deltas, not bounded by its bytes."""
+        """True where the server streams a text delta per output token (OpenAI, not Azure's
+        buffering content filter): a broken stream's text is then counted a token per delta,
+        but for a delta that cannot be one token (``translate.delta_token_bound``), which is
+        bounded by its bytes like every delta where this is False. It must never say True of a
+        server whose short deltas can carry several tokens of plain text: the count would be
+        low, and a continuation could take the turn past its ``max_tokens``."""
         ...
 
     def count_request(self, request: ModelRequest) -> HTTPRequest | None:

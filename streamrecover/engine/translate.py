@@ -105,6 +105,25 @@ class IndexMapper:
         return self.map[index]
 
 
+# Longer than a word of the BPE vocabularies these servers use (only runs of spaces or symbols
+# are longer): a chunk this long is tokens buffered together.
+ONE_TOKEN_MAX_BYTES = 32
+
+
+def delta_token_bound(text: str, size: int) -> int:
+    """An upper bound on the tokens in a text delta of ``size`` UTF-8 bytes from a server that
+    streams one token per chunk: one, unless the chunk cannot be a single token, and then its
+    bytes (every token streams at least one). It cannot be one when it holds
+    - a multi-byte character: a token that ends inside a character is held back until the
+      character is whole, so that chunk carries every token the character took (an emoji, a
+      CJK character, an accented letter can take several);
+    - more than ``ONE_TOKEN_MAX_BYTES``: tokens buffered together (a proxy or gateway in front
+      of a buffering server, a server that batches).
+    Either test only ever raises the count: where it is wrong, the bound is looser, never low.
+    """
+    return size if size > ONE_TOKEN_MAX_BYTES or size != len(text) else 1
+
+
 class Translator:
     """Applies one turn's provider events to its accumulator and sends the matching frames.
 
@@ -136,8 +155,9 @@ class Translator:
         # UTF-8 bytes of the output received in this response (text, thinking, tool names and
         # arguments): every output token streams at least one byte, so this over-counts tokens
         self.received_bytes = 0
-        self.text_deltas = 0  # non-empty text deltas received, and their bytes
+        # the text's bytes, and its tokens bounded delta by delta (``delta_token_bound``)
         self.text_bytes = 0
+        self.text_tokens = 0
         # Non-empty output deltas (text, thinking, tool arguments) of this response: each carries
         # at least one token, so more of them than the request's max_tokens is a provider that
         # does not stop; ``max_deltas`` is that max_tokens (None: no bound).
@@ -146,10 +166,11 @@ class Translator:
 
     def received_tokens(self, text_delta_is_token: bool) -> int:
         """An upper bound on the output tokens received in this response: its bytes, or,
-        where each text delta is one token, its text deltas and the bytes of the rest."""
+        where the server streams a token per text delta, the text's ``delta_token_bound``s
+        and the bytes of the rest."""
         if not text_delta_is_token:
             return self.received_bytes
-        return self.received_bytes - self.text_bytes + self.text_deltas
+        return self.received_bytes - self.text_bytes + self.text_tokens
 
     def begin(
         self,
@@ -169,8 +190,8 @@ class Translator:
         self.joiner = joiner
         self.final_usage = False
         self.received_bytes = 0
-        self.text_deltas = 0
         self.text_bytes = 0
+        self.text_tokens = 0
         self.output_deltas = 0
         self.max_deltas = max_tokens
 
@@ -193,9 +214,10 @@ class Translator:
         match event:
             case TextDelta(index=i, text=text):
                 self._count_output(text)
-                self.received_bytes += len(text.encode())
-                self.text_bytes += len(text.encode())
-                self.text_deltas += 1 if text else 0
+                size = len(text.encode())
+                self.received_bytes += size
+                self.text_bytes += size
+                self.text_tokens += delta_token_bound(text, size) if text else 0
                 target = mapper.target(i, TEXT)
                 if joiner is not None and target == mapper.merge_index:
                     await self._joined(target, joiner.feed(text))

@@ -519,8 +519,9 @@ class TurnRunner:
 
     def _attempt_output(self) -> int:
         """Output tokens of the attempt that just broke: the provider's count when its final usage
-        arrived, else an upper bound (the bytes received, at least one per token; where each text
-        delta is one token, the text deltas; the provider's running count when that is higher)."""
+        arrived, else an upper bound (the bytes received, at least one per token; where the server
+        streams a token per text delta, ``delta_token_bound`` of each; the provider's running
+        count when that is higher)."""
         record = self._current_attempt
         reported = record.usage.output_tokens if record is not None else None
         if self.translator.final_usage and reported is not None:

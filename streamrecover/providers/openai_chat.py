@@ -456,8 +456,11 @@ class OpenAIChatAdapter:
 
     @property
     def text_delta_is_token(self) -> bool:
-        """Chat Completions streams one chunk per sampled token of text."""
-        return True
+        """OpenAI streams a chunk per sampled token of text (a character split across tokens
+        waits to be whole: the engine bounds such a chunk by its bytes). Azure's content filter
+        buffers many tokens into a chunk by default, so there a chunk says nothing: its bytes
+        bound its tokens, as on providers whose deltas are not tokens."""
+        return not self.config.azure
 
     def count_request(self, request: ModelRequest) -> HTTPRequest | None:
         """Chat Completions has no token-count endpoint."""

@@ -407,5 +407,6 @@ class OpenAIResponsesAdapter(ContinueMessageOnly):
 
     @property
     def text_delta_is_token(self) -> bool:
-        """One ``output_text.delta`` per sampled token, as in Chat Completions."""
-        return True
+        """One ``output_text.delta`` per sampled token, as in Chat Completions; not on Azure,
+        whose content filter buffers many tokens into a delta."""
+        return not self.config.azure
