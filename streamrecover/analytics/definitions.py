@@ -163,7 +163,7 @@ DEFINITIONS: tuple[Figure, ...] = (
         "Input tokens of continuations",
         "tokens",
         "Sum of `input_tokens` of `continuation` and `resume` attempts: what continuing cost instead "
-        "(the kept prefix is sent as input).",
+        "(the kept prefix is sent as input). Cached input tokens count too, for every provider.",
     ),
 )
 
