@@ -239,3 +239,56 @@ def test_a_tool_blocking_longer_than_the_stale_window_keeps_its_run(short_stale_
     assert len(calls) == 1
     final = Run.objects.get(pk=run.pk)
     assert (final.status, final.claims, final.claim_epoch) == (Run.Status.COMPLETED, 1, 1)
+
+
+def _gated_registry(entered: list[threading.Event], gates: list[threading.Event]) -> ToolRegistry:
+    """The n-th call announces itself (``entered[n]``) and returns once ``gates[n]`` is set."""
+    made = itertools.count()
+
+    def gated_weather(args: dict[str, Any]) -> dict[str, Any]:
+        n = next(made)
+        entered[n].set()
+        gates[n].wait(30)
+        return get_weather(args)
+
+    return ToolRegistry([Tool("get_weather", "Get the current weather for a city.", WEATHER_SCHEMA, gated_weather)])
+
+
+def test_a_cancel_reaches_the_workers_new_claim_of_its_own_stale_run(settings):
+    """A worker claims its own stale run again while the old claim is still in a tool call; the
+    old claim then unwinds. The new claim must still be watched: the user's cancel stops it."""
+    # the watcher beats at its first tick and then not for an hour: the old claim has not yet
+    # noticed that its run was taken when it unwinds (up to HEARTBEAT_SECONDS in production)
+    settings.STREAMRECOVER = {**settings.STREAMRECOVER, "STALE_AFTER_SECONDS": 30, "HEARTBEAT_SECONDS": 3600}
+    run = lifecycle.create_run(prompt="Weather in Oslo? [[words=20]] [[tool=get_weather]]", model=MODEL)
+    run_id = str(run.pk)
+    entered, gates = [threading.Event(), threading.Event()], [threading.Event(), threading.Event()]
+    tools = _gated_registry(entered, gates)
+
+    def swept() -> list[str]:
+        Run.objects.filter(pk=run_id).update(heartbeat_at=Run.objects.get(pk=run_id).heartbeat_at.replace(year=2000))
+        return lifecycle.sweep_stale_runs()
+
+    async def one_worker() -> tuple[Any, Any]:
+        try:
+            old = asyncio.ensure_future(execution.execute_run(run_id, worker="w:1", tools=tools))
+            await asyncio.to_thread(entered[0].wait, 30)  # the old claim is in its tool call
+            assert await sync_to_async(swept)() == [run_id]
+            new = asyncio.ensure_future(execution.execute_run(run_id, worker="w:1", tools=tools))
+            await asyncio.to_thread(entered[1].wait, 30)  # the new claim is in its tool call
+            gates[0].set()  # the old call returns, its result is refused: the old claim unwinds
+            old_result = await old
+            await sync_to_async(lifecycle.request_cancel)(run_id)
+            await asyncio.sleep(1.0)  # a few polls of the watcher
+            gates[1].set()
+            return old_result, await new
+        finally:
+            for gate in gates:
+                gate.set()
+            await sync_to_async(connections.close_all)()
+
+    old_result, new_result = asyncio.run(one_worker())
+    assert old_result is None  # fenced out
+    assert new_result is not None
+    assert new_result.status == Run.Status.CANCELLED
+    assert Run.objects.get(pk=run_id).status == Run.Status.CANCELLED

@@ -82,8 +82,13 @@ class Watcher:
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._poll())
 
-    def discard(self, run_id: str) -> None:
-        self.runs.pop(run_id, None)
+    def discard(self, fence: Fence) -> None:
+        """Stop watching ``fence``'s claim. Only its own entry goes: a newer claim of the same
+        run by this process (a stale run swept and claimed again) has replaced it, and that
+        claim must go on being beaten and checked for cancels while the old one unwinds."""
+        watched = self.runs.get(fence.run_id)
+        if watched is not None and watched.fence is fence:
+            del self.runs[fence.run_id]
 
     async def _poll(self) -> None:
         loop = asyncio.get_running_loop()
@@ -121,11 +126,10 @@ _watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Watcher] = weakr
 async def watch(fence: Fence, cancel: CancelToken, running: asyncio.Task[Any]) -> None:
     """Beat the run's heartbeat and notice a cancel request until this task is cancelled; a
     heartbeat that finds the claim taken over cancels the run's task (``running``) at once."""
-    run_id = fence.run_id
     watcher = _watchers.setdefault(asyncio.get_running_loop(), Watcher())
     watcher.add(cancel, fence, running)
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.Event().wait()  # until cancelled by the run's end
     finally:
-        watcher.discard(run_id)
+        watcher.discard(fence)
