@@ -11,17 +11,22 @@ message that was the last one committed), and executes it again through the Djan
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
 from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
+from structlog.testing import capture_logs
 
 from streamrecover.engine.sink import CollectingSink
-from streamrecover.models import Attempt, Message, Run, ToolCallResult
+from streamrecover.models import Attempt, Message, Run, StreamCheckpoint, ToolCallResult
 from streamrecover.runs import execution, lifecycle
+from streamrecover.runs.checkpoints import REDIS_KEY_PREFIX, checkpoint_store_from_settings
 from streamrecover.testing import demo_registry
 from streamrecover.testing.client import ClientView
 from streamrecover.testing.fake.local import local_fake_server
@@ -134,6 +139,50 @@ def test_a_run_re_claimed_after_committing_tool_results_goes_on_without_running_
     assert _thread(run) == committed
     _assert_no_empty_assistant(_thread(run))
     assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
+
+
+def _plant_unreadable_checkpoint(run: Run, store: str) -> None:
+    """What a worker of another version (or a corrupted store) left for the run's turn: in the
+    database a checkpoint of an older schema (no ``history_len``), in Redis bytes that are not JSON."""
+    if store == "orm":
+        data = {
+            "run_id": str(run.pk),
+            "turn": 1,
+            "blocks": [{"type": "text", "text": "It is"}],
+            "updated_at": time.time(),
+        }
+        StreamCheckpoint.objects.create(run_id=run.pk, data=data, updated_at=timezone.now())
+        return
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    try:
+        client.set(f"{REDIS_KEY_PREFIX}{run.pk}", b"{not json \xff")
+        client.sadd(f"{REDIS_KEY_PREFIX}index", str(run.pk))
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("store", ["orm", "redis"])
+def test_a_run_whose_checkpoint_cannot_be_read_starts_its_turn_over_from_what_was_committed(store, settings):
+    settings.STREAMRECOVER = {**settings.STREAMRECOVER, "CHECKPOINT_STORE": store}
+    run = _completed(WEATHER, MODELS["anthropic"], demo_tools=True)
+    committed = _thread(run)
+    _put_back(run, Run.Status.RUNNING, keep_messages=3)  # died in the last turn, its checkpoint unreadable
+    _plant_unreadable_checkpoint(run, store)
+
+    tools = demo_registry()
+    with capture_logs() as logs:
+        result = asyncio.run(execution.execute_run(str(run.pk), worker="next:2", tools=tools))
+    _release_orm_thread()
+
+    # one claim ends the run (it used to raise at every claim until it failed as too_many_claims)
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED
+    final = Run.objects.get(pk=run.pk)
+    assert (final.status, final.claims, final.error_kind) == (Run.Status.COMPLETED, 2, "")
+    assert tools.calls == []  # what was committed stands: the tool is not called again
+    assert _thread(run) == committed
+    assert [line["run_id"] for line in logs if line["event"] == "checkpoint_unreadable"] == [str(run.pk)]
+    assert asyncio.run(checkpoint_store_from_settings().get(str(run.pk))) is None  # discarded
 
 
 def _release_orm_thread() -> None:

@@ -20,6 +20,24 @@ from typing import Any, Protocol
 from .errors import ClaimLost
 
 
+class UnreadableCheckpoint(ValueError):
+    """A stored checkpoint that cannot be read back: bytes that are not JSON, or a schema this
+    version cannot build (an older one without a field it needs). It is of no use to a resume:
+    the reader discards it and the turn starts over from the committed history."""
+
+
+# The fields a resume reads before anything else, with the types they must have: a checkpoint
+# whose values are not of them fails later, somewhere less clear, if it is let through.
+_CHECKED_TYPES: dict[str, type | tuple[type, ...]] = {
+    "run_id": str,
+    "turn": int,
+    "history_len": int,
+    "blocks": list,
+    "seq": int,
+    "updated_at": (int, float),
+}
+
+
 @dataclass(slots=True)
 class Checkpoint:
     run_id: str
@@ -50,7 +68,27 @@ class Checkpoint:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        """The checkpoint ``to_dict`` stored; ``UnreadableCheckpoint`` when ``data`` is not one."""
+        if not isinstance(data, dict):
+            raise UnreadableCheckpoint(f"a checkpoint is a JSON object, not {type(data).__name__}")
+        try:
+            checkpoint = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        except TypeError as exc:  # a field this version needs is missing
+            raise UnreadableCheckpoint(str(exc)) from None
+        for name, types in _CHECKED_TYPES.items():
+            value = getattr(checkpoint, name)
+            if not isinstance(value, types) or isinstance(value, bool):
+                raise UnreadableCheckpoint(f"checkpoint field {name!r} is a {type(value).__name__}")
+        return checkpoint
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Checkpoint:
+        """The checkpoint ``to_json`` stored; ``UnreadableCheckpoint`` for anything else."""
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:  # not JSON, or not UTF-8
+            raise UnreadableCheckpoint(f"a checkpoint is not JSON: {exc}") from None
+        return cls.from_dict(data)
 
     def is_fresh(self, ttl_s: float, now: float | None = None) -> bool:
         return ((now if now is not None else time.time()) - self.updated_at) <= ttl_s

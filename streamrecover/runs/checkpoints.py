@@ -31,7 +31,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from ..conf import app_settings
-from ..engine.checkpoint import Checkpoint, CheckpointStore, InMemoryCheckpointStore
+from ..engine.checkpoint import Checkpoint, CheckpointStore, InMemoryCheckpointStore, UnreadableCheckpoint
 from ..engine.errors import ClaimLost
 from ..models import Run, StreamCheckpoint
 from ..redaction import configured_secrets, cut_secrets, json_holds_secret
@@ -234,7 +234,7 @@ class RedisCheckpointStore:
             raw = await self._redis().get(self.key(run_id))
         if raw is None:
             return None
-        checkpoint = Checkpoint.from_dict(json.loads(raw))
+        checkpoint = Checkpoint.from_json(raw)
         return checkpoint if checkpoint.is_fresh(self.ttl_s) else None
 
     async def delete(self, run_id: str, *, epoch: int | None = None) -> None:
@@ -334,7 +334,24 @@ class FencedCheckpointStore:
             raise self.fence.lose() from None
 
     async def get(self, run_id: str) -> Checkpoint | None:
+        """The run's checkpoint; None when it has none, or only one that cannot be read."""
         self.fence.check()
+        try:
+            return await self._get(run_id)
+        except UnreadableCheckpoint as exc:
+            # Corrupt, or written by a version with another schema: no resume can use it, and
+            # left in place it would stop every claim of the run at this read until the run
+            # fails as too_many_claims. Discarded as a checkpoint that no longer matches the
+            # history is: the turn starts over from what the thread holds (nothing committed is
+            # in a checkpoint).
+            log.warning("checkpoint_unreadable", run_id=run_id, epoch=self.fence.epoch, error=str(exc))
+            try:
+                await self.delete(run_id)
+            except Exception:  # the store is away: the turn's first checkpoint overwrites it
+                log.exception("checkpoint_delete_failed", run_id=run_id)
+            return None
+
+    async def _get(self, run_id: str) -> Checkpoint | None:
         getter: Any = self.store.get
         if _takes_epoch(getter):
             return cast(Checkpoint | None, await getter(run_id, epoch=self.fence.epoch))
