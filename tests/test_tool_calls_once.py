@@ -9,6 +9,8 @@ both times, to recognise it.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -129,3 +131,56 @@ def test_a_call_cut_off_by_the_workers_death_is_made_again_with_the_same_idempot
     assert tool.keys[0] == tool.keys[1]
     call_id = _tool_results(run)[0]["tool_use_id"]
     assert tool.keys[0] == f"{run.pk}:1:{call_id}"  # run, the calling message's position, the call
+
+
+def test_a_worker_whose_run_was_taken_before_it_called_the_tool_never_calls_it(settings, monkeypatch):
+    """The first worker's loop stops after it found no stored result and before it called the
+    tool (a GC pause, a starved process) for longer than the stale window; the run is swept and
+    a second worker makes the call and finishes it. When the first one's loop comes back it
+    must not make the call again: the booking happens once."""
+    stale_s = 2.0
+    settings.STREAMRECOVER = {**settings.STREAMRECOVER, "STALE_AFTER_SECONDS": stale_s, "HEARTBEAT_SECONDS": 0.2}
+    frozen, release = threading.Event(), threading.Event()
+
+    class FreezesAfterItsFirstGet(DjangoToolResultStore):
+        async def get(self, run_id: str, position: int, tool_call_id: str) -> dict[str, Any] | None:
+            found = await super().get(run_id, position, tool_call_id)
+            if self.fence.epoch == 1:
+                frozen.set()
+                release.wait(30)  # blocks the first worker's loop: no heartbeat, nothing
+            return found
+
+    monkeypatch.setattr(execution, "DjangoToolResultStore", FreezesAfterItsFirstGet)
+    tool = _Booking()
+    run = lifecycle.create_run(prompt=WEATHER, model=MODELS["anthropic"])
+    first: dict[str, Any] = {}
+
+    def first_worker() -> None:
+        try:
+            first["result"] = asyncio.run(execution.execute_run(str(run.pk), worker="first:1", tools=tool.registry()))
+        except BaseException as exc:  # the test reports it below
+            first["error"] = exc
+        finally:
+            _release_orm_thread()
+
+    thread = threading.Thread(target=first_worker, name="first-worker")
+    thread.start()
+    try:
+        assert frozen.wait(20), "the first worker never reached its tool call"
+        time.sleep(stale_s + 0.3)  # its heartbeat goes stale
+        assert lifecycle.sweep_stale_runs() == [str(run.pk)]
+        second = asyncio.run(execution.execute_run(str(run.pk), worker="second:2", tools=tool.registry()))
+        _release_orm_thread()
+        assert second is not None
+        assert second.status == Run.Status.COMPLETED
+        assert tool.bookings == 1
+    finally:
+        release.set()
+        thread.join(30)
+    assert not thread.is_alive(), "the first worker did not stop"
+
+    assert "error" not in first, first.get("error")
+    assert first["result"] is None  # fenced out
+    assert tool.bookings == 1  # the first worker never made the call
+    assert len(_tool_results(run)) == 1
+    assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED

@@ -274,6 +274,8 @@ async def _execute_tools(
         call_id = str(call.get("id") or "")
         result = await ctx.tool_results.get(ctx.run_id, position, call_id)
         if result is None:
+            # the last check before the call: a worker fenced out of the run meanwhile stops here
+            await ctx.tool_results.before_call(ctx.run_id, position, call_id)
             result = await tools.execute(call, ToolCallContext.for_call(ctx.run_id, position, call_id))
             await ctx.tool_results.put(ctx.run_id, position, call_id, result)
         content.append(result)

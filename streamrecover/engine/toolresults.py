@@ -31,6 +31,13 @@ class ToolResultStore(Protocol):
         """The stored ``tool_result`` block of the call, or None when it has none."""
         ...
 
+    async def before_call(self, run_id: str, position: int, tool_call_id: str) -> None:
+        """Called immediately before the call is made (it has no stored result); raises to stop
+        it. A store of a run that several workers may claim raises ``ClaimLost`` here once this
+        worker's claim is lost: the new owner makes the call, and a tool's side effect (a
+        payment, an e-mail) must not happen twice."""
+        ...
+
     async def put(self, run_id: str, position: int, tool_call_id: str, result: dict[str, Any]) -> None:
         """Store the call's ``tool_result`` block (a second put of the same call changes nothing)."""
         ...
@@ -44,6 +51,9 @@ class InMemoryToolResultStore:
 
     async def get(self, run_id: str, position: int, tool_call_id: str) -> dict[str, Any] | None:
         return self._items.get((run_id, position, tool_call_id))
+
+    async def before_call(self, run_id: str, position: int, tool_call_id: str) -> None:
+        """One process owns the run: always free to call."""
 
     async def put(self, run_id: str, position: int, tool_call_id: str, result: dict[str, Any]) -> None:
         self._items.setdefault((run_id, position, tool_call_id), result)
