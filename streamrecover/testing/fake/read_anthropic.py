@@ -10,12 +10,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from fnmatch import fnmatchcase
 from typing import Any
 
+from ...providers.anthropic import NO_PREFILL_MODELS
 from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn, signature_valid
 
-NO_PREFILL_MODEL = re.compile(r"noprefill|^claude-(?:opus-4-[678]|sonnet-4-6|sonnet-5)(?![0-9])")
+# A family-first Claude id and its version, wherever it sits in the name (Bedrock's
+# ``anthropic.claude-opus-4-6-v1:0``, Vertex's ``claude-opus-4-6@20260101``). The minor
+# version is one or two digits, so a snapshot date (``claude-sonnet-4-20250514``) is not one.
+_CLAUDE_VERSION = re.compile(r"claude-[a-z]+-(?P<major>\d+)(?:-(?P<minor>\d{1,2}))?(?![0-9])")
+_FIRST_WITHOUT_PREFILL = (4, 6)  # "Starting with Claude 4.6 models ... prefilled responses ... no longer supported"
 PREFILL_REFUSED = (
     "This model does not support assistant message prefill. The conversation must end with a user message."
 )
@@ -210,9 +216,22 @@ def _check_tool_pairing(messages: list[Any]) -> None:
                     )
 
 
+def refuses_prefill(model: str) -> bool:
+    """True for the models the real API answers a prefill with a 400: every model the
+    product knows refuses it (its own list, so the two cannot drift apart) and, as the API
+    does, every Claude from 4.6 on, including ones newer than that list (``claude-opus-5``,
+    ``claude-haiku-5``), so the product's fallback for an unlisted model gets exercised."""
+    if any(fnmatchcase(model, pattern) for pattern in NO_PREFILL_MODELS):
+        return True
+    match = _CLAUDE_VERSION.search(model)
+    if match is None:
+        return False
+    return (int(match["major"]), int(match["minor"] or 0)) >= _FIRST_WITHOUT_PREFILL
+
+
 def _check_prefill(index: int, message: Mapping[str, Any], model: str, thinking: bool) -> None:
     """The rules of a request that ends with an assistant message (a prefill)."""
-    if NO_PREFILL_MODEL.search(model):
+    if refuses_prefill(model):
         raise RequestRejected(PREFILL_REFUSED)
     content = message.get("content")
     blocks = _blocks(message)
