@@ -8,7 +8,10 @@ bugs: a client that only ever sees compact JSON, or prefills that succeed, is no
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -16,6 +19,9 @@ import pytest
 from streamrecover.engine.sse import SSEDecoder
 from streamrecover.providers.anthropic import NO_PREFILL_MODELS
 from streamrecover.testing.fake import FakeProviderServer
+
+from .recorded_reading import read
+from .streams import RECORDINGS, REFERENCE
 
 ANTHROPIC_HEADERS = {"x-api-key": "sk-ant-key", "anthropic-version": "2023-06-01"}
 OPENAI_HEADERS = {"authorization": "Bearer sk-openai-key"}
@@ -92,3 +98,68 @@ def test_a_prefill_is_refused_on_every_model_the_real_api_refuses_it(server: Fak
 )
 def test_a_prefill_is_still_accepted_by_models_before_4_6(server: FakeProviderServer, model: str) -> None:
     assert _prefill(server, model).status_code == 200
+
+
+# -- 2. Anthropic: padded JSON and cumulative usage, as recorded since September 2025 -----------
+
+_PADDING = re.compile(r"( *)}$")
+# recordings whose bytes are the API's own (cassettes); the vercel/ai fixtures were re-serialized
+PADDED_RECORDINGS = ("anthropic_text_multiparagraph.sse", "anthropic_thinking_text_endash.sse")
+
+
+def _padding_facts(raw: bytes) -> dict[str, Any]:
+    """How a stream pads: the share of non-ping payloads padded, the longest padding, the ping
+    as sent, the keys of ``message_start``'s and ``message_delta``'s usage."""
+    payloads = _payloads(raw)
+    pads = [len(m.group(1)) for name, data in payloads if name != "ping" and (m := _PADDING.search(data))]
+    others = [data for name, data in payloads if name != "ping"]
+    objects = {name: json.loads(data) for name, data in payloads}
+    return {
+        "padded_share": sum(1 for n in pads if n) / len(others),
+        "longest": max(pads),
+        "pings": {data for name, data in payloads if name == "ping"},
+        "start_usage": set(objects["message_start"]["message"]["usage"]),
+        "delta_usage": set(objects["message_delta"]["usage"]),
+    }
+
+
+def _anthropic_stream(server: FakeProviderServer, prompt: str, **extra: Any) -> bytes:
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 4000, "stream": True, **extra}
+    body["messages"] = [{"role": "user", "content": prompt}]
+    response = HTTP.post(server.base_url + "/v1/messages", json=body, headers=ANTHROPIC_HEADERS)
+    assert response.status_code == 200
+    return response.content
+
+
+@pytest.mark.parametrize("recording", PADDED_RECORDINGS)
+def test_anthropic_streams_are_padded_and_repeat_usage_like_the_recordings(
+    server: FakeProviderServer, recording: str
+) -> None:
+    real = _padding_facts(RECORDINGS.file(recording).read_bytes())
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    fake = _padding_facts(_anthropic_stream(server, "Tell me [[words=40]]", thinking=thinking))
+    assert real["padded_share"] > 0.75  # the fact the fake follows
+    assert fake["padded_share"] > 0.75
+    assert 0 < fake["longest"] <= real["longest"]
+    assert fake["pings"] == real["pings"] == {'{"type": "ping"}'}
+    assert fake["delta_usage"] == real["delta_usage"]  # input and cache counts repeated at the end
+    assert fake["start_usage"] <= real["start_usage"] | {"inference_geo"}
+    assert {"cache_creation", "service_tier"} <= fake["start_usage"]
+
+
+def test_the_reference_padded_stream_says_the_same(server: FakeProviderServer) -> None:
+    real = _padding_facts(REFERENCE.file("anthropic_thinking_recorded_padded.sse").read_bytes())
+    fake = _padding_facts(_anthropic_stream(server, "Tell me [[words=40]]"))
+    assert fake["padded_share"] > 0.75 < real["padded_share"]
+    assert fake["longest"] <= real["longest"]
+    assert fake["delta_usage"] == real["delta_usage"]
+
+
+def test_the_engine_reads_a_padded_stream_as_the_answer(server: FakeProviderServer) -> None:
+    raw = _anthropic_stream(server, "A tool too [[words=30]] [[tool=get_time]]", tools=[TIME_TOOL])
+    assert b" }\n" in raw
+    reading = read(raw, "anthropic")
+    assert reading.ended
+    assert reading.stop_reason == "tool_use"
+    assert [block["type"] for block in reading.content] == ["text", "tool_use"]
+    assert len(reading.content[0]["text"].split()) == 30

@@ -1,16 +1,20 @@
 """A planned answer as the Anthropic Messages API sends it, byte for byte.
 
 Mimics the documented and recorded Messages streams:
-compact JSON, ``ping`` right after the first ``content_block_start``, an empty
-``input_json_delta`` opening a tool call, an empty ``thinking_delta`` before the
-signature, input usage in ``message_start`` and cumulative output usage in
-``message_delta``, and the documented ``event: error`` frame.
+compact JSON padded the way the API has padded it since September 2025 (up to 15 spaces
+before the final ``}`` of most payloads; ``ping`` never, and spelled ``{"type": "ping"}``),
+``ping`` right after the first ``content_block_start``, an empty ``input_json_delta`` opening
+a tool call, an empty ``thinking_delta`` before the signature, input usage in
+``message_start``, cumulative usage in ``message_delta`` (the input and cache counts
+repeated beside the output count), and the documented ``event: error`` frame.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .model import BlockKind, Plan, PlannedBlock, stable_token
@@ -45,6 +49,9 @@ _SPEND_LIMIT = (
     "before making further requests."
 )
 _STOP_DETAILS_REFUSAL = {"type": "refusal", "category": None, "explanation": None}
+# The padding before a payload's final "}": 1 to 15 spaces, about evenly, in the recordings;
+# 0 (none) stands for the few payloads they leave unpadded.
+MAX_PADDING = 15
 
 
 def message_id(ctx: ResponseContext) -> str:
@@ -53,6 +60,7 @@ def message_id(ctx: ResponseContext) -> str:
 
 def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
     """Every SSE event of the answer, from ``message_start`` to ``message_stop``."""
+    encode = _padder(ctx.seed)
     start = {
         "type": "message_start",
         "message": {
@@ -61,28 +69,41 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
             "role": "assistant",
             "model": ctx.model,
             "stop_sequence": None,
-            "usage": _usage(ctx.input_tokens, 1),
+            "usage": _start_usage(ctx.input_tokens),
             "content": [],
             "stop_reason": None,
         },
     }
-    events = [sse(compact(start), "message_start")]
+    events = [sse(encode(start), "message_start")]
     for index, block in enumerate(plan.blocks):
         opening = {"type": "content_block_start", "index": index, "content_block": _opening(block)}
-        events.append(sse(compact(opening), "content_block_start"))
+        events.append(sse(encode(opening), "content_block_start"))
         if index == 0:
             events.append(PING)
-        events.extend(_deltas(index, block))
-        events.append(sse(compact({"type": "content_block_stop", "index": index}), "content_block_stop"))
+        events.extend(_deltas(index, block, encode))
+        events.append(sse(encode({"type": "content_block_stop", "index": index}), "content_block_stop"))
     if not plan.blocks:
         events.append(PING)
     delta: dict[str, Any] = {"stop_reason": plan.stop_reason, "stop_sequence": None}
     if plan.stop_reason == "refusal":
         delta["stop_details"] = _STOP_DETAILS_REFUSAL
-    usage = {"output_tokens": plan.output_tokens}
-    events.append(sse(compact({"type": "message_delta", "delta": delta, "usage": usage}), "message_delta"))
-    events.append(sse(compact({"type": "message_stop"}), "message_stop"))
+    usage = _usage(ctx.input_tokens, plan.output_tokens)  # cumulative: the input side repeated
+    events.append(sse(encode({"type": "message_delta", "delta": delta, "usage": usage}), "message_delta"))
+    events.append(sse(encode({"type": "message_stop"}), "message_stop"))
     return events
+
+
+def _padder(seed: str) -> Callable[[Any], str]:
+    """Compact JSON with the real API's padding before its final ``}``, the same for the same
+    request (the fake is deterministic): a client must read the JSON, not match its end."""
+    digest = hashlib.sha256(f"padding\x00{seed}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+
+    def encode(payload: Any) -> str:
+        text = compact(payload)
+        return text[:-1] + " " * rng.randint(0, MAX_PADDING) + "}"
+
+    return encode
 
 
 def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
@@ -157,6 +178,19 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
     }
 
 
+def _start_usage(input_tokens: int) -> dict[str, Any]:
+    """``message_start``'s usage as recorded since September 2025: the cache split by lifetime,
+    a small first output count and the service tier."""
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "output_tokens": 1,
+        "service_tier": "standard",
+    }
+
+
 def _opening(block: PlannedBlock) -> dict[str, Any]:
     if block.kind is BlockKind.THINKING:
         return {"type": "thinking", "thinking": "", "signature": ""}
@@ -175,21 +209,25 @@ def _whole(block: PlannedBlock) -> dict[str, Any]:
     return {"type": "text", "text": block.content}
 
 
-def _delta(index: int, delta: dict[str, Any], *, tokens: int = 0, text: str = "") -> WireEvent:
+def _delta(
+    index: int, delta: dict[str, Any], encode: Callable[[Any], str], *, tokens: int = 0, text: str = ""
+) -> WireEvent:
     payload = {"type": "content_block_delta", "index": index, "delta": delta}
-    return sse(compact(payload), "content_block_delta", tokens=tokens, text=text)
+    return sse(encode(payload), "content_block_delta", tokens=tokens, text=text)
 
 
-def _deltas(index: int, block: PlannedBlock) -> list[WireEvent]:
+def _deltas(index: int, block: PlannedBlock, encode: Callable[[Any], str]) -> list[WireEvent]:
     if block.kind is BlockKind.THINKING:
-        events = [_delta(index, {"type": "thinking_delta", "thinking": p}, tokens=1) for p in block.pieces]
-        events.append(_delta(index, {"type": "thinking_delta", "thinking": ""}))
-        events.append(_delta(index, {"type": "signature_delta", "signature": block.signature}))
+        events = [_delta(index, {"type": "thinking_delta", "thinking": p}, encode, tokens=1) for p in block.pieces]
+        events.append(_delta(index, {"type": "thinking_delta", "thinking": ""}, encode))
+        events.append(_delta(index, {"type": "signature_delta", "signature": block.signature}, encode))
         return events
     if block.kind is BlockKind.TOOL_USE:
-        events = [_delta(index, {"type": "input_json_delta", "partial_json": ""})]
-        events.extend(_delta(index, {"type": "input_json_delta", "partial_json": p}, tokens=1) for p in block.pieces)
+        events = [_delta(index, {"type": "input_json_delta", "partial_json": ""}, encode)]
+        events.extend(
+            _delta(index, {"type": "input_json_delta", "partial_json": p}, encode, tokens=1) for p in block.pieces
+        )
         return events
-    events = [_delta(index, {"type": "citations_delta", "citation": dict(c)}) for c in block.citations]
-    events.extend(_delta(index, {"type": "text_delta", "text": p}, tokens=1, text=p) for p in block.pieces)
+    events = [_delta(index, {"type": "citations_delta", "citation": dict(c)}, encode) for c in block.citations]
+    events.extend(_delta(index, {"type": "text_delta", "text": p}, encode, tokens=1, text=p) for p in block.pieces)
     return events
