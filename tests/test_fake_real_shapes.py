@@ -163,3 +163,44 @@ def test_the_engine_reads_a_padded_stream_as_the_answer(server: FakeProviderServ
     assert reading.stop_reason == "tool_use"
     assert [block["type"] for block in reading.content] == ["text", "tool_use"]
     assert len(reading.content[0]["text"].split()) == 30
+
+
+# -- 3. OpenAI Chat: usage null, service_tier and obfuscation on every chunk -------------------
+
+CURRENT_CHAT_RECORDING = "openai_text_long.sse"  # February 2026, include_usage on
+
+
+def _chunks(raw: bytes) -> list[dict[str, Any]]:
+    return [json.loads(data) for _, data in _payloads(raw) if data != "[DONE]"]
+
+
+def _chat_stream(server: FakeProviderServer, **stream_options: Any) -> list[dict[str, Any]]:
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "Hi [[words=8]]"}]}
+    if stream_options:
+        body["stream_options"] = stream_options
+    response = HTTP.post(server.base_url + "/v1/chat/completions", json=body, headers=OPENAI_HEADERS)
+    assert response.status_code == 200
+    return _chunks(response.content)
+
+
+def test_openai_chunks_have_the_fields_and_order_of_a_current_recording(server: FakeProviderServer) -> None:
+    real = _chunks(RECORDINGS.file(CURRENT_CHAT_RECORDING).read_bytes())
+    fake = _chat_stream(server, include_usage=True)
+    assert [list(c) for c in fake[:-1]] == [list(real[0])] * (len(fake) - 1)
+    assert all(c["usage"] is None for c in fake[:-1])
+    assert all(c["usage"] is None for c in real[:-1])
+    assert list(fake[-1]) == list(real[-1])  # the usage chunk: choices [], usage, obfuscation
+    assert fake[-1]["choices"] == []
+    assert fake[-1]["usage"]["total_tokens"] > 0
+    assert {c["service_tier"] for c in fake} == {c["service_tier"] for c in real} == {"default"}
+    real_lengths = {len(c["obfuscation"]) for c in real}
+    assert {len(c["obfuscation"]) for c in fake} <= set(range(min(real_lengths), max(real_lengths) + 1))
+    assert len({c["obfuscation"] for c in fake}) > 1  # random padding, not a constant
+
+
+def test_openai_obfuscation_can_be_turned_off_and_usage_is_absent_when_not_asked(server: FakeProviderServer) -> None:
+    plain = _chat_stream(server)
+    assert all("usage" not in c and "obfuscation" in c for c in plain)
+    quiet = _chat_stream(server, include_usage=True, include_obfuscation=False)
+    assert all("obfuscation" not in c for c in quiet)
+    assert quiet[-1]["usage"]["total_tokens"] > 0

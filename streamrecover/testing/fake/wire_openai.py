@@ -5,6 +5,10 @@ Mimics the recorded Chat Completions streams: unnamed
 tool calls by ``index`` with id and name only on their first fragment, an empty-delta
 ``finish_reason`` chunk, the optional usage chunk with ``choices: []``, then
 ``data: [DONE]``. A mid-stream error is a ``data: {"error": ...}`` chunk.
+
+As the 2025-26 recordings do, every chunk carries ``service_tier`` and a random-length
+``obfuscation`` string (unless the request sets ``stream_options.include_obfuscation``
+false), and with ``include_usage`` every chunk before the usage chunk has ``"usage":null``.
 """
 
 from __future__ import annotations
@@ -58,12 +62,15 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
         "object": "chat.completion.chunk",
         "created": _created(ctx),
         "model": ctx.model,
+        "service_tier": "default",
         "system_fingerprint": _fingerprint(ctx),
     }
+    tail = _Tail(ctx)
 
     def chunk(delta: Mapping[str, Any], finish: str | None = None, *, tokens: int = 0, text: str = "") -> WireEvent:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return sse(compact({**head, "choices": [choice]}), tokens=tokens, text=text)
+        usage = {"usage": None} if ctx.include_usage else {}
+        return sse(compact({**head, "choices": [choice], **usage, **tail.next()}), tokens=tokens, text=text)
 
     blocks = [b for b in plan.blocks if b.kind is not BlockKind.THINKING]
     calls = [b for b in blocks if b.kind is BlockKind.TOOL_USE]
@@ -94,9 +101,29 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
                 events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, tokens=1))
     events.append(chunk({}, _FINISH.get(plan.stop_reason, "stop")))
     if ctx.include_usage:
-        events.append(sse(compact({**head, "choices": [], "usage": _usage(ctx.input_tokens, plan.output_tokens)})))
+        usage = _usage(ctx.input_tokens, plan.output_tokens)
+        events.append(sse(compact({**head, "choices": [], "usage": usage, **tail.next()})))
     events.append(DONE)
     return events
+
+
+class _Tail:
+    """The ``obfuscation`` field that ends each chunk: a base62 string of 1 to 15 characters
+    (the recordings' range), the same for the same request; nothing when the request turned
+    it off."""
+
+    def __init__(self, ctx: ResponseContext) -> None:
+        options = ctx.options.get("stream_options")
+        self.on = not (isinstance(options, Mapping) and options.get("include_obfuscation") is False)
+        self.seed = ctx.seed
+        self.count = 0
+
+    def next(self) -> dict[str, str]:
+        if not self.on:
+            return {}
+        self.count += 1
+        length = 1 + zlib.crc32(f"{self.seed}\x00{self.count}".encode()) % 15
+        return {"obfuscation": stable_token("obfuscation", self.seed, str(self.count), length=length)}
 
 
 def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
