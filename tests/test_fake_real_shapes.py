@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -204,3 +205,36 @@ def test_openai_obfuscation_can_be_turned_off_and_usage_is_absent_when_not_asked
     quiet = _chat_stream(server, include_usage=True, include_obfuscation=False)
     assert all("obfuscation" not in c for c in quiet)
     assert quiet[-1]["usage"]["total_tokens"] > 0
+
+
+# -- 4. Responses: a mid-stream error continues the stream's sequence numbers ----------------
+
+
+def _responses(server: FakeProviderServer, scenario: str, *, background: bool = False) -> list[dict[str, Any]]:
+    body: dict[str, Any] = {"model": "gpt-4o", "input": "Hi [[words=8]]", "stream": True}
+    if background:
+        body.update(background=True, store=True)
+    headers = {**OPENAI_HEADERS, "x-fake-scenario": scenario}
+    response = HTTP.post(server.base_url + "/v1/responses", json=body, headers=headers)
+    assert response.status_code == 200
+    return _chunks(response.content)
+
+
+@pytest.mark.parametrize("after", [0, 1, 6])
+def test_a_responses_error_event_takes_the_next_sequence_number(server: FakeProviderServer, after: int) -> None:
+    scenario = uuid.uuid4().hex
+    server.set_faults(scenario, [f"error:events={after}"])
+    events = _responses(server, scenario)
+    assert events[-1]["type"] == "error"
+    assert [e["sequence_number"] for e in events] == list(range(after + 1))
+
+
+def test_a_reattached_streams_error_event_continues_from_the_cursor(server: FakeProviderServer) -> None:
+    scenario = uuid.uuid4().hex
+    whole = _responses(server, scenario, background=True)
+    rid = whole[0]["response"]["id"]
+    server.set_faults(scenario, ["error:events=2"])
+    url = f"{server.base_url}/v1/responses/{rid}?stream=true&starting_after=4"
+    tail = _chunks(HTTP.get(url, headers={**OPENAI_HEADERS, "x-fake-scenario": scenario}).content)
+    assert [(e["type"], e["sequence_number"]) for e in tail][-1] == ("error", 7)
+    assert [e["sequence_number"] for e in tail] == [5, 6, 7]

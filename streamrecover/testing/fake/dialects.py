@@ -33,7 +33,7 @@ class Dialect:
     stream_events: Callable[[Plan, ResponseContext], list[WireEvent]]
     response_json: Callable[[Plan, ResponseContext], dict[str, Any]]
     error_body: Callable[[ErrorSpec, str], bytes]
-    error_event: Callable[[str | None, str | None], WireEvent]
+    error_event: Callable[..., WireEvent]  # (error_type, message, *, after: the event it follows)
     status_error: Callable[..., ErrorSpec]  # (status, error_type, message, *, quota)
     response_headers: Callable[[str], list[tuple[str, str]]]
     bad_json: ErrorSpec

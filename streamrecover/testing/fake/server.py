@@ -209,9 +209,6 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             record()
             await writer.full(200, dialect.response_headers(request_id), whole, JSON_TYPE)
             return
-        injected = (
-            dialect.error_event(fault.error_type, fault.message) if fault and fault.kind is FaultKind.ERROR else None
-        )
         replay = recording is not None and not interpretation.continues and not _after_tools(interpretation)
         events = list(recording.events) if replay and recording is not None else None
         if recording is not None and interpretation.continues and not _after_tools(interpretation):
@@ -220,7 +217,7 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
                 outcome.output_tokens, outcome.prefix_matched = sum(e.tokens for e in events), True
         if events is None:
             events = dialect.stream_events(plan, ctx)
-        delivery = plan_delivery(events, fault, injected)
+        delivery = plan_delivery(events, fault, _injected_error(dialect, fault, events))
         outcome.fault_triggered = delivery.triggered
         background = ctx.options.get("background") is True and not (fault and fault.kind in _BREAKS_RESPONSE)
         if background:
@@ -286,10 +283,7 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             return
         outcome.understood_as = "resume"
         after = int(request.query.get("starting_after", "-1"))
-        injected = (
-            dialect.error_event(fault.error_type, fault.message) if fault and fault.kind is FaultKind.ERROR else None
-        )
-        delivery = plan_delivery(stored[after + 1 :], fault, injected)
+        delivery = plan_delivery(stored[after + 1 :], fault, _injected_error(dialect, fault, stored, after + 1))
         outcome.fault_triggered = delivery.triggered
         await self._send_stream(writer, dialect, request_id, delivery, outcome, record, billed=True)
 
@@ -419,6 +413,17 @@ def _prompt_of(interpretation: Interpretation) -> str:
 def _after_tools(interpretation: Interpretation) -> bool:
     turns = interpretation.conversation.turns
     return bool(turns) and bool(turns[-1].tool_results)
+
+
+def _injected_error(dialect: Dialect, fault: Fault | None, events: list[WireEvent], start: int = 0) -> WireEvent | None:
+    """The error event an ``error`` fault puts after ``fault.events`` events of the stream
+    ``events[start:]``, told which event it follows so it can carry the stream's next
+    sequence number (a Responses stream numbers every event, an error included)."""
+    if fault is None or fault.kind is not FaultKind.ERROR:
+        return None
+    at = start + (fault.events or 0) - 1
+    previous = events[at] if 0 <= at < len(events) else None
+    return dialect.error_event(fault.error_type, fault.message, after=previous)
 
 
 def _understand(

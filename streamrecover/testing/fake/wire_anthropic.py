@@ -127,7 +127,7 @@ def error_body(spec: ErrorSpec, request_id: str) -> bytes:
     return compact({"type": "error", "error": error, "request_id": request_id}).encode()
 
 
-def error_event(error_type: str | None, message: str | None) -> WireEvent:
+def error_event(error_type: str | None, message: str | None, *, after: WireEvent | None = None) -> WireEvent:
     """The documented mid-stream error frame (HTTP status stays 200)."""
     kind = error_type or "overloaded_error"
     return sse(spaced({"type": "error", "error": {"type": kind, "message": message or _message(kind)}}), "error")

@@ -217,7 +217,7 @@ def error_body(spec: ErrorSpec, request_id: str) -> bytes:
     return json.dumps({"error": error}, ensure_ascii=False, indent=2).encode()
 
 
-def error_event(error_type: str | None, message: str | None) -> WireEvent:
+def error_event(error_type: str | None, message: str | None, *, after: WireEvent | None = None) -> WireEvent:
     """A mid-stream error chunk (HTTP status stays 200), or, when ``error_type`` is a finish
     reason (``SAFETY``, ``RECITATION``, ...), the final chunk of a content stop."""
     if error_type in FINISH_STOPS:

@@ -159,7 +159,7 @@ def error_body(spec: ErrorSpec, request_id: str) -> bytes:
     return compact({"error": error}).encode()
 
 
-def error_event(error_type: str | None, message: str | None) -> WireEvent:
+def error_event(error_type: str | None, message: str | None, *, after: WireEvent | None = None) -> WireEvent:
     """A mid-stream error chunk (HTTP status stays 200)."""
     error = {"message": message or _SERVER_ERROR, "type": error_type or "server_error", "param": None, "code": None}
     return sse(spaced({"error": error}))

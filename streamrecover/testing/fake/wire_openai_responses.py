@@ -247,16 +247,30 @@ def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
     return response_object(ctx, status, items, _usage(ctx, plan))
 
 
-def error_event(error_type: str | None, message: str | None) -> WireEvent:
-    """The documented flat ``error`` event (its sequence number is not known here: 0)."""
+def error_event(error_type: str | None, message: str | None, *, after: WireEvent | None = None) -> WireEvent:
+    """The documented flat ``error`` event, numbered as the next event of its stream: one
+    past the event it comes ``after`` (0 when it is the stream's first)."""
     payload = {
         "type": "error",
         "code": error_type or "server_error",
         "message": message or _SERVER_ERROR,
         "param": None,
-        "sequence_number": 0,
+        "sequence_number": _sequence_number(after) + 1 if after is not None else 0,
     }
     return WireEvent(f"event: error\ndata: {compact(payload)}\n\n".encode())
+
+
+def _sequence_number(event: WireEvent) -> int:
+    """The ``sequence_number`` of one of this format's events (-1 when it has none)."""
+    for line in event.data.decode("utf-8", "replace").splitlines():
+        if line.startswith("data:"):
+            try:
+                payload = json.loads(line[5:])
+            except ValueError:
+                return -1
+            number = payload.get("sequence_number") if isinstance(payload, dict) else None
+            return number if isinstance(number, int) else -1
+    return -1
 
 
 def not_found(response: str) -> ErrorSpec:
