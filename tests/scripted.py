@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamrecover.engine.agent import run_agent
+from streamrecover.engine.agent import ToolRegistry, run_agent
 from streamrecover.engine.cancel import CancelToken
 from streamrecover.engine.checkpoint import InMemoryCheckpointStore
 from streamrecover.engine.config import EngineConfig
@@ -132,6 +132,7 @@ async def run_scripted(
     max_tokens: int = 4096,
     config: EngineConfig = FAST,
     provider_kw: dict[str, Any] | None = None,
+    tools: ToolRegistry | None = None,
 ) -> Scripted:
     """One run of ``wire``'s adapter against ``script``."""
     transport = ScriptedTransport(script)
@@ -147,7 +148,7 @@ async def run_scripted(
         transport=transport,  # type: ignore[arg-type]  # the transport's interface, not its class
     )
     request = ModelRequest(model=model, messages=[user("Tell me something")], max_tokens=max_tokens)
-    result = await run_agent(ctx, request)
+    result = await run_agent(ctx, request, tools=tools)
     out = Scripted(result, sink, transport.requests)
     out.view.apply_all(sink.frames)
     return out

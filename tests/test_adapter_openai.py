@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from streamrecover.engine.agent import ToolRegistry
 from streamrecover.engine.blocks import Accumulator, BlockStatus
 from streamrecover.engine.contract import ModelRequest, ProviderConfig, Strategy, ToolSpec
 from streamrecover.engine.errors import ErrorClass, InterruptCause, ParseError, StreamInterrupted
@@ -149,6 +150,48 @@ async def test_a_run_whose_stream_ends_with_done_but_no_finish_reason_is_continu
     (interrupted,) = out.events("llm_stream_interrupted")
     assert interrupted["error_kind"] == "sse_transport"
     assert [shown for shown, _ in out.view.turns] == [out.answer]  # what the client showed
+
+
+def _tool_call_chunk(index: int, call_id: str, arguments: str) -> dict[str, Any]:
+    chunk = chat_chunk()
+    call = {"index": index, "id": call_id, "type": "function", "function": {"name": "add", "arguments": arguments}}
+    chunk["choices"][0]["delta"] = {"tool_calls": [call]}
+    return chunk
+
+
+@pytest.mark.parametrize("call_id", ["call_0", ""])
+async def test_parallel_tool_calls_sharing_an_id_each_run_once_with_their_own_result(call_id: str):
+    """A compatible server that gives two calls of one answer the same id (or none): each call
+    is run with its own arguments and answered with its own result, under ids the client was
+    shown and the provider is sent back, instead of the second call getting the first's result
+    without being run."""
+    calls = sse(
+        [
+            _tool_call_chunk(0, call_id, '{"a": 1, "b": 2}'),
+            _tool_call_chunk(1, call_id, '{"a": 10, "b": 20}'),
+            chat_chunk(finish="tool_calls"),
+            chat_usage(5, 5),
+            None,
+        ]
+    )
+    done = sse([chat_chunk("done"), chat_chunk(finish="stop"), chat_usage(5, 1), None])
+    tools = ToolRegistry()
+    tools.register(lambda args: args["a"] + args["b"], name="add", input_schema={"type": "object"})
+    out = await run_scripted("openai", [(200, {}, calls), (200, {}, done)], tools=tools)
+    assert out.result.status == "completed", out.result.error
+    assert tools.calls == [("add", {"a": 1, "b": 2}), ("add", {"a": 10, "b": 20})]
+    assistant, results = out.result.messages[1:3]
+    ids = [b["id"] for b in assistant["content"] if b["type"] == "tool_use"]
+    assert len(set(ids)) == 2
+    answered = list(zip(ids, ["3", "30"], strict=True))
+    assert [(r["tool_use_id"], r["content"]) for r in results["content"]] == answered
+    # the client was shown the ids that were stored
+    assert out.view.turns[0][0] == out.view.turns[0][1]
+    # and the provider is sent each result under its own call's id
+    sent = out.requests[1]["messages"]
+    (sent_calls,) = [m["tool_calls"] for m in sent if m["role"] == "assistant"]
+    assert [c["id"] for c in sent_calls] == ids
+    assert [(m["tool_call_id"], m["content"]) for m in sent if m["role"] == "tool"] == answered
 
 
 # -- chunk shapes ---------------------------------------------------------------------

@@ -70,10 +70,14 @@ class IndexMapper:
         # a continuation's thinking blocks before its text: they would follow the prefix's text
         self.after_text_thinking: set[int] = set()
         self._merge_cited = bool(prefix and prefix[-1].citations)
+        # the ids of the message's tool calls so far: a repeated one is made unique (below)
+        self.tool_ids: set[str] = {b.id or "" for b in prefix if b.kind == TOOL_USE}
 
     def start(self, event: BlockStart) -> int | None:
         if event.index in self.map:
             return self.map[event.index]
+        if event.kind == TOOL_USE:
+            event = BlockStart(event.index, event.kind, self._unique_tool_id(event), event.name, event.data)
         if self._merge_open and event.kind in (THINKING, REDACTED_THINKING, REASONING):
             target = self.next
             self.next += 1
@@ -96,6 +100,21 @@ class IndexMapper:
         self.map[event.index] = target
         self.acc.apply(BlockStart(target, event.kind, event.id, event.name, event.data))
         return target
+
+    def _unique_tool_id(self, event: BlockStart) -> str | None:
+        """The call's id, or, when an earlier call of the message has it (a compatible server
+        that numbers every call ``call_0``, or sends no ids), one derived from it and the
+        call's index. A call's result is stored and sent back under its id: two calls sharing
+        one would get one result, the second never run. Made before the call's first frame,
+        so the client is shown the id that is stored."""
+        original = event.id or ""
+        unique = original
+        if unique in self.tool_ids:
+            unique = f"{original or 'call'}_{event.index}"
+            while unique in self.tool_ids:
+                unique += "_"
+        self.tool_ids.add(unique)
+        return event.id if unique == original else unique
 
     def target(self, index: int, kind: str | None) -> int:
         if index in self.map:
