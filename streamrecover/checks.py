@@ -7,6 +7,7 @@ Every id is listed in the README's "System checks" section, and each has a test.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -379,6 +380,33 @@ def check_proxy_failover(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
     return found
 
 
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def check_packages(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """streamrecover.E004: a setting needs a package the ``distributed`` extra brings, and it is
+    not installed. Without this a run is accepted and then fails in its thread or task (the API
+    answered 500 for Celery, and a Redis checkpoint store left the run ``running``)."""
+    conf = _streamrecover()
+    if conf is None:
+        return []
+    needs = []
+    if _uses_celery(conf):
+        needs.append(("EXECUTION", "celery", "celery"))
+    if conf["CHECKPOINT_STORE"] == "redis":
+        needs.append(("CHECKPOINT_STORE", "redis", "redis"))
+    return [
+        Error(
+            f"{SETTINGS_NAME}[{key!r}] is {value!r}, which needs the {module!r} package, and it is not installed.",
+            hint="pip install 'django-streamrecover[distributed]'",
+            id="streamrecover.E004",
+        )
+        for key, value, module in needs
+        if not _installed(module)
+    ]
+
+
 ALL_CHECKS = (
     check_settings,
     check_celery_time_limit,
@@ -391,4 +419,5 @@ ALL_CHECKS = (
     check_celery_broker,
     check_sqlite_transaction_mode,
     check_proxy_failover,
+    check_packages,
 )

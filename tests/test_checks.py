@@ -96,6 +96,22 @@ def test_w003_memory_checkpoints_with_celery() -> None:
         assert checks.check_checkpoint_store() == []
 
 
+def test_e004_a_setting_whose_package_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    with override_settings(STREAMRECOVER=CELERY):
+        assert checks.check_packages() == []  # both installed here
+        monkeypatch.setattr(checks, "_installed", lambda module: module != "celery")
+        found = checks.check_packages()
+        assert ids(found) == ["streamrecover.E004"]
+        assert "'celery' package" in found[0].msg
+        monkeypatch.setattr(checks, "_installed", lambda module: False)
+        assert [m.msg.split("]")[0] for m in checks.check_packages()] == [
+            "STREAMRECOVER['EXECUTION'",
+            "STREAMRECOVER['CHECKPOINT_STORE'",
+        ]
+    with override_settings(STREAMRECOVER={"EXECUTION": "inprocess", "CHECKPOINT_STORE": "orm"}):
+        assert checks.check_packages() == []
+
+
 def test_w004_prefetch_multiplier() -> None:
     with override_settings(STREAMRECOVER=CELERY, CELERY_WORKER_PREFETCH_MULTIPLIER=4):
         assert ids(checks.check_prefetch()) == ["streamrecover.W004"]
