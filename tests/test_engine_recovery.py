@@ -14,7 +14,7 @@ from streamrecover.engine.checkpoint import Checkpoint, InMemoryCheckpointStore
 from streamrecover.testing.tools import demo_registry
 
 from .harness import assert_invariants, events_until, run, with_config
-from .scripted import run_scripted, sse
+from .scripted import chat_chunk, chat_usage, run_scripted, sse
 
 STORY = "Tell me a story about the sea [[words=120]]"
 WEATHER = "What is the weather in Paris? [[tool=get_weather]]"
@@ -249,6 +249,34 @@ async def test_a_prefill_after_a_blank_block_that_follows_trailing_whitespace_co
     assert [shown for shown, _ in out.view.turns] == [out.answer]  # what the client showed
     prefill = out.requests[1]["messages"][-1]
     assert prefill["content"][-1]["text"] == "Apple said so."
+
+
+def _chat_text(text: str) -> list[str]:
+    return [chat_chunk(text[i : i + 7]) for i in range(0, len(text), 7)]
+
+
+async def _continued(kept: str, again: str, finish: str = "stop"):
+    """``kept`` streamed then cut; the continuation (continue_message) writes ``again``."""
+    broken = sse(_chat_text(kept))
+    rest = sse([*_chat_text(again), chat_chunk(None, finish), chat_usage(10, 10), None])
+    out = await run_scripted("openai", [(200, {}, broken), (200, {}, rest)])
+    assert out.result.status == "completed", out.result.error
+    assert [shown for shown, _ in out.view.turns] == [out.answer]  # what the client showed
+    return out
+
+
+async def test_a_restart_of_a_block_starting_with_blank_lines_is_not_shown_twice():
+    kept = "\n\n" + "The quick brown fox jumps over the lazy dog. " * 7 + "And then"
+    out = await _continued(kept, kept + " it slept.")
+    assert out.answer == [{"type": "text", "text": kept + " it slept."}]
+    assert out.events("llm_stream_continuation_completed")[-1]["join"] == "restart_trimmed"
+
+
+async def test_a_restart_cut_short_by_max_tokens_keeps_the_text_already_shown():
+    kept = "The quick brown fox jumps over the lazy dog. Then it"
+    out = await _continued(kept, "The quick brown fox jumps over", finish="length")
+    assert out.answer == [{"type": "text", "text": kept}]
+    assert [f for f in out.sink.frames if f["type"] == "stream_reset"] == []
 
 
 async def test_budget_exhausted_after_exactly_max_continuations(fake_server):

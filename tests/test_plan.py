@@ -305,6 +305,28 @@ def test_joiner_replaces_the_kept_text_when_a_restart_says_something_else():
     assert j.feed(" More.") == " More."
 
 
+def test_joiner_sees_a_restart_of_kept_text_that_starts_with_blank_lines():
+    """Claude's text after thinking often starts with "\n\n"; a restart does not repeat them."""
+    prefix = "\n\n" + "The lighthouse stood on the rocky point. " * 7 + "And then"  # longer than the window
+    first = "\n\nThe lighthouse stood on the rocky point. "
+    out, j = _join(prefix, first, prefix[len(first) :], " it slept.")
+    assert out == " it slept."  # the answer is not shown twice
+    assert j.result.kind == "restart_trimmed"
+    j = ContinuationJoiner(overlap_with="\n\nHere is a thorough answer to your question about cats")
+    assert j.feed("Here is a thorough answer: dogs are better.") + j.flush() == ""
+    assert j.result.kind == "restart_replaced"
+    assert j.take_replacement() == "\n\nHere is a thorough answer: dogs are better."  # the block's blank lines stay
+
+
+def test_joiner_keeps_the_longer_kept_text_when_a_restart_stops_partway():
+    """A restart cut short (max_tokens) adds nothing: the text the user saw stays."""
+    prefix = "The lighthouse stood on the rocky point, watching the bay. Then it"
+    out, j = _join(prefix, "The lighthouse stood ", "on the rocky point")
+    assert out == ""
+    assert j.take_replacement() is None
+    assert j.result.kind == "restart_trimmed"
+
+
 def test_joiner_reports_a_rephrase_and_keeps_it():
     prefix = "Intro. The old keeper climbed the narrow stairs every eve"
     out, j = _join(prefix, "ning. In other words, every evening the keeper climbed those narrow stairs.")

@@ -59,6 +59,9 @@ class ContinuationJoiner:
         # overlap_with: the kept text the continuation may repeat or restart (continue_message)
         self._expect = expect
         self._prefix = overlap_with
+        # a restart is compared without leading whitespace on either side: a kept block that
+        # starts with "\n\n" (Claude's text after thinking) is restarted by "The..." as well
+        self._kept = overlap_with.lstrip()
         self._tail = overlap_with[-window:] if overlap_with else ""
         self._min_overlap = min_overlap
         self._restart_min = restart_min
@@ -124,15 +127,21 @@ class ContinuationJoiner:
     # ---- deciding -------------------------------------------------------------------
 
     def _decide(self) -> str:
-        buffer, prefix = self._buffer, self._prefix
+        buffer, prefix, kept = self._buffer, self._prefix, self._kept
         body, matched = self._restart_body()
-        if body is not None and matched >= len(prefix):
-            self.result = JoinResult(JoinKind.RESTART_TRIMMED, len(buffer) - len(body) + len(prefix))
-            rest = body[len(prefix) :]
+        if body is not None and matched >= len(kept):
+            self.result = JoinResult(JoinKind.RESTART_TRIMMED, len(buffer) - len(body) + len(kept))
+            rest = body[len(kept) :]
             return self._release(rest.lstrip() if prefix != prefix.rstrip() else rest)
-        if body is not None and matched >= self._restart_min:
+        if body is not None and matched == len(body):
+            # only reached at the end: a restart that stopped partway (e.g. at max_tokens) adds
+            # nothing, and the longer kept text the user saw (and paid for) stays
+            self.result = JoinResult(JoinKind.RESTART_TRIMMED, len(buffer))
+            return self._release("")
+        if body is not None:
             self.result = JoinResult(JoinKind.RESTART_REPLACED, len(prefix))
-            self.replacement = body
+            # the kept text's leading whitespace is part of the block the client shows
+            self.replacement = prefix[: len(prefix) - len(kept)] + body
             self._release(body)
             return ""
         best = self._best_overlap()
@@ -161,21 +170,21 @@ class ContinuationJoiner:
     def _restart_body(self) -> tuple[str | None, int]:
         """The continuation as a restart (leading whitespace dropped) and how much of the
         kept text it repeats from the start; (None, 0) when it is no restart."""
-        prefix = self._prefix
+        kept = self._kept
         body = self._buffer.lstrip()
-        matched = _common_prefix(body, prefix)
-        if matched == len(prefix) and prefix:
-            if len(prefix) >= self._restart_min or _words(prefix.strip()) >= 2:
+        matched = _common_prefix(body, kept)
+        if matched == len(kept) and kept:
+            if len(kept) >= self._restart_min or _words(kept) >= 2:
                 return body, matched
             # a one-word answer is restarted only by the very same characters, no space first
-            return (self._buffer, matched) if self._buffer.startswith(prefix) else (None, 0)
+            return (body, matched) if self._buffer.startswith(self._prefix) else (None, 0)
         if matched >= self._restart_min:
             return body, matched
         return None, 0
 
     def _could_restart(self) -> bool:
-        body = self._buffer.lstrip()
-        return bool(self._prefix) and len(body) < len(self._prefix) and self._prefix.startswith(body)
+        body, kept = self._buffer.lstrip(), self._kept
+        return bool(kept) and len(body) < len(kept) and kept.startswith(body)
 
     # ---- overlaps -------------------------------------------------------------------
 
