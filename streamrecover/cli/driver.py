@@ -20,7 +20,7 @@ from ..engine.contract import ProviderConfig
 from ..engine.sink import CollectingSink, RunSink
 from ..models import Attempt, Message, RecoveryEvent, Run
 from ..runs import lifecycle
-from ..testing import is_fake
+from ..testing import is_fake, parse_faults
 from .console import ConsoleSink
 
 
@@ -95,8 +95,11 @@ def execute_cli_run(options: RunOptions, live: TextIO | None = None) -> dict[str
         raise ValueError("--base-url/--api-key cannot be handed to a worker: configure the provider in settings")
     if options.enqueue and app_settings.EXECUTION == "celery":
         dispatch.check_celery_reachable()  # before the run exists: nothing is left queued for nobody
-    if options.faults and override is not None and not is_fake(override):
-        raise ValueError("--fault works only with the built-in fake provider (--provider fake)")
+    if options.faults:
+        # before the run exists: a bad or ignored fault must not leave a claimed run behind
+        if not is_fake(resolved):
+            raise ValueError(f"--fault works only with the built-in fake provider (--provider fake), not {provider!r}")
+        parse_faults(options.faults)
     run = lifecycle.create_run(
         prompt=options.prompt,
         provider=provider,

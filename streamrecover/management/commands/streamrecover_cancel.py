@@ -7,13 +7,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...runs.lifecycle import request_cancel
+from ..arguments import run_id
 
 
 class Command(BaseCommand):
     help = "Cancel a queued or running run."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id", help="the run's id (a UUID)")
+        parser.add_argument("run_id", type=run_id, help="the run's id (a UUID)")
         parser.add_argument(
             "--reason",
             default="cancelled from the command line",

@@ -10,6 +10,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from streamrecover.testing import ChaosProxy, parse_faults
 
+from ..arguments import port
+
 
 class Command(BaseCommand):
     help = (
@@ -37,7 +39,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--loop", action="store_true", help="start the script over when it runs out")
         parser.add_argument("--host", default="127.0.0.1", help="loopback address to listen on (default 127.0.0.1)")
-        parser.add_argument("--port", type=int, default=8787, help="port (0: any free port; default 8787)")
+        parser.add_argument("--port", type=port, default=8787, help="port (0: any free port; default 8787)")
         parser.add_argument("--upstream-http2", action="store_true", help="speak HTTP/2 to the upstream where offered")
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...proxy.keys import issue_key, revoke_key
+from ..arguments import positive_int
 
 
 class Command(BaseCommand):
@@ -20,8 +21,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--model", action="append", default=[], dest="models", help="a model (or pattern) it may use; repeatable"
         )
-        parser.add_argument("--max-tokens", type=int, help="the largest max_tokens a request may ask")
-        parser.add_argument("--max-concurrent", type=int, help="how many streams it may have open at once")
+        parser.add_argument("--max-tokens", type=positive_int, help="the largest max_tokens a request may ask")
+        parser.add_argument("--max-concurrent", type=positive_int, help="how many streams it may have open at once")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["revoke"]:

@@ -20,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...cli.driver import RunOptions, RunTimeout, execute_cli_run
 from ...models import Run
+from ..arguments import non_negative_float, non_negative_int, positive_float, positive_int
 
 
 class Command(BaseCommand):
@@ -36,16 +37,26 @@ class Command(BaseCommand):
         parser.add_argument("--model", help="model name (default: DEFAULT_MODEL)")
         parser.add_argument("--prompt", required=True, help="the user message")
         parser.add_argument("--system", help="system prompt")
-        parser.add_argument("--max-tokens", type=int, default=1024, help="the turn's output budget (default 1024)")
-        parser.add_argument("--thinking-budget", type=int, help="enable extended thinking with this token budget")
         parser.add_argument(
-            "--max-continuations", type=int, help="continuation attempts per turn (default: MAX_CONTINUATIONS)"
+            "--max-tokens", type=positive_int, default=1024, help="the turn's output budget (default 1024)"
         )
         parser.add_argument(
-            "--backoff-scale", type=float, help="multiplies the backoff schedule, 0 for none (default: BACKOFF_SCALE)"
+            "--thinking-budget", type=positive_int, help="enable extended thinking with this token budget"
         )
         parser.add_argument(
-            "--idle-timeout", type=float, help="seconds without a byte that count as a stall (default: IDLE_TIMEOUT)"
+            "--max-continuations",
+            type=non_negative_int,
+            help="continuation attempts per turn (default: MAX_CONTINUATIONS)",
+        )
+        parser.add_argument(
+            "--backoff-scale",
+            type=non_negative_float,
+            help="multiplies the backoff schedule, 0 for none (default: BACKOFF_SCALE)",
+        )
+        parser.add_argument(
+            "--idle-timeout",
+            type=positive_float,
+            help="seconds without a byte that count as a stall (default: IDLE_TIMEOUT)",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of the live view")
         parser.add_argument(
@@ -62,7 +73,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--timeout",
-            type=float,
+            type=positive_float,
             default=600.0,
             help="with --enqueue: seconds to wait for the run to end before giving up (default 600)",
         )

@@ -52,6 +52,8 @@ class Command(BaseCommand):
                 window = Window(parse_moment(opts["since"]), end, **filters)
             else:
                 window = Window.last(parse_span(opts["window"]), now=end, **filters)
+        except OverflowError:
+            raise CommandError(f"--window {opts['window']!r} reaches beyond the dates the calendar holds") from None
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         report = build_report(window)

@@ -17,6 +17,7 @@ from ...dispatch import sweep_stale_runs
 from ...models import Run
 from ...runs import lifecycle
 from ...starter import execute_here
+from ..arguments import non_negative_float
 
 
 async def _execute_all(run_ids: list[str]) -> list[Any]:
@@ -32,9 +33,13 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--seconds", type=float, help="staleness of a running run (default: STALE_AFTER_SECONDS)")
         parser.add_argument(
-            "--queued-seconds", type=float, help="age of a queued run (default: QUEUED_STALE_AFTER_SECONDS)"
+            "--seconds", type=non_negative_float, help="staleness of a running run (default: STALE_AFTER_SECONDS)"
+        )
+        parser.add_argument(
+            "--queued-seconds",
+            type=non_negative_float,
+            help="age of a queued run (default: QUEUED_STALE_AFTER_SECONDS)",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
