@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta, tzinfo
 from typing import Any
 
 from django.utils import timezone
@@ -78,19 +78,34 @@ def slot_ceil(moment: datetime) -> datetime:
 def buckets(window: Window) -> list[datetime]:
     """Every bucket start from the one holding ``start`` up to ``end``, empty ones included.
 
-    Hours step in UTC (a DST change neither repeats nor skips one); days step on the calendar.
+    Hours are the current time zone's wall-clock hours, the ones ``TruncHour`` groups by: a
+    repeated hour or half hour (a DST change back) joins its wall-clock hour, a skipped one has
+    no point, and an hour partly skipped (a 30-minute change forward) has one for what is left.
+    Each is labelled with its wall-clock hour in the offset of its first occurrence (``fold=0``,
+    what ``make_aware`` gives the database's buckets). Days step on the calendar.
     """
     tz = timezone.get_current_timezone()
-    start = timezone.localtime(window.start, tz)
-    buckets = []
     if window.bucket == "hour":
-        current = start.replace(minute=0, second=0, microsecond=0)
-        while current < window.end:
-            buckets.append(current)
-            current = timezone.localtime(current.astimezone(UTC) + timedelta(hours=1), tz)
-        return buckets
-    day = start.date()
+        return _wall_clock_hours(window, tz)
+    day = timezone.localtime(window.start, tz).date()
+    days = []
     while (current := datetime.combine(day, time.min, tzinfo=tz)) < window.end:
-        buckets.append(current)
+        days.append(current)
         day += timedelta(days=1)
-    return buckets
+    return days
+
+
+def _wall_clock_hours(window: Window, tz: tzinfo) -> list[datetime]:
+    """The wall-clock hours that some instant of the window falls in, in the order met.
+
+    Stepping an hour at a time (in UTC or on the wall clock) goes off the grid across a change
+    that is not a whole hour (Australia/Lord_Howe's 30 minutes). Every offset in use is a whole
+    number of 15-minute slots, so an instant in every slot meets every wall-clock hour there is.
+    """
+    seen: dict[datetime, None] = {}  # naive wall-clock hours, in the order met
+    moment = window.start
+    while moment < window.end:
+        # A repeated hour or half hour meets its wall-clock hour again: one point.
+        seen.setdefault(moment.astimezone(tz).replace(minute=0, second=0, microsecond=0, tzinfo=None))
+        moment = slot_floor(moment) + SLOT
+    return [hour.replace(tzinfo=tz) for hour in seen]  # fold=0: the offset of the hour's first occurrence
