@@ -4,6 +4,7 @@ streamrecover's own engine recovering through it. The fake provider is the upstr
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -188,6 +189,38 @@ def test_error_event_stall_garbage_status_and_drop(upstream, proxy):
     with pytest.raises(httpx.RemoteProtocolError):
         httpx.post(proxy.base_url + path, json=anthropic_body(), headers=headers)
     assert len(upstream.log) == calls  # neither reached the upstream
+
+
+def data_of(event: bytes) -> dict:
+    return json.loads(event.rsplit(b"\ndata: ", 1)[1])
+
+
+@pytest.mark.parametrize("fault", ["error:events=5", "error:events=0"])
+def test_a_responses_error_event_is_numbered_after_the_event_before_it(upstream, proxy, fault):
+    # the real Responses API numbers every event, an error too: one past the event before it
+    body = {"model": "gpt-4o", "input": PROMPT, "stream": True}
+    proxy.set_faults("default", [fault])
+    _, received, error = read(proxy.base_url + "/v1/responses", body, OPENAI_HEADERS)
+    assert error is None
+    *whole, last = events_of(received)
+    assert [data_of(event)["sequence_number"] for event in whole] == list(range(len(whole)))
+    injected = data_of(last)
+    assert (injected["type"], injected["code"]) == ("error", "server_error")
+    assert injected["sequence_number"] == len(whole)  # 0 when nothing came before it
+
+
+@pytest.mark.parametrize(("fault", "number"), [("error:events=2", 11), ("error:events=0", 9)])
+def test_a_responses_error_on_a_re_attach_goes_on_from_the_cursor(upstream, proxy, fault, number):
+    body = {"model": "gpt-4o", "input": PROMPT, "stream": True, "background": True, "store": True}
+    _, created, _ = read(upstream.base_url + "/v1/responses", body, OPENAI_HEADERS)
+    rid = data_of(events_of(created)[0])["response"]["id"]
+    proxy.set_faults("default", [fault])
+    url = f"{proxy.base_url}/v1/responses/{rid}?stream=true&starting_after=8"
+    with httpx.Client(timeout=30) as client:
+        received = client.get(url, headers=OPENAI_HEADERS).content
+    *whole, last = events_of(received)
+    assert [data_of(event)["sequence_number"] for event in whole] == list(range(9, number))
+    assert (data_of(last)["type"], data_of(last)["sequence_number"]) == ("error", number)
 
 
 def test_goaway_over_http2_and_a_plain_cut_over_http1(upstream, proxy):

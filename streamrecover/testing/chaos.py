@@ -13,7 +13,9 @@ vocabulary (``fake.faults``), consumed one fault per proxied request, per scenar
 - ``eof:...``: the same, but the body ends cleanly (the terminator events are lost);
 - ``stall:events=N,seconds=S[,then=cut|eof|continue]``: nothing for S seconds after N events;
 - ``error:events=N[,type=...,message=...]``: after N events, a mid-stream error event in the
-  request's wire format (Anthropic ``/messages``, OpenAI ``/chat/completions``), clean end;
+  request's wire format (the fake's route for the path: Anthropic ``/messages``, OpenAI
+  ``/chat/completions``, OpenAI ``/responses``, Gemini; Anthropic for any other path), clean
+  end; a Responses error carries the stream's next ``sequence_number``, as the real API's does;
 - ``garbage:events=N`` / ``bad_utf8:events=N``: event N+1 forwarded corrupted, clean end;
 - ``goaway:events=N|bytes=N``: HTTP/2: GOAWAY mid-stream, then the connection closes (over
   HTTP/1.1, a plain cut);
@@ -34,17 +36,18 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
 
-from .fake.dialects import ANTHROPIC, OPENAI, Dialect
+from .fake.dialects import ANTHROPIC, Dialect, route
 from .fake.faults import Fault, FaultKind, as_fault
 from .fake.http11 import Request, Responder
 from .fake.serving import DEFAULT_SCENARIO, JSON_TYPE, ScriptedServer, json_bytes, scenario_of
-from .fake.wire import ErrorSpec
+from .fake.wire import ErrorSpec, WireEvent
 
 # Never forwarded either way: they describe one hop, not the message.
 HOP_BY_HOP = frozenset(
@@ -82,9 +85,11 @@ def check_fault(fault: Fault) -> Fault:
     return fault
 
 
-def dialect_for(path: str) -> Dialect:
-    """The wire format an error is written in: OpenAI for ``.../chat/completions``, else Anthropic."""
-    return OPENAI if path.rstrip("/").endswith("chat/completions") else ANTHROPIC
+def dialect_for(path: str, query: Mapping[str, str] | None = None) -> Dialect:
+    """The wire format an error is written in: the fake provider's for the path (so the
+    proxy's errors are the fake's, numbered alike), Anthropic for a path the fake does not serve."""
+    dialect, _ = route(path.rstrip("/") or "/", query)
+    return dialect or ANTHROPIC
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,10 +248,13 @@ class _Relay:
         self.request = request
         self.responder = responder
         self.fault = fault
-        self.dialect = dialect_for(request.path)
+        self.dialect = dialect_for(request.path, request.query)
         self.status = 0
         self.bytes = 0
         self.events = 0
+        # the last whole SSE event the client got: an injected error follows it (a Responses
+        # error is numbered one past it)
+        self.last_event: WireEvent | None = _reattached_after(request)
         self.triggered = False
         self.error: str | None = None
         self.on_end: Callable[[], None] = lambda: None  # called just before the client can see the end
@@ -328,6 +336,7 @@ class _Relay:
                     break
                 await self._send(event)
                 self.events += 1
+                self.last_event = WireEvent(event)
                 if self.events == target and not fault.mid and fault.kind not in _CORRUPTING:
                     if await self._trigger(fault, b""):
                         return
@@ -351,7 +360,8 @@ class _Relay:
             await self._send(event[:half])
             event = event[half:]
         if kind is FaultKind.ERROR:
-            await self._send(self.dialect.error_event(fault.error_type, fault.message).data)
+            error = self.dialect.error_event(fault.error_type, fault.message, after=self.last_event)
+            await self._send(error.data)
             await self._end()
             return True
         if kind is FaultKind.STALL:
@@ -369,6 +379,16 @@ class _Relay:
             await self.responder.goaway()
             return True
         return True  # cut: returning without the end of the body closes the connection under it
+
+
+def _reattached_after(request: Request) -> WireEvent | None:
+    """On a Responses re-attach (``GET .../responses/{id}?starting_after=N``), the event the
+    client already has, reduced to its number: the stream goes on from N + 1, an error too."""
+    _, reattach = route(request.path, request.query)
+    after = request.query.get("starting_after", "")
+    if reattach is None or not after.isdigit():
+        return None
+    return WireEvent(f"data: {json.dumps({'sequence_number': int(after)})}\n\n".encode())
 
 
 def _event_end(buffer: bytes) -> int | None:
