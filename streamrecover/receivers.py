@@ -27,10 +27,10 @@ def unfold_requeued_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
     rollup.unfold_run(run_id)
 
 
-def publish_cancelled_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
+def publish_cancelled_run(sender: Any, run_id: Any, error: dict[str, str], **kwargs: Any) -> None:
     """A run cancelled before any worker claimed it: its sockets get its end now (no worker will
     send it), not at their next catch-up check."""
-    announce_cancelled_in_queue(str(run_id))
+    announce_cancelled_in_queue(str(run_id), error)
 
 
 def unfold_deleted_run(sender: type[Run], instance: Run, **kwargs: Any) -> None:

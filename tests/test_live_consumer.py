@@ -15,6 +15,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client, override_settings
+from django.urls import reverse
 
 from project.asgi import application
 from streamrecover import starter
@@ -319,7 +320,8 @@ async def test_cancelling_a_queued_run_tells_every_socket_watching_it_at_once(ow
     await asking.send_json_to({"type": "cancel"})
     for ws in (asking, other):
         frame = await ws.receive_json_from(timeout=2)
-        assert frame == {"type": "run_status", "run_id": str(run.pk), "seq": 1, "status": "cancelled", "error": None}
+        error = {"kind": "cancel", "message": "cancelled by user"}  # as a worker's cancel ends
+        assert frame == {"type": "run_status", "run_id": str(run.pk), "seq": 1, "status": "cancelled", "error": error}
     assert (await Run.objects.aget(pk=run.pk)).status == "cancelled"
     # a reconnecting client finds the same end in the replay buffer
     again = await socket(run.pk, owner, after=0)
@@ -329,6 +331,46 @@ async def test_cancelling_a_queued_run_tells_every_socket_watching_it_at_once(ow
     for ws in (asking, other, again):
         await close(ws)
     await reader_buffer().discard(str(run.pk))
+
+
+def _rest_error(user: Any, run_id: Any) -> Any:
+    client = Client()
+    client.force_login(user)
+    return client.get(reverse("streamrecover:api-run", args=[run_id])).json()["error"]
+
+
+async def _cancelled_end(owner: Any, *, worker: bool) -> dict[str, Any]:
+    """A run cancelled from its socket, queued or held by a worker: the error of its end
+    frame, of a reconnecting client's snapshot and replay, and of the REST detail."""
+    run = await new_run(owner, "A long story [[words=200]]", faults=["stall:events=12,seconds=30"])
+    ws = await socket(run.pk, owner)
+    await receive(ws)
+    task = asyncio.ensure_future(starter.execute_here(str(run.pk))) if worker else None
+    if task is not None:
+        await receive_until(ws, lambda f: f["type"] == "text_delta")
+    await ws.send_json_to({"type": "cancel"})
+    end = (await receive_until(ws, finished))[-1]
+    if task is not None:
+        await asyncio.wait_for(task, TIMEOUT)
+    await close(ws)
+    snapshot_ws, replay_ws = await socket(run.pk, owner), await socket(run.pk, owner, after=end["seq"] - 1)
+    snapshot, replayed = await receive(snapshot_ws), await receive(replay_ws)
+    await close(snapshot_ws)
+    await close(replay_ws)
+    await reader_buffer().discard(str(run.pk))
+    assert (end["status"], snapshot["type"], snapshot["status"]) == ("cancelled", "snapshot", "cancelled")
+    assert replayed == end  # the replay buffer holds the same end
+    rest = await sync_to_async(_rest_error)(owner, run.pk)
+    return {"frame": end["error"], "snapshot": snapshot["error"], "rest": rest}
+
+
+@override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "LIVE_CHECK_SECONDS": 0})
+async def test_a_cancel_ends_a_run_alike_whether_it_was_queued_or_running(owner: Any) -> None:
+    # A client shows one end for a cancel: the queued run's (no worker) is the worker's.
+    by_worker = await _cancelled_end(owner, worker=True)
+    in_queue = await _cancelled_end(owner, worker=False)
+    error = {"kind": "cancel", "message": "cancelled by user"}
+    assert by_worker == in_queue == {"frame": error, "snapshot": error, "rest": error}
 
 
 @override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "LIVE_CHECK_SECONDS": 0})

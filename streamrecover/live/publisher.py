@@ -339,10 +339,11 @@ async def make_publisher(run_id: str, *, buffer: FrameBuffer | None = None, laye
     )
 
 
-async def publish_cancelled_in_queue(run_id: str) -> None:
+async def publish_cancelled_in_queue(run_id: str, error: dict[str, str]) -> None:
     """The end of a run cancelled while queued, as a worker publishes a run's end: one
-    ``run_status`` frame, kept in the buffer (which expires as any ended run's) and sent to the
-    run's group, which every socket watching it has joined. Numbered as a new claim's first
+    ``run_status`` frame with the error a worker's cancel ends with (``runs.cancels``), kept in
+    the buffer (which expires as any ended run's) and sent to the run's group, which every
+    socket watching it has joined. Numbered as a new claim's first
     frame: after an earlier claim's frames one seq is left out, so its clients take a snapshot
     (with whatever that claim committed). Only ``lifecycle.request_cancel`` decides that no
     worker sends it, so nothing else numbers this run's frames now."""
@@ -362,22 +363,22 @@ async def publish_cancelled_in_queue(run_id: str) -> None:
         )
         seq = last_seq + 2 if last_seq else 1
         await publisher.on_frame(
-            RunStatusFrame(type=FrameKind.RUN_STATUS, run_id=run_id, seq=seq, status=RunStatus.CANCELLED, error=None)
+            RunStatusFrame(type=FrameKind.RUN_STATUS, run_id=run_id, seq=seq, status=RunStatus.CANCELLED, error=error)
         )
         await publisher.aclose()  # the buffer's keys expire as an ended run's
     finally:
         await buffer.aclose()  # this loop's client, even when the time ran out
 
 
-async def _publish_cancelled_in_time(run_id: str) -> None:
-    await asyncio.wait_for(publish_cancelled_in_queue(run_id), ANNOUNCE_TIMEOUT_S)
+async def _publish_cancelled_in_time(run_id: str, error: dict[str, str]) -> None:
+    await asyncio.wait_for(publish_cancelled_in_queue(run_id, error), ANNOUNCE_TIMEOUT_S)
 
 
-def announce_cancelled_in_queue(run_id: str) -> None:
+def announce_cancelled_in_queue(run_id: str, error: dict[str, str]) -> None:
     """``publish_cancelled_in_queue`` from the thread whose transaction cancelled the run (on a
     Daphne's database thread it runs on the sockets' loop). Best effort: the cancel stands, and
     a socket that misses the frame learns of it at its next catch-up check."""
     try:
-        async_to_sync(_publish_cancelled_in_time)(run_id)
+        async_to_sync(_publish_cancelled_in_time)(run_id, error)
     except Exception:
         log.exception("live_cancel_publish_failed", run_id=run_id)

@@ -32,6 +32,7 @@ from ..engine.agent import notice_blocks
 from ..engine.sink import AttemptOutcome
 from ..models import Attempt, Message, Run, Thread
 from ..redaction import cut_secrets
+from .cancels import CANCELLED_BY_USER, cancel_error
 from .checkpoints import sweep_settled_checkpoints
 from .fence import Fence
 from .recorder import write_messages
@@ -203,6 +204,7 @@ def _claim_locked(run: Run | None, worker: str, now: datetime) -> Run | None:
         return None
     if run.cancel_requested:
         run.status = Run.Status.CANCELLED
+        _cancel_error_on(run)
         run.finished_at = now
         run.save()
         _settled_on_commit(run)
@@ -322,16 +324,25 @@ def _settled_on_commit(run: Run) -> None:
     transaction.on_commit(lambda: run_settled.send(sender=Run, run_id=run_id))
 
 
-def _cancelled_in_queue_on_commit(run: Run) -> None:
-    """Tell ``run_cancelled_in_queue``'s receivers (the run's sockets) once the transaction commits."""
+def _cancel_error_on(run: Run) -> dict[str, str]:
+    """A run cancelled without a worker ends with the error a worker's cancel stores (kind
+    ``cancel``, the reason): REST and snapshots show one end for a cancel, whoever ended it."""
+    error = cancel_error(run.cancel_reason)
+    run.error_kind, run.error_message = error["kind"], error["message"]
+    return error
+
+
+def _cancelled_in_queue_on_commit(run: Run, error: dict[str, str]) -> None:
+    """Tell ``run_cancelled_in_queue``'s receivers (the run's sockets) once the transaction
+    commits, with the error its ``run_status`` frame carries."""
     run_id = run.pk
-    transaction.on_commit(lambda: run_cancelled_in_queue.send(sender=Run, run_id=run_id))
+    transaction.on_commit(lambda: run_cancelled_in_queue.send(sender=Run, run_id=run_id, error=error))
 
 
 # ---- cancelling, re-queueing, sweeping ----------------------------------------------------
 
 
-def request_cancel(run_id: str | uuid.UUID, reason: str = "cancelled by user") -> bool:
+def request_cancel(run_id: str | uuid.UUID, reason: str = CANCELLED_BY_USER) -> bool:
     """Ask a run to stop. A queued run is cancelled at once; a running one within a tick."""
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()
@@ -345,7 +356,7 @@ def request_cancel(run_id: str | uuid.UUID, reason: str = "cancelled by user") -
             run.status = Run.Status.CANCELLED
             run.finished_at = timezone.now()
             _settled_on_commit(run)
-            _cancelled_in_queue_on_commit(run)
+            _cancelled_in_queue_on_commit(run, _cancel_error_on(run))
         run.save()
     log.info("run_cancel_requested", run_id=str(run_id), reason=reason)
     return True

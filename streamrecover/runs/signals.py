@@ -3,8 +3,8 @@
 ``run_settled`` is sent once the transaction that made a run terminal has committed;
 ``run_requeued`` inside the transaction that puts a finished run back in the queue, before
 its state changes; ``run_cancelled_in_queue`` once the transaction that cancelled a run no
-worker held has committed (no worker will publish its end: the receiver does). All carry
-``run_id``. ``streamrecover.receivers`` connects them.
+worker held has committed (no worker will publish its end: the receiver does), with the
+``error`` its end carries. All carry ``run_id``. ``streamrecover.receivers`` connects them.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..engine.cancel import CancelToken
 from ..models import Run
+from .cancels import cancel_message
 from .fence import Fence
 
 log = structlog.get_logger("streamrecover")
@@ -64,7 +65,7 @@ def _beat(fences: list[Fence]) -> set[str]:
 
 def _cancels(run_ids: list[str]) -> dict[str, str]:
     rows = Run.objects.filter(Q(pk__in=run_ids) & Q(cancel_requested=True)).values_list("pk", "cancel_reason")
-    return {str(pk): reason or "cancelled by user" for pk, reason in rows}
+    return {str(pk): cancel_message(reason) for pk, reason in rows}
 
 
 class Watcher:
