@@ -32,7 +32,7 @@ from streamrecover.engine.events import (
 from streamrecover.engine.sse import SSEEvent
 from streamrecover.providers.anthropic import NO_PREFILL_MODELS, AnthropicAdapter, AnthropicStreamParser
 
-from .streams import cut_points, load_text, sse_events
+from .streams import cut_points, load_recorded, load_text, sse_events
 
 ANTHROPIC_FIXTURES = [
     "anthropic_basic_text.sse",
@@ -102,6 +102,15 @@ def test_earlier_revision_assembles_the_two_key_input():
     assert tool.status() is BlockStatus.COMPLETE
     assert acc.stop_reason == "tool_use"
     assert acc.ended
+
+
+def test_the_thinking_part_of_the_output_tokens_is_read_where_the_api_shows_it():
+    # newer responses show it in message_delta's output_tokens_details; output_tokens includes it
+    _out, acc = assemble(load_recorded("anthropic_thinking_tool.sse").decode())
+    assert (acc.usage.output_tokens, acc.usage.reasoning_tokens) == (92, 53)
+    # older ones do not say (the thinking is in output_tokens still): None, never a made-up 0
+    _out, acc = assemble(load_recorded("anthropic_thinking_text_endash.sse").decode())
+    assert (acc.usage.output_tokens, acc.usage.reasoning_tokens) == (234, None)
 
 
 def test_basic_text_skips_pings_and_takes_the_last_usage():

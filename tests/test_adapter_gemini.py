@@ -68,6 +68,7 @@ def test_text_chunks_then_stop_end_the_stream_with_usage() -> None:
     assert isinstance(events[-1], StreamEnd)
     final = [e for e in events if isinstance(e, UsageUpdate)][-1]
     assert (final.usage.input_tokens, final.usage.output_tokens) == (8, 12)  # thoughts are billed as output
+    assert final.usage.reasoning_tokens == 7  # and shown apart
 
 
 def test_a_stream_without_a_finish_reason_never_ends() -> None:

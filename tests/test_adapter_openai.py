@@ -81,7 +81,7 @@ def test_tool_stream_assembles_the_call_usage_and_end():
     assert tool.arguments == '{"city":"Edinburgh","country":"UK","units":"c"}'
     assert tool.status() is BlockStatus.COMPLETE
     assert acc.stop_reason == "tool_use"
-    assert acc.usage == Usage(input_tokens=76, output_tokens=24)
+    assert acc.usage == Usage(input_tokens=76, output_tokens=24, reasoning_tokens=0)
     assert acc.message_id == "chatcmpl-ABfw8AOXnoa2kzy11vVTSjuQhHCQr"
     assert acc.ended
     assert out[:2] == [
@@ -91,7 +91,7 @@ def test_tool_stream_assembles_the_call_usage_and_end():
     assert out[-4:] == [
         BlockStop(1),
         StopReason("tool_use", "tool_calls"),
-        UsageUpdate(Usage(input_tokens=76, output_tokens=24)),
+        UsageUpdate(Usage(input_tokens=76, output_tokens=24, reasoning_tokens=0)),
         StreamEnd(),
     ]
 
@@ -102,7 +102,7 @@ def test_refusal_stream_ends_with_a_refusal_stop_reason():
     assert text.to_content() == {"type": "text", "text": "I'm sorry, I can't assist with that request."}
     assert acc.stop_reason == "refusal"
     assert StopReason("refusal", "stop") in out
-    assert acc.usage == Usage(input_tokens=79, output_tokens=11)
+    assert acc.usage == Usage(input_tokens=79, output_tokens=11, reasoning_tokens=0)
     assert acc.ended
 
 
@@ -269,6 +269,13 @@ def test_empty_choices_never_index_blindly():
 )
 def test_finish_reasons(finish: str, normalized: str):
     assert OpenAIChatStreamParser().feed(chunk({}, finish))[-1] == StopReason(normalized, finish)
+
+
+def test_usage_shows_the_reasoning_part_of_the_completion_tokens():
+    # a reasoning model's usage chunk: completion_tokens counts the reasoning, details show it apart
+    usage = {"prompt_tokens": 20, "completion_tokens": 300, "completion_tokens_details": {"reasoning_tokens": 256}}
+    out = OpenAIChatStreamParser().feed(chunk(None, usage=usage))
+    assert out[-1] == UsageUpdate(Usage(input_tokens=20, output_tokens=300, reasoning_tokens=256))
 
 
 def test_usage_maps_cached_tokens():

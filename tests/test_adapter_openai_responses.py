@@ -60,7 +60,8 @@ def test_reasoning_and_tool_call_stream():
     assert call.parsed_input() == {"result": 6666}
     assert acc.stop_reason == "tool_use"
     assert isinstance(out[-1], StreamEnd)
-    assert acc.usage == Usage(input_tokens=53, output_tokens=469, cache_read_input_tokens=0)
+    # output_tokens counts the reasoning; output_tokens_details shows it apart
+    assert acc.usage == Usage(input_tokens=53, output_tokens=469, cache_read_input_tokens=0, reasoning_tokens=448)
     assert parser.resume_point() == ResumePoint("resp_0050471a34b36ae60068c97b94a480819587a9d70cf2979b33", 13)
 
 

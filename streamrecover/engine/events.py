@@ -19,12 +19,18 @@ class Usage:
     the parts of it read from and written to the provider's prompt cache, so they are never added
     to it again. Anthropic reports its uncached tokens alone as ``input_tokens``: its adapter adds
     the cached ones in, and a writer for Anthropic's wire format takes them out again.
+
+    ``reasoning_tokens`` is the part of ``output_tokens`` spent thinking, where the provider says
+    it (OpenAI's ``reasoning_tokens``, Gemini's ``thoughtsTokenCount``, Anthropic's newer
+    ``thinking_tokens``); ``output_tokens`` always counts them, since they are billed as output.
+    None where the provider did not say, which a sum over attempts reads as 0.
     """
 
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
     def merged(self, other: Usage) -> Usage:
         """Later cumulative values replace earlier ones; missing ones keep the old value."""
@@ -41,6 +47,7 @@ class Usage:
                 if other.cache_read_input_tokens is not None
                 else self.cache_read_input_tokens
             ),
+            reasoning_tokens=other.reasoning_tokens if other.reasoning_tokens is not None else self.reasoning_tokens,
         )
 
     def as_dict(self) -> dict[str, int | None]:
@@ -49,6 +56,7 @@ class Usage:
             "output_tokens": self.output_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "cache_read_input_tokens": self.cache_read_input_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
         }
 
 

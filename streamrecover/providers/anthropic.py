@@ -133,11 +133,14 @@ def _usage(raw: Any, cached: Usage) -> Usage:
     if uncached is not None:
         total = uncached + (creation if creation is not None else cached.cache_creation_input_tokens or 0)
         total += read if read is not None else cached.cache_read_input_tokens or 0
+    # newer responses show apart the thinking part of ``output_tokens`` (which includes it)
+    details = raw.get("output_tokens_details")
     return Usage(
         input_tokens=total,
         output_tokens=as_int(raw.get("output_tokens")),
         cache_creation_input_tokens=creation,
         cache_read_input_tokens=read,
+        reasoning_tokens=as_int(details.get("thinking_tokens")) if isinstance(details, dict) else None,
     )
 
 

@@ -105,7 +105,8 @@ SYNTHETIC_ID_PREFIX = "gemini_call_"  # ids this adapter made up (Gemini sends n
 
 
 def _usage(raw: Mapping[str, Any]) -> Usage:
-    """``usageMetadata`` -> Usage. Thought tokens are billed as output, so they count in it."""
+    """``usageMetadata`` -> Usage. Thought tokens are billed as output, so they count in it (Gemini
+    leaves them out of ``candidatesTokenCount``), and are its reasoning tokens."""
     candidates = as_int(raw.get("candidatesTokenCount"))
     thoughts = as_int(raw.get("thoughtsTokenCount"))
     output = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
@@ -113,6 +114,7 @@ def _usage(raw: Mapping[str, Any]) -> Usage:
         input_tokens=as_int(raw.get("promptTokenCount")),
         output_tokens=output,
         cache_read_input_tokens=as_int(raw.get("cachedContentTokenCount")),
+        reasoning_tokens=thoughts,
     )
 
 

@@ -92,15 +92,18 @@ _RETRYABLE_STREAM_MARKERS = ("server_error", "overload", "rate_limit", "timeout"
 
 def _usage(raw: dict[str, Any]) -> Usage:
     """Chat usage -> Usage. ``prompt_tokens`` includes cached tokens (OpenAI's meaning);
-    DeepSeek reports cache hits as ``prompt_cache_hit_tokens``."""
+    DeepSeek reports cache hits as ``prompt_cache_hit_tokens``. ``completion_tokens`` includes
+    the reasoning tokens, which ``completion_tokens_details`` shows apart."""
     details = raw.get("prompt_tokens_details")
     cached = as_int(details.get("cached_tokens")) if isinstance(details, dict) else None
     if cached is None:
         cached = as_int(raw.get("prompt_cache_hit_tokens"))
+    completion = raw.get("completion_tokens_details")
     return Usage(
         input_tokens=as_int(raw.get("prompt_tokens")),
         output_tokens=as_int(raw.get("completion_tokens")),
         cache_read_input_tokens=cached,
+        reasoning_tokens=as_int(completion.get("reasoning_tokens")) if isinstance(completion, dict) else None,
     )
 
 

@@ -44,15 +44,18 @@ INCOMPLETE_REASONS: dict[str, str] = {"max_output_tokens": "max_tokens", "conten
 
 
 def _usage(raw: Any) -> Usage:
-    """``input_tokens`` includes the cached ones, as in Chat Completions."""
+    """``input_tokens`` includes the cached ones, as in Chat Completions; ``output_tokens`` the
+    reasoning ones, which ``output_tokens_details`` shows apart."""
     if not isinstance(raw, dict):
         return Usage()
     details = raw.get("input_tokens_details")
     cached = as_int(details.get("cached_tokens")) if isinstance(details, dict) else None
+    output = raw.get("output_tokens_details")
     return Usage(
         input_tokens=as_int(raw.get("input_tokens")),
         output_tokens=as_int(raw.get("output_tokens")),
         cache_read_input_tokens=cached,
+        reasoning_tokens=as_int(output.get("reasoning_tokens")) if isinstance(output, dict) else None,
     )
 
 
