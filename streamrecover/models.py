@@ -276,6 +276,12 @@ class Attempt(models.Model):
     cache_read_input_tokens = models.PositiveIntegerField(
         verbose_name=_("cache read input tokens"), null=True, blank=True
     )
+    reasoning_tokens = models.PositiveIntegerField(
+        verbose_name=_("reasoning tokens"),
+        null=True,
+        blank=True,
+        help_text=_("The part of the output tokens spent thinking, where the provider reports it."),
+    )
     bytes_received = models.PositiveBigIntegerField(verbose_name=_("bytes received"), default=0)
     interrupt_cause = models.CharField(verbose_name=_("interrupt cause"), max_length=32, blank=True)
     error_kind = models.CharField(verbose_name=_("error kind"), max_length=64, blank=True)

@@ -169,6 +169,7 @@ def stored_output(run_id: str) -> dict[str, Any]:
                 "output_tokens": a.output_tokens,
                 "cache_creation_input_tokens": a.cache_creation_input_tokens,
                 "cache_read_input_tokens": a.cache_read_input_tokens,
+                "reasoning_tokens": a.reasoning_tokens,
             },
             "interrupt_cause": a.interrupt_cause or None,
             "strategy": a.strategy or None,

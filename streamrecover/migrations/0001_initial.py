@@ -290,6 +290,7 @@ class Migration(migrations.Migration):
                 ('output_tokens', models.PositiveIntegerField(blank=True, null=True, verbose_name='output tokens')),
                 ('cache_creation_input_tokens', models.PositiveIntegerField(blank=True, null=True, verbose_name='cache creation input tokens')),
                 ('cache_read_input_tokens', models.PositiveIntegerField(blank=True, null=True, verbose_name='cache read input tokens')),
+                ('reasoning_tokens', models.PositiveIntegerField(blank=True, help_text='The part of the output tokens spent thinking, where the provider reports it.', null=True, verbose_name='reasoning tokens')),
                 ('bytes_received', models.PositiveBigIntegerField(default=0, verbose_name='bytes received')),
                 ('interrupt_cause', models.CharField(blank=True, max_length=32, verbose_name='interrupt cause')),
                 ('error_kind', models.CharField(blank=True, max_length=64, verbose_name='error kind')),

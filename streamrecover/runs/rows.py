@@ -55,6 +55,7 @@ def attempt_values(attempt: AttemptRecord) -> dict[str, Any]:
         "output_tokens": usage.output_tokens,
         "cache_creation_input_tokens": usage.cache_creation_input_tokens,
         "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
         "bytes_received": attempt.bytes_received,
         "interrupt_cause": str(attempt.interrupt_cause or ""),
         "error_kind": str(attempt.error_kind or ""),
