@@ -11,11 +11,12 @@ from typing import Any
 
 class ScriptedUpstream:
     """An HTTP server on a free loopback port: a POST to a path starting with a key of
-    ``responses`` gets that body as an event stream; ``requests`` holds what each POST sent."""
+    ``responses`` gets that body as an event stream (a list of bodies: one per POST, in turn, the
+    last one again after them); ``requests`` holds what each POST sent."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
-        self.responses: dict[str, bytes] = {}
+        self.responses: dict[str, bytes | list[bytes]] = {}
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -28,6 +29,8 @@ class ScriptedUpstream:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 outer.requests.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(body)})
                 data = next((v for k, v in outer.responses.items() if self.path.startswith(k)), b"")
+                if isinstance(data, list):
+                    data = data.pop(0) if len(data) > 1 else data[0]
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.end_headers()
@@ -92,16 +95,24 @@ def anthropic_stream(
 
 
 def chat_stream(
-    text: str = "Hello there", *, prompt_tokens: int = 100, cached: int = 0, completion_tokens: int = 5
+    text: str = "Hello there",
+    *,
+    prompt_tokens: int = 100,
+    cached: int = 0,
+    completion_tokens: int = 5,
+    reasoning_tokens: int | None = None,
 ) -> bytes:
-    """A Chat Completions stream of one text answer and its usage chunk (``prompt_tokens`` count the cached ones)."""
+    """A Chat Completions stream of one text answer and its usage chunk (``prompt_tokens`` count the
+    cached ones, ``completion_tokens`` the reasoning ones)."""
     head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x"}
-    usage = {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return sse(
         [
             (None, {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
@@ -111,3 +122,21 @@ def chat_stream(
             (None, "[DONE]"),
         ]
     )
+
+
+def gemini_stream(
+    text: str, *, thoughts: int, candidates: int, finished: bool = True, prompt_tokens: int = 10
+) -> bytes:
+    """A ``streamGenerateContent`` stream of one text chunk with its cumulative ``usageMetadata``
+    (``candidatesTokenCount`` leaves the thoughts out); without ``finished`` it ends with no
+    ``finishReason``: a stream that broke."""
+    usage = {
+        "promptTokenCount": prompt_tokens,
+        "candidatesTokenCount": candidates,
+        "thoughtsTokenCount": thoughts,
+        "totalTokenCount": prompt_tokens + candidates + thoughts,
+    }
+    candidate: dict[str, Any] = {"content": {"parts": [{"text": text}], "role": "model"}, "index": 0}
+    if finished:
+        candidate["finishReason"] = "STOP"
+    return sse([(None, {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "gemini-x"})])

@@ -1,7 +1,7 @@
 """The healing endpoint says what the provider said, in the client's own API: the usage (each API
-counts cached input tokens its own way), the stop sequence that ended the answer, and the
-client's ``anthropic-beta`` flags reaching an Anthropic provider. A scripted provider upstream
-(the official clients downstream) reports what the built-in fake does not."""
+counts cached input tokens its own way; the reasoning tokens of every attempt), the stop sequence
+that ended the answer, and the client's ``anthropic-beta`` flags reaching an Anthropic provider. A
+scripted provider upstream (the official clients downstream) reports what the built-in fake does not."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from streamrecover.proxy.keys import issue_key
 from streamrecover.testing.host import wait_for
 
 from .proxy_helpers import daphne_url, proxy_settings
-from .scripted_upstream import ScriptedUpstream, anthropic_stream, chat_stream
+from .scripted_upstream import ScriptedUpstream, anthropic_stream, chat_stream, gemini_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,10 +41,12 @@ def raw_key(django_user_model: Any) -> str:
 
 
 def served_by(upstream: ScriptedUpstream, provider: str, **anthropic_entry: Any) -> AbstractContextManager[Any]:
-    """Every endpoint served by ``provider``: ``"claude"`` (Anthropic) or ``"gpt"`` (OpenAI Chat)."""
+    """Every endpoint served by ``provider``: ``"claude"`` (Anthropic), ``"gpt"`` (OpenAI Chat) or
+    ``"gemini"``."""
     providers = {
         "claude": {"ADAPTER": "anthropic", "BASE_URL": upstream.url, "API_KEY": "sk-up", **anthropic_entry},
         "gpt": {"ADAPTER": "openai", "BASE_URL": upstream.url + "/v1", "API_KEY": "sk-up"},
+        "gemini": {"ADAPTER": "gemini", "BASE_URL": upstream.url, "API_KEY": "sk-up"},
     }
     endpoints = {f"PROXY_{f}_PROVIDER": provider for f in ("ANTHROPIC", "OPENAI", "RESPONSES")}
     configured = proxy_settings(settings.STREAMRECOVER, PROVIDERS=providers, DEFAULT_PROVIDER=provider, **endpoints)
@@ -121,6 +123,54 @@ def test_a_responses_client_of_an_anthropic_provider_sees_cached_tokens_in_its_i
         wait_for(Run.objects.get().pk)
     assert usage is not None
     assert (usage.input_tokens, usage.input_tokens_details.cached_tokens, usage.total_tokens) == (1010, 1000, 1015)
+
+
+# ---- usage: reasoning tokens, part of the output tokens and shown apart ---------------------
+
+# Gemini reports usage on every chunk, so a broken attempt's thinking is counted too: 7 thought
+# and 3 answer tokens before the break, 4 and 2 in the continuation
+BROKEN_THEN_CONTINUED = [
+    gemini_stream("Hello", thoughts=7, candidates=3, finished=False),
+    gemini_stream(" there", thoughts=4, candidates=2),
+]
+
+
+def test_a_chat_client_of_a_chat_provider_sees_its_reasoning_tokens(upstream: ScriptedUpstream, raw_key: str) -> None:
+    upstream.responses = {"/v1/chat/completions": chat_stream(completion_tokens=50, reasoning_tokens=40)}
+    with served_by(upstream, "gpt"):
+        usage = chat_usage(raw_key)
+    assert usage.completion_tokens == 50
+    assert usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 40
+    assert Attempt.objects.get().reasoning_tokens == 40
+
+
+def test_a_chat_client_sees_the_reasoning_tokens_of_every_attempt_of_a_continued_answer(
+    upstream: ScriptedUpstream, raw_key: str
+) -> None:
+    upstream.responses = {"/v1beta/models/": list(BROKEN_THEN_CONTINUED)}
+    with served_by(upstream, "gemini"):
+        usage = chat_usage(raw_key)
+    assert Attempt.objects.count() == 2  # the break was real
+    # thinking is billed as output: both attempts' thoughts are in completion_tokens, and shown apart
+    assert usage.completion_tokens == 7 + 3 + 4 + 2
+    assert usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 7 + 4
+    assert sorted(a.reasoning_tokens for a in Attempt.objects.all()) == [4, 7]
+
+
+def test_a_responses_client_sees_the_reasoning_tokens_of_every_attempt_of_a_continued_answer(
+    upstream: ScriptedUpstream, raw_key: str
+) -> None:
+    upstream.responses = {"/v1beta/models/": list(BROKEN_THEN_CONTINUED)}
+    with served_by(upstream, "gemini"):
+        with openai_client(raw_key).responses.stream(model="m", input="hi") as stream:
+            usage = stream.get_final_response().usage
+        wait_for(Run.objects.get().pk)
+    assert Attempt.objects.count() == 2
+    assert usage is not None
+    assert usage.output_tokens == 7 + 3 + 4 + 2
+    assert usage.output_tokens_details.reasoning_tokens == 7 + 4
 
 
 def test_an_anthropic_client_of_an_anthropic_provider_sees_the_providers_own_usage(

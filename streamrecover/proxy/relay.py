@@ -136,6 +136,7 @@ class ProxyStream:
             total.output_tokens += seen.usage.get("output_tokens") or 0
             total.cache_creation_input_tokens += seen.usage.get("cache_creation_input_tokens") or 0
             total.cache_read_input_tokens += seen.usage.get("cache_read_input_tokens") or 0
+            total.reasoning_tokens += seen.usage.get("reasoning_tokens") or 0
         return total
 
     async def first(self) -> bytes | RunEnded:

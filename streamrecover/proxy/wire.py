@@ -36,6 +36,7 @@ class TurnUsage:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    reasoning_tokens: int = 0  # the part of output_tokens spent thinking, where the upstream said
 
     def anthropic(self, output_tokens: int) -> dict[str, int]:
         """Anthropic's usage: its ``input_tokens`` leave out what was read from or written to the cache."""
@@ -233,6 +234,7 @@ class OpenAIWriter:
                             "completion_tokens": usage.output_tokens,
                             "total_tokens": usage.input_tokens + usage.output_tokens,
                             "prompt_tokens_details": {"cached_tokens": usage.cache_read_input_tokens},
+                            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
                         },
                     }
                 )

@@ -83,7 +83,7 @@ class ResponsesWriter:
                 "input_tokens": usage.input_tokens,
                 "input_tokens_details": {"cached_tokens": usage.cache_read_input_tokens},
                 "output_tokens": usage.output_tokens,
-                "output_tokens_details": {"reasoning_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
                 "total_tokens": usage.input_tokens + usage.output_tokens,
             }
         response.update(more)
