@@ -192,6 +192,17 @@ def test_openai_stream_has_role_chunk_finish_chunk_usage_and_done(server: FakePr
     assert all(chunk == "[DONE]" or chunk["choices"] for chunk in without_usage)
 
 
+def test_a_chat_reasoners_usage_counts_its_reasoning_apart_as_the_real_api_does(server: FakeProviderServer) -> None:
+    body = openai_body(user("Tell me about rivers"), model="deepseek-reasoner", stream_options={"include_usage": True})
+    chunks = [c for c in openai_chunks(post_openai(server, body)) if c != "[DONE]"]
+    reasoning = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("reasoning_content")]
+    content = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    usage = chunks[-1]["usage"]
+    assert reasoning
+    assert usage["completion_tokens_details"] == {"reasoning_tokens": len(reasoning)}
+    assert usage["completion_tokens"] == len(reasoning) + len(content)  # the reasoning is billed as output
+
+
 def test_same_request_gives_the_same_bytes(server: FakeProviderServer) -> None:
     body = anthropic_body(user("Determinism, please"))
     first, second = post_anthropic(server, body), post_anthropic(server, body)

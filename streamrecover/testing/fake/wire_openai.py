@@ -101,7 +101,7 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
                 events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, tokens=1))
     events.append(chunk({}, _FINISH.get(plan.stop_reason, "stop")))
     if ctx.include_usage:
-        usage = _usage(ctx.input_tokens, plan.output_tokens)
+        usage = _usage(ctx.input_tokens, plan)
         events.append(sse(compact({**head, "choices": [], "usage": usage, **tail.next()})))
     events.append(DONE)
     return events
@@ -149,7 +149,7 @@ def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
         "choices": [
             {"index": 0, "message": message, "logprobs": None, "finish_reason": _FINISH.get(plan.stop_reason, "stop")}
         ],
-        "usage": _usage(ctx.input_tokens, plan.output_tokens),
+        "usage": _usage(ctx.input_tokens, plan),
         "system_fingerprint": _fingerprint(ctx),
     }
 
@@ -212,12 +212,15 @@ def _fingerprint(ctx: ResponseContext) -> str:
     return "fp_" + stable_token("fingerprint", ctx.seed, length=10).lower()
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def _usage(prompt_tokens: int, plan: Plan) -> dict[str, Any]:
+    """The reasoning deltas are part of ``completion_tokens`` and counted apart too, as a reasoning
+    model's usage shows them."""
+    reasoning = sum(1 for b in plan.blocks if b.kind is BlockKind.THINKING for p in b.pieces if p)
     return {
         "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens": plan.output_tokens,
+        "total_tokens": prompt_tokens + plan.output_tokens,
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
     }
 
 
