@@ -176,11 +176,8 @@ def test_error_event_stall_garbage_status_and_drop(upstream, proxy):
     assert len(events_of(received)) == 3
     assert events_of(received)[2] != events[2]
 
-    # the upstream logs a request when its response ends, which may be after the proxy cut it
-    deadline = time.monotonic() + 5
-    while len(upstream.log) < before + 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    calls = len(upstream.log)
+    calls = len(upstream.log)  # the upstream logged the request when it accepted it
+    assert calls == before + 1
     proxy.set_faults("default", ["status:429,retry_after=2", "drop"])
     response = httpx.post(proxy.base_url + path, json=anthropic_body(), headers=headers)
     assert response.status_code == 429

@@ -397,6 +397,24 @@ def test_stall_headers_sends_nothing_then_answers(server: FakeProviderServer) ->
     assert [e.fault["kind"] if e.fault else None for e in server.log] == [None, "stall_headers", "stall_headers"]
 
 
+def test_a_client_that_hangs_up_after_the_headers_is_in_the_log_at_once(server: FakeProviderServer) -> None:
+    """The real provider has seen (and may bill) a request whose client left at the headers; the
+    fake's log holds it from then on, not only once the fake is done with it."""
+    server.set_faults("default", ["stall:events=0,seconds=0.6"])  # the body waits: the hang-up comes first
+    url = server.base_url + PATHS["anthropic"]
+    with HTTP.stream("POST", url, json=request_body("anthropic"), headers=HEADERS["anthropic"]) as response:
+        assert response.status_code == 200
+    # hung up before any body byte, while the fake still waits to write one
+    (entry,) = server.log
+    assert (entry.status, entry.bytes_sent, entry.billed_output_tokens, entry.finished) == (200, 0, 0, False)
+    deadline = time.monotonic() + 5
+    while not server.log[0].finished and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (entry,) = server.log  # the same entry, now final
+    assert (entry.finished, entry.fault_triggered, entry.completed) == (True, True, False)
+    assert (entry.status, entry.bytes_sent, entry.billed_output_tokens) == (200, 0, 0)
+
+
 def test_goaway_over_http1_is_a_plain_cut(server: FakeProviderServer) -> None:
     full = fetch(server).body
     server.set_faults("default", ["goaway:events=5"])

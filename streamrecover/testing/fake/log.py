@@ -1,5 +1,9 @@
 """The fake provider's billing log: one entry per provider request.
 
+An entry is there from the moment the request is accepted (status 0, nothing sent) and is
+replaced as the answer goes on, each time before the client can see more of it; ``finished``
+says the fake is done with the request (answered, cut, or the client hung up).
+
 Tests read it to prove what the product paid for: a continuation must send the prefix as
 input and bill only new output, never the same text twice. An output token is one content
 delta carrying generated text (a text, thinking, tool-argument or refusal fragment); it is
@@ -34,6 +38,7 @@ class LogEntry:
     billed_text: str  # the text of the billed text deltas, concatenated
     completed: bool  # the stream's terminator (message_stop / [DONE]) or the JSON body was written
     error: str | None  # the error message of a 4xx/5xx answer
+    finished: bool  # False while the answer is still being written (or the fake still waits to write it)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -64,6 +64,7 @@ class _Outcome:
     billed_text: list[str] = field(default_factory=list)
     completed: bool = False
     error: str | None = None
+    finished: bool = False
 
 
 class FakeProviderServer(ScriptedServer[LogEntry]):
@@ -149,15 +150,16 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         seq = next(self._seq)
         request_id = f"req_fake{seq:018d}"
         outcome = _Outcome()
-        recorded = False
+        # Logged as accepted, before any answer: a client that hangs up at any point (even
+        # right after the headers, while this handler still waits to write) leaves its request
+        # in the log, as the real provider has seen (and may bill) it.
+        accepted = _log_entry(seq, request_id, dialect, request, scenario, fault)
+        slot = self._append_log(accepted)
 
         def record() -> None:
-            # Called just before the write that lets the client see the end of the answer,
-            # so a test that reads the log right after its response finds the entry there.
-            nonlocal recorded
-            if not recorded:
-                recorded = True
-                self._record(seq, request_id, dialect, request, scenario, fault, outcome)
+            # Called before each write the client can see, so the log is never behind what the
+            # client read: a test that reads the log right after its response finds it there.
+            self._update_log(slot, _with_outcome(accepted, outcome))
 
         try:
             if resumed is not None:
@@ -166,6 +168,7 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             recording = self._recordings.get(scenario)
             await self._answer(dialect, request, fault, request_id, writer, outcome, record, recording)
         finally:
+            outcome.finished = True
             record()
 
     async def _answer(
@@ -184,6 +187,7 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             return
         if fault is not None and fault.kind is FaultKind.STALL_HEADERS:
             outcome.fault_triggered = True
+            record()
             await asyncio.sleep(fault.seconds)
         try:
             answer = _understand(dialect, request, fault, outcome, recording)
@@ -246,8 +250,9 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         else:
             body = json_bytes({"id": response, "object": "response", "status": "cancelled", "background": True})
             outcome.status = 200
-        outcome.bytes_sent = len(body)
-        self._record(seq, request_id, dialect, request, scenario_of(request), None, outcome)
+        outcome.bytes_sent, outcome.finished = len(body), True
+        entry = _log_entry(seq, request_id, dialect, request, scenario_of(request), None)
+        self._append_log(_with_outcome(entry, outcome))
         await writer.full(outcome.status, dialect.response_headers(request_id), body, JSON_TYPE)
 
     async def _reattach(
@@ -306,8 +311,9 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             ("cache-control", "no-cache"),
             *dialect.response_headers(request_id),
         ]
-        await writer.head(200, headers)
         outcome.status = 200
+        record()
+        await writer.head(200, headers)
 
         def finish() -> bool:
             outcome.completed = delivery.complete
@@ -336,6 +342,8 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             if not billed:
                 outcome.billed_output_tokens += piece.tokens
                 outcome.billed_text.append(piece.text)
+            if index != last:
+                record()
             await writer.data(piece.data, end_stream=finish() if index == last else False)
         if last < 0:  # no pieces, or a stall after the last one
             if delivery.stall_before == len(pieces):
@@ -349,13 +357,13 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
     ) -> None:
         """The pieces, then ``delivery.endless`` again and again until the client goes away."""
         assert delivery.endless is not None
-        record()  # the log entry exists while the stream goes on (its counts are those at its start)
         for piece in itertools.chain(delivery.pieces, itertools.repeat(delivery.endless)):
             if writer.closing():
                 return
             outcome.bytes_sent += len(piece.data)
             outcome.billed_output_tokens += piece.tokens
             outcome.billed_text.append(piece.text)
+            record()
             try:
                 await writer.data(piece.data)
             except Exception:  # the client went away (HTTP/1.1 or HTTP/2, however it shows): stop
@@ -363,43 +371,57 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             if piece is delivery.endless:
                 await asyncio.sleep(delivery.endless_every)
 
-    def _record(
-        self,
-        seq: int,
-        request_id: str,
-        dialect: Dialect,
-        request: Request,
-        scenario: str,
-        fault: Fault | None,
-        outcome: _Outcome,
-    ) -> None:
-        try:
-            body: Any = json.loads(request.body)
-        except ValueError:
-            body = None
-        entry = LogEntry(
-            seq=seq,
-            request_id=request_id,
-            method=request.method,
-            path=request.path,
-            provider=dialect.name,
-            scenario=scenario,
-            headers={k: v for k, v in request.headers.items() if k not in SECRET_HEADERS},
-            request=body,
-            fault=fault.to_dict() if fault else None,
-            fault_triggered=outcome.fault_triggered,
-            status=outcome.status,
-            bytes_sent=outcome.bytes_sent,
-            understood_as=outcome.understood_as,
-            prefix_chars=outcome.prefix_chars,
-            prefix_matched=outcome.prefix_matched,
-            output_tokens=outcome.output_tokens,
-            billed_output_tokens=outcome.billed_output_tokens,
-            billed_text="".join(outcome.billed_text),
-            completed=outcome.completed,
-            error=outcome.error,
-        )
-        self._append_log(entry)
+
+def _log_entry(
+    seq: int, request_id: str, dialect: Dialect, request: Request, scenario: str, fault: Fault | None
+) -> LogEntry:
+    """The entry of a request just accepted: what was asked, nothing answered yet."""
+    try:
+        body: Any = json.loads(request.body)
+    except ValueError:
+        body = None
+    return LogEntry(
+        seq=seq,
+        request_id=request_id,
+        method=request.method,
+        path=request.path,
+        provider=dialect.name,
+        scenario=scenario,
+        headers={k: v for k, v in request.headers.items() if k not in SECRET_HEADERS},
+        request=body,
+        fault=fault.to_dict() if fault else None,
+        fault_triggered=False,
+        status=0,
+        bytes_sent=0,
+        understood_as=None,
+        prefix_chars=0,
+        prefix_matched=None,
+        output_tokens=0,
+        billed_output_tokens=0,
+        billed_text="",
+        completed=False,
+        error=None,
+        finished=False,
+    )
+
+
+def _with_outcome(entry: LogEntry, outcome: _Outcome) -> LogEntry:
+    """``entry`` as the answer stands now."""
+    return replace(
+        entry,
+        fault_triggered=outcome.fault_triggered,
+        status=outcome.status,
+        bytes_sent=outcome.bytes_sent,
+        understood_as=outcome.understood_as,
+        prefix_chars=outcome.prefix_chars,
+        prefix_matched=outcome.prefix_matched,
+        output_tokens=outcome.output_tokens,
+        billed_output_tokens=outcome.billed_output_tokens,
+        billed_text="".join(outcome.billed_text),
+        completed=outcome.completed,
+        error=outcome.error,
+        finished=outcome.finished,
+    )
 
 
 _PARTIAL_TOOL_WIRES = ("anthropic", "openai")  # where ``[[partial_tool_at_limit]]`` applies

@@ -48,6 +48,16 @@ class _Entry(Protocol):
 EntryT = TypeVar("EntryT", bound=_Entry)
 
 
+class LogSlot(Generic[EntryT]):
+    """One request's place in the log: written when the request is accepted, replaced as its
+    answer goes on, so the log holds every request that reached the server, however it ended."""
+
+    __slots__ = ("entry",)
+
+    def __init__(self, entry: EntryT) -> None:
+        self.entry = entry
+
+
 def scenario_of(request: Request) -> str:
     """The request's scenario: its ``x-fake-scenario`` header, ``default`` without one."""
     return request.headers.get(SCENARIO_HEADER) or DEFAULT_SCENARIO
@@ -69,7 +79,7 @@ class ScriptedServer(Generic[EntryT]):
         self._requested_port = port
         self.port = 0
         self._scripts = FaultScripts()
-        self._log: list[EntryT] = []
+        self._log: list[LogSlot[EntryT]] = []
         self._log_lock = threading.Lock()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -202,7 +212,7 @@ class ScriptedServer(Generic[EntryT]):
     def log(self) -> list[EntryT]:
         """A copy of the log, oldest first."""
         with self._log_lock:
-            return list(self._log)
+            return [slot.entry for slot in self._log]
 
     def log_for(self, scenario: str) -> list[EntryT]:
         return [entry for entry in self.log if entry.scenario == scenario]
@@ -211,11 +221,18 @@ class ScriptedServer(Generic[EntryT]):
         """Forget the scripts and log entries of one scenario, or of all."""
         self._scripts.clear(scenario)
         with self._log_lock:
-            self._log = [] if scenario is None else [e for e in self._log if e.scenario != scenario]
+            self._log = [] if scenario is None else [s for s in self._log if s.entry.scenario != scenario]
 
-    def _append_log(self, entry: EntryT) -> None:
+    def _append_log(self, entry: EntryT) -> LogSlot[EntryT]:
+        slot = LogSlot(entry)
         with self._log_lock:
-            self._log.append(entry)
+            self._log.append(slot)
+        return slot
+
+    def _update_log(self, slot: LogSlot[EntryT], entry: EntryT) -> None:
+        """Replace a request's entry (after a reset dropped it, the update goes nowhere)."""
+        with self._log_lock:
+            slot.entry = entry
 
     # -- connections ---------------------------------------------------------------------
 
