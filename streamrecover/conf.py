@@ -24,6 +24,10 @@ SETTINGS_NAME = "STREAMRECOVER"
 # Base URL of the built-in fake provider: the runner serves it in-process, no network.
 FAKE_BASE_URL = "fake://streamrecover"
 
+# The largest value an integer column (IntegerField, PositiveIntegerField) holds on every supported
+# database: a larger number from a client or a command line is refused, not a database error.
+MAX_STORED_INT = 2**31 - 1
+
 # Adapter name -> the wire format the healing endpoint can translate a client's fields into
 # (a failover to another format); other adapters take no translated fields.
 PROXY_ADAPTER_FORMATS: dict[str, str] = {"anthropic": "anthropic", "openai": "openai", "openai-responses": "responses"}

@@ -19,16 +19,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from . import dispatch
-from .conf import app_settings
+from .conf import MAX_STORED_INT, app_settings
 from .models import Attempt, Message, Run, Thread
 from .providers.common import LONE_SURROGATE
 from .runs import lifecycle
 from .testing import is_fake, parse_faults
 
 JsonView = Callable[..., JsonResponse]
-# The database's integer columns hold no more; a larger number is a client's mistake, not a 500.
-MAX_INT = 2**31 - 1
-# Nor does a run's model column hold a longer name.
+# A run's model column holds no longer name.
 MODEL_MAX_LENGTH: int = Run._meta.get_field("model").max_length or 0
 
 
@@ -103,7 +101,8 @@ def _optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...], wha
         return None
     if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
         raise BadRequest(f"{key!r} must be {what}.")
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+    # the database's integer columns hold no more: a larger number is a client's mistake, not a 500
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_STORED_INT:
         raise BadRequest(f"{key!r} is too large.")
     if isinstance(value, str):
         _check_text(key, value)

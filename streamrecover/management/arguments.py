@@ -12,8 +12,7 @@ import argparse
 import math
 import uuid
 
-# the largest value a PositiveIntegerField holds on every supported database
-MAX_STORED_INT = 2_147_483_647
+from ..conf import MAX_STORED_INT
 
 
 def _number(text: str) -> float:
