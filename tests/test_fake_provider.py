@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,9 @@ import pytest
 from streamrecover.engine.contract import CONTINUE_INSTRUCTION
 from streamrecover.engine.sse import SSEDecoder, SSEEvent
 from streamrecover.testing.fake import FakeProviderServer
+
+from . import fake_fixtures
+from .fake_fixtures import HTTP, TIME_TOOL
 
 ANTHROPIC_HEADERS = {"x-api-key": "sk-ant-secret-key", "anthropic-version": "2023-06-01"}
 OPENAI_HEADERS = {"authorization": "Bearer sk-openai-secret-key"}
@@ -33,19 +35,10 @@ WEATHER_TOOL = {
         "required": ["location"],
     },
 }
-HTTP = httpx.Client(timeout=10)  # one client: building one per request costs ~50 ms (TLS context)
-TIME_TOOL = {"name": "get_time", "description": "Local time", "input_schema": {"type": "object", "properties": {}}}
 
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def _clean(server: FakeProviderServer) -> None:
-    server.reset()
+# this module's fake provider, reset before each test
+server = fake_fixtures.server
+clean_server = fake_fixtures.clean_server
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -21,6 +20,8 @@ from streamrecover.engine.sse import SSEDecoder
 from streamrecover.providers.anthropic import NO_PREFILL_MODELS
 from streamrecover.testing.fake import FakeProviderServer
 
+from . import fake_fixtures
+from .fake_fixtures import HTTP, TIME_TOOL
 from .recorded_reading import read
 from .streams import RECORDINGS, REFERENCE
 
@@ -29,19 +30,10 @@ OPENAI_HEADERS = {"authorization": "Bearer sk-openai-key"}
 PREFILL_REFUSED = (
     "This model does not support assistant message prefill. The conversation must end with a user message."
 )
-HTTP = httpx.Client(timeout=10)
-TIME_TOOL = {"name": "get_time", "description": "Local time", "input_schema": {"type": "object", "properties": {}}}
 
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer() as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def _clean(server: FakeProviderServer) -> None:
-    server.reset()
+# this module's fake provider, reset before each test
+server = fake_fixtures.server
+clean_server = fake_fixtures.clean_server
 
 
 def _payloads(raw: bytes) -> list[tuple[str | None, str]]:
