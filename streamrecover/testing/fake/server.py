@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -153,23 +153,19 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         # Logged as accepted, before any answer: a client that hangs up at any point (even
         # right after the headers, while this handler still waits to write) leaves its request
         # in the log, as the real provider has seen (and may bill) it.
+        # The entry is read from the outcome whenever the log is read, so it is never behind
+        # what the client has been sent, and costs nothing per event; it is frozen at the end.
         accepted = _log_entry(seq, request_id, dialect, request, scenario, fault)
-        slot = self._append_log(accepted)
-
-        def record() -> None:
-            # Called before each write the client can see, so the log is never behind what the
-            # client read: a test that reads the log right after its response finds it there.
-            self._update_log(slot, _with_outcome(accepted, outcome))
-
+        slot = self._append_live_log(lambda: _with_outcome(accepted, outcome))
         try:
             if resumed is not None:
-                await self._reattach(dialect, request, fault, resumed, request_id, writer, outcome, record)
+                await self._reattach(dialect, request, fault, resumed, request_id, writer, outcome)
                 return
             recording = self._recordings.get(scenario)
-            await self._answer(dialect, request, fault, request_id, writer, outcome, record, recording)
+            await self._answer(dialect, request, fault, request_id, writer, outcome, recording)
         finally:
             outcome.finished = True
-            record()
+            self._settle_log(slot)
 
     async def _answer(
         self,
@@ -179,7 +175,6 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         request_id: str,
         writer: Responder,
         outcome: _Outcome,
-        record: Callable[[], None],
         recording: Recording | None = None,
     ) -> None:
         if fault is not None and fault.kind is FaultKind.DROP:
@@ -187,7 +182,6 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             return
         if fault is not None and fault.kind is FaultKind.STALL_HEADERS:
             outcome.fault_triggered = True
-            record()
             await asyncio.sleep(fault.seconds)
         try:
             answer = _understand(dialect, request, fault, outcome, recording)
@@ -196,21 +190,18 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         if isinstance(answer, ErrorSpec):
             error_body = dialect.error_body(answer, request_id)
             outcome.status, outcome.bytes_sent, outcome.error = answer.status, len(error_body), answer.message
-            record()
             headers = [*dialect.response_headers(request_id), *answer.headers]
             await writer.full(answer.status, headers, error_body, JSON_TYPE)
             return
         interpretation, plan, ctx = answer
         if fault is not None and fault.kind is FaultKind.HTML:  # a proxy's page, status 200
             outcome.status, outcome.bytes_sent, outcome.fault_triggered = 200, len(HTML_PAGE), True
-            record()
             await writer.full(200, dialect.response_headers(request_id), HTML_PAGE, fault.content_type or HTML_TYPE)
             return
         if not interpretation.stream:  # stream faults apply to streams only
             whole = json_bytes(dialect.response_json(plan, ctx))
             outcome.status, outcome.bytes_sent, outcome.completed = 200, len(whole), True
             outcome.billed_output_tokens, outcome.billed_text = plan.output_tokens, [plan.text]
-            record()
             await writer.full(200, dialect.response_headers(request_id), whole, JSON_TYPE)
             return
         replay = recording is not None and not interpretation.continues and not _after_tools(interpretation)
@@ -232,7 +223,7 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         content_type = SSE_TYPE
         if fault is not None and fault.kind is FaultKind.MISLABEL:
             content_type, outcome.fault_triggered = fault.content_type or JSON_TYPE, True
-        await self._send_stream(writer, dialect, request_id, delivery, outcome, record, content_type, billed=background)
+        await self._send_stream(writer, dialect, request_id, delivery, outcome, content_type, billed=background)
 
     async def _cancel_background(self, dialect: Dialect, request: Request, response: str, writer: Responder) -> None:
         """``POST .../responses/{id}/cancel``: the background response stops; it cannot be
@@ -264,7 +255,6 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         request_id: str,
         writer: Responder,
         outcome: _Outcome,
-        record: Callable[[], None],
     ) -> None:
         """``GET .../responses/{id}?stream=true&starting_after=N``: a background response's
         events after sequence number N, nothing generated (or billed) again."""
@@ -281,7 +271,6 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             assert problem is not None
             body = dialect.error_body(problem, request_id)
             outcome.status, outcome.bytes_sent, outcome.error = problem.status, len(body), problem.message
-            record()
             await writer.full(
                 problem.status, [*dialect.response_headers(request_id), *problem.headers], body, JSON_TYPE
             )
@@ -290,7 +279,7 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         after = int(request.query.get("starting_after", "-1"))
         delivery = plan_delivery(stored[after + 1 :], fault, _injected_error(dialect, fault, stored, after + 1))
         outcome.fault_triggered = delivery.triggered
-        await self._send_stream(writer, dialect, request_id, delivery, outcome, record, billed=True)
+        await self._send_stream(writer, dialect, request_id, delivery, outcome, billed=True)
 
     async def _send_stream(
         self,
@@ -299,7 +288,6 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         request_id: str,
         delivery: Delivery,
         outcome: _Outcome,
-        record: Callable[[], None],
         content_type: str = SSE_TYPE,
         *,
         billed: bool = False,
@@ -312,17 +300,15 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             *dialect.response_headers(request_id),
         ]
         outcome.status = 200
-        record()
         await writer.head(200, headers)
 
         def finish() -> bool:
             outcome.completed = delivery.complete
-            record()
             return delivery.clean_end
 
         pieces = delivery.pieces
         if delivery.endless is not None:
-            await self._send_endless(writer, delivery, outcome, record)
+            await self._send_endless(writer, delivery, outcome)
             return
         last = len(pieces) - 1 if delivery.stall_before != len(pieces) else -1
         loop = asyncio.get_running_loop()
@@ -342,8 +328,6 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             if not billed:
                 outcome.billed_output_tokens += piece.tokens
                 outcome.billed_text.append(piece.text)
-            if index != last:
-                record()
             await writer.data(piece.data, end_stream=finish() if index == last else False)
         if last < 0:  # no pieces, or a stall after the last one
             if delivery.stall_before == len(pieces):
@@ -352,9 +336,7 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         if delivery.goaway:
             await writer.goaway()
 
-    async def _send_endless(
-        self, writer: Responder, delivery: Delivery, outcome: _Outcome, record: Callable[[], None]
-    ) -> None:
+    async def _send_endless(self, writer: Responder, delivery: Delivery, outcome: _Outcome) -> None:
         """The pieces, then ``delivery.endless`` again and again until the client goes away."""
         assert delivery.endless is not None
         for piece in itertools.chain(delivery.pieces, itertools.repeat(delivery.endless)):
@@ -363,7 +345,6 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             outcome.bytes_sent += len(piece.data)
             outcome.billed_output_tokens += piece.tokens
             outcome.billed_text.append(piece.text)
-            record()
             try:
                 await writer.data(piece.data)
             except Exception:  # the client went away (HTTP/1.1 or HTTP/2, however it shows): stop

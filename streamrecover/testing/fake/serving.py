@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
 
@@ -49,13 +49,21 @@ EntryT = TypeVar("EntryT", bound=_Entry)
 
 
 class LogSlot(Generic[EntryT]):
-    """One request's place in the log: written when the request is accepted, replaced as its
-    answer goes on, so the log holds every request that reached the server, however it ended."""
+    """One request's place in the log, taken when the request is accepted, so the log holds
+    every request that reached the server, however it ended. While the answer goes on, ``live``
+    builds the entry as it stands whenever the log is read; at the end the entry is frozen."""
 
-    __slots__ = ("entry",)
+    __slots__ = ("entry", "live")
 
-    def __init__(self, entry: EntryT) -> None:
+    def __init__(self, entry: EntryT | None = None, live: Callable[[], EntryT] | None = None) -> None:
         self.entry = entry
+        self.live = live
+
+    def read(self) -> EntryT:
+        if self.live is not None:
+            return self.live()
+        assert self.entry is not None
+        return self.entry
 
 
 def scenario_of(request: Request) -> str:
@@ -212,7 +220,7 @@ class ScriptedServer(Generic[EntryT]):
     def log(self) -> list[EntryT]:
         """A copy of the log, oldest first."""
         with self._log_lock:
-            return [slot.entry for slot in self._log]
+            return [slot.read() for slot in self._log]
 
     def log_for(self, scenario: str) -> list[EntryT]:
         return [entry for entry in self.log if entry.scenario == scenario]
@@ -221,18 +229,24 @@ class ScriptedServer(Generic[EntryT]):
         """Forget the scripts and log entries of one scenario, or of all."""
         self._scripts.clear(scenario)
         with self._log_lock:
-            self._log = [] if scenario is None else [s for s in self._log if s.entry.scenario != scenario]
+            self._log = [] if scenario is None else [s for s in self._log if s.read().scenario != scenario]
 
-    def _append_log(self, entry: EntryT) -> LogSlot[EntryT]:
-        slot = LogSlot(entry)
+    def _append_log(self, entry: EntryT) -> None:
+        with self._log_lock:
+            self._log.append(LogSlot(entry))
+
+    def _append_live_log(self, live: Callable[[], EntryT]) -> LogSlot[EntryT]:
+        """A request's entry built by ``live`` until ``_settle_log`` freezes it."""
+        slot = LogSlot(live=live)
         with self._log_lock:
             self._log.append(slot)
         return slot
 
-    def _update_log(self, slot: LogSlot[EntryT], entry: EntryT) -> None:
-        """Replace a request's entry (after a reset dropped it, the update goes nowhere)."""
+    def _settle_log(self, slot: LogSlot[EntryT]) -> None:
+        """Freeze the entry as the request ended (after a reset dropped it, this goes nowhere)."""
+        entry = slot.read()
         with self._log_lock:
-            slot.entry = entry
+            slot.entry, slot.live = entry, None
 
     # -- connections ---------------------------------------------------------------------
 
