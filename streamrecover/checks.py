@@ -399,7 +399,8 @@ def check_packages(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return [
         Error(
             f"{SETTINGS_NAME}[{key!r}] is {value!r}, which needs the {module!r} package, and it is not installed.",
-            hint="pip install 'django-streamrecover[distributed]'",
+            hint="install the package's 'distributed' extra "
+            "(from a checkout: pip install '/path/to/streamrecover[distributed]')",
             id="streamrecover.E004",
         )
         for key, value, module in needs

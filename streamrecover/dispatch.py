@@ -61,7 +61,7 @@ def check_celery_reachable(timeout_s: float = 3.0) -> None:
         from celery import current_app
     except ImportError as exc:
         raise ImproperlyConfigured(
-            "EXECUTION is 'celery' but Celery is not installed: pip install 'django-streamrecover[distributed]'."
+            "EXECUTION is 'celery' but Celery is not installed: install the package's 'distributed' extra."
         ) from exc
     app = current_app._get_current_object()
     broker = app.conf.broker_write_url or app.conf.broker_url

@@ -60,7 +60,7 @@ def test_the_readme_has_every_block_for_each_mode() -> None:
             expected |= {("mysite/celery.py", "create"), ("mysite/__init__.py", "create")}
         assert expected <= targets, mode
         (install,) = [b for b in readme_blocks(mode) if b.target == "install"]
-        assert "django-streamrecover" in install.body
+        assert "/path/to/streamrecover" in install.body
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
@@ -87,10 +87,10 @@ class Venv:
             return
         (block,) = [b for b in readme_blocks(mode) if b.target == "install"]
         (line,) = [ln for ln in block.body.splitlines() if ln.startswith("pip install")]
-        # the README's requirement, with the distribution's name pointing at the wheel just built
+        # the README's requirement (a checkout, with its extra), installed from the wheel just built
         requirement = shlex.split(line)[2]
-        named = re.fullmatch(r"django-streamrecover(\[[\w,-]+\])?", requirement)
-        assert named, f"the README installs {requirement!r}, not the django-streamrecover distribution"
+        named = re.fullmatch(r"/path/to/streamrecover(\[[\w,-]+\])?", requirement)
+        assert named, f"the README installs {requirement!r}, not a checkout of this repository"
         requirement = f"django-streamrecover{named[1] or ''} @ {self.wheel.as_uri()}"
         _run([str(self.bin / "python"), "-m", "pip", "install", "-q", requirement])
         self.modes.append(mode)
