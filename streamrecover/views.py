@@ -22,6 +22,7 @@ from . import dispatch
 from .conf import MAX_STORED_INT, app_settings
 from .models import Attempt, Message, Run, Thread
 from .providers.common import LONE_SURROGATE
+from .providers.modelname import model_name_problem
 from .runs import lifecycle
 from .testing import is_fake, parse_faults
 
@@ -133,6 +134,9 @@ def _run_options(body: dict[str, Any]) -> dict[str, Any]:
     model = _optional(body, "model", str, "a model name") or None
     if model is not None and len(model) > MODEL_MAX_LENGTH:
         raise BadRequest(f"'model' is longer than {MODEL_MAX_LENGTH} characters.")
+    problem = model_name_problem(model) if model is not None else None
+    if problem:
+        raise BadRequest(f"'model' {problem}.")
     options: dict[str, Any] = {
         "prompt": prompt,
         "provider": provider,

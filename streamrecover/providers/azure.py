@@ -11,9 +11,10 @@ header instead of ``Authorization: Bearer``.
 
 from __future__ import annotations
 
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from ..engine.contract import ProviderConfig
+from .modelname import path_segment
 
 CHAT_PATH = "/chat/completions"
 
@@ -34,7 +35,7 @@ def azure_url(config: ProviderConfig, path: str, *, model: str = "") -> str:
     if not version:
         return f"{base}/openai/v1{path}"
     if path == CHAT_PATH:
-        url = f"{base}/openai/deployments/{quote(deployment(config, model), safe='')}{path}"
+        url = f"{base}/openai/deployments/{path_segment(deployment(config, model))}{path}"
     else:
         url = f"{base}/openai{path}"
     return f"{url}?{urlencode({'api-version': version})}"

@@ -48,6 +48,7 @@ from .common import (
     status_policy,
     with_should_retry,
 )
+from .modelname import path_segments
 
 __all__ = ["API_VERSION", "CONTENT_STOPS", "FINISH_REASONS", "GeminiAdapter", "GeminiStreamParser"]
 
@@ -412,7 +413,8 @@ class GeminiAdapter(ContinueMessageOnly):
                 body[key] = {**body[key], **value}
             else:
                 body[key] = value
-        url = f"{config.base_url.rstrip('/')}/{API_VERSION}/models/{request.model}:streamGenerateContent?alt=sse"
+        model = path_segments(request.model)  # the name stays in its own path segments
+        url = f"{config.base_url.rstrip('/')}/{API_VERSION}/models/{model}:streamGenerateContent?alt=sse"
         return HTTPRequest("POST", url, headers, body)
 
     def new_parser(self) -> GeminiStreamParser:

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..models import Message, ProxyKey, Run, Thread
+from ..providers.modelname import model_name_problem
 from ..redaction import cut_secrets
 from .inbound import ANTHROPIC, OPENAI, ProxyRequest, json_path, walk_json
 from .translate import Translated, translate, wire_format
@@ -37,7 +38,13 @@ def model_allowed(key: ProxyKey, model: str) -> bool:
 
 def check_limits(key: ProxyKey, request: ProxyRequest) -> None:
     """Raise ``Refused`` unless ``key`` may ask for this model and ``max_tokens`` (a request that
-    named no ``max_tokens`` gets the key's limit where it is lower than the default)."""
+    named no ``max_tokens`` gets the key's limit where it is lower than the default).
+
+    A name no provider's URL could hold is refused first (400): a key limited to
+    ``gemini-2.0-flash*`` would otherwise match ``gemini-2.0-flash/../gemini-2.5-pro``."""
+    problem = model_name_problem(request.model)
+    if problem:
+        raise Refused(400, f"model: {problem}.")
     if not model_allowed(key, request.model):
         raise Refused(403, f"This key may not use the model {request.model!r}.")
     if key.max_tokens is not None:
