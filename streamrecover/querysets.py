@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.auth import get_permission_codename
 from django.db import models
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
@@ -14,6 +15,15 @@ from .engine.sink import LLM_STREAM_CONTINUATION_COMPLETED
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    from django.db.models.options import Options
+
+
+def _has_permission(user: AbstractBaseUser | AnonymousUser | None, action: str, opts: Options[Any]) -> bool:
+    """Whether ``user`` holds ``<app>.<action>_<model>`` for the model of ``opts`` (``is_staff``
+    alone grants nothing: the admin's rule)."""
+    if user is None or not user.is_authenticated:
+        return False
+    return bool(user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}"))
 
 
 class RunQuerySet(models.QuerySet):
@@ -58,9 +68,22 @@ class RunQuerySet(models.QuerySet):
             return self.none()
         return self.filter(owner=user)
 
+    def may_view_all(self, user: AbstractBaseUser | AnonymousUser | None) -> bool:
+        """Whether ``user`` may read runs (and their threads) that are not theirs: with the
+        permission the admin asks for, ``view_run`` or ``change_run`` (superusers have both)."""
+        opts = self.model._meta
+        return _has_permission(user, "view", opts) or _has_permission(user, "change", opts)
+
     def visible_to(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
-        """What ``user`` may watch: their own runs, or every run for staff."""
-        if user is not None and user.is_authenticated and getattr(user, "is_staff", False):
+        """What ``user`` may watch and read: their own runs, or every run (``may_view_all``)."""
+        if self.may_view_all(user):
+            return self.all()
+        return self.for_owner(user)
+
+    def cancellable_by(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
+        """What ``user`` may cancel: their own runs, or every run with ``change_run`` (what the
+        admin's cancel action asks for)."""
+        if _has_permission(user, "change", self.model._meta):
             return self.all()
         return self.for_owner(user)
 

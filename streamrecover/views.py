@@ -2,7 +2,9 @@
 
 Session authentication and CSRF exactly as Django does them (no exemption): a browser page
 sends the ``X-CSRFToken`` header. Anonymous callers get a JSON 403; a thread or run that is
-not the caller's is a 404, so nobody learns what exists.
+not the caller's is a 404, so nobody learns what exists, unless the caller holds the admin's
+permission: ``streamrecover.view_run`` to read any run and its thread, ``change_run`` to cancel
+any run (``is_staff`` alone grants neither). Follow-ups and the thread list are the caller's own.
 """
 
 from __future__ import annotations
@@ -72,8 +74,14 @@ def _run_summary(run: Run) -> dict[str, Any]:
     }
 
 
-def _visible_threads(request: HttpRequest) -> Any:
+def _own_threads(request: HttpRequest) -> Any:
     return Thread.objects.filter(owner=request.user)
+
+
+def _readable_threads(request: HttpRequest) -> Any:
+    """The threads whose messages the caller may read: the same rule as a run's (its detail
+    shows its thread's messages)."""
+    return Thread.objects.all() if Run.objects.may_view_all(request.user) else _own_threads(request)
 
 
 # ---- parsing the body of POST api/runs/ ------------------------------------------------------
@@ -193,7 +201,7 @@ def create_run(request: HttpRequest) -> JsonResponse:
         return error(400, str(exc))
     thread = None
     if thread_id is not None:
-        thread = _visible_threads(request).filter(pk=thread_id).first()
+        thread = _own_threads(request).filter(pk=thread_id).first()
         if thread is None:
             return error(404, f"No thread {thread_id} of yours.")
     try:
@@ -218,6 +226,9 @@ def cancel_run(request: HttpRequest, run_id: Any) -> JsonResponse:
     run = _run_or_404(request, run_id)
     if run is None:
         return error(404, f"No run {run_id} of yours.")
+    if not Run.objects.cancellable_by(request.user).filter(pk=run.pk).exists():
+        # seen (the view permission) but not the change permission the admin's cancel needs
+        return error(403, "You may not cancel someone else's run (it needs the permission to change runs).")
     cancelled = lifecycle.request_cancel(run.pk, "cancelled by user")
     run.refresh_from_db(fields=["status"])
     return JsonResponse({"run_id": str(run.pk), "cancel_requested": cancelled, "status": run.status}, status=202)
@@ -266,7 +277,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
 def thread_list(request: HttpRequest) -> JsonResponse:
     """``GET api/threads/``: the caller's threads, newest first, with their latest run."""
     threads = []
-    for thread in _visible_threads(request).order_by("-created")[:200]:
+    for thread in _own_threads(request).order_by("-created")[:200]:
         last = Run.objects.filter(thread=thread).order_by("-created").first()
         threads.append(
             {
@@ -284,7 +295,7 @@ def thread_list(request: HttpRequest) -> JsonResponse:
 @login_required_json
 def thread_detail(request: HttpRequest, thread_id: int) -> JsonResponse:
     """``GET api/threads/<id>/``: the committed messages and the runs of one thread."""
-    thread = _visible_threads(request).filter(pk=thread_id).first()
+    thread = _readable_threads(request).filter(pk=thread_id).first()
     if thread is None:
         return error(404, f"No thread {thread_id} of yours.")
     runs = Run.objects.filter(thread=thread).order_by("created")

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.test import Client, override_settings
 from django.urls import reverse
@@ -169,7 +170,7 @@ def test_wrong_methods_are_refused(user: Any) -> None:
 # ---- runs --------------------------------------------------------------------------------------
 
 
-def test_cancel_stops_a_queued_run_and_is_owner_or_staff_only(user: Any) -> None:
+def test_cancel_stops_a_queued_run_and_is_the_owners_or_a_change_permission_holders(user: Any) -> None:
     run = make_run(owner=user)
     other = logged_in(make_user())
     assert other.post(reverse("streamrecover:api-run-cancel", args=[run.pk])).status_code == 404
@@ -180,7 +181,15 @@ def test_cancel_stops_a_queued_run_and_is_owner_or_staff_only(user: Any) -> None
     again = client.post(reverse("streamrecover:api-run-cancel", args=[run.pk]), HTTP_X_CSRFTOKEN=csrf_token(client))
     assert again.json()["cancel_requested"] is False
     staff_run = make_run(owner=user)
-    staff = logged_in(make_user(is_staff=True))
+    assert (
+        logged_in(make_user(is_staff=True))
+        .post(reverse("streamrecover:api-run-cancel", args=[staff_run.pk]))
+        .status_code
+        == 404
+    )
+    operator = make_user(is_staff=True)
+    operator.user_permissions.add(Permission.objects.get(codename="change_run"))
+    staff = logged_in(operator)
     assert staff.post(reverse("streamrecover:api-run-cancel", args=[staff_run.pk])).json()["cancel_requested"] is True
 
 
@@ -205,7 +214,10 @@ def test_run_detail_has_status_error_messages_and_attempts(user: Any) -> None:
     assert [a["strategy"] for a in data["attempts"]["items"]] == ["", "prefill"]
     assert data["ws_url"] == f"/ws/streamrecover/runs/{run.pk}/"
     assert logged_in(make_user()).get(reverse("streamrecover:api-run", args=[run.pk])).status_code == 404
-    assert logged_in(make_user(is_staff=True)).get(reverse("streamrecover:api-run", args=[run.pk])).status_code == 200
+    assert logged_in(make_user(is_staff=True)).get(reverse("streamrecover:api-run", args=[run.pk])).status_code == 404
+    support = make_user(is_staff=True)
+    support.user_permissions.add(Permission.objects.get(codename="view_run"))
+    assert logged_in(support).get(reverse("streamrecover:api-run", args=[run.pk])).status_code == 200
 
 
 # ---- threads -------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -149,9 +150,11 @@ async def test_the_owner_gets_a_snapshot_of_the_thread_and_the_partial_answer(ow
     await close(ws)
 
 
-async def test_staff_may_watch_any_run(owner: Any, frames_out: Any) -> None:
+async def test_staff_with_the_view_permission_may_watch_any_run(owner: Any, frames_out: Any) -> None:
     run = await new_run(owner)
     staff = await sync_to_async(make_user)(is_staff=True)
+    view_run = await Permission.objects.aget(codename="view_run")
+    await staff.user_permissions.aadd(view_run)
     ws = await socket(run.pk, staff)
     snapshot = await receive(ws)
     assert snapshot["type"] == "snapshot"

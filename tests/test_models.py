@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.models import AnonymousUser, Permission
 from django.db import IntegrityError
 from django.test import override_settings
 from django.utils import timezone
@@ -71,17 +71,29 @@ def test_recovered_failed_and_exhausted_with_proxies() -> None:
     assert list(Run.objects.failed()) == [interrupted_only]
 
 
-def test_for_owner_and_visible_to() -> None:
+def test_for_owner_visible_to_and_cancellable_by() -> None:
+    """Someone else's runs by the admin's permissions, never by ``is_staff`` alone."""
     alice, bob = make_user(), make_user()
     staff = make_user(is_staff=True)
+    viewer, changer = make_user(is_staff=True), make_user(is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_run"))
+    changer.user_permissions.add(Permission.objects.get(codename="change_run"))
+    root = make_user(is_staff=True, is_superuser=True)
     mine = make_run(owner=alice)
     make_run(owner=bob)
     assert list(Run.objects.for_owner(alice)) == [mine]
     assert list(Run.objects.for_owner(AnonymousUser())) == []
     assert list(Run.objects.for_owner(None)) == []
     assert list(Run.objects.visible_to(alice)) == [mine]
-    assert Run.objects.visible_to(staff).count() == 2
-    assert list(Run.objects.for_owner(staff)) == []
+    assert list(Run.objects.cancellable_by(alice)) == [mine]
+    assert list(Run.objects.visible_to(staff)) == []
+    assert list(Run.objects.cancellable_by(staff)) == []
+    assert Run.objects.visible_to(viewer).count() == 2
+    assert list(Run.objects.cancellable_by(viewer)) == []
+    assert Run.objects.visible_to(changer).count() == 2  # change implies view, as in the admin
+    assert Run.objects.cancellable_by(changer).count() == 2
+    assert Run.objects.visible_to(root).count() == Run.objects.cancellable_by(root).count() == 2
+    assert list(Run.objects.visible_to(AnonymousUser())) == []
 
 
 def test_message_positions_are_unique_per_thread() -> None:

@@ -50,11 +50,18 @@ def _leaks(response: Any) -> bool:
 # ---- someone else's run ------------------------------------------------------------------------
 
 
+def _someone_else(who: str, *codenames: str) -> Any:
+    """Bob, a plain user; or a staff account (what the admin asks permissions of) with these."""
+    user = make_user(username="bob", is_staff=who != "user")
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    return user
+
+
 @pytest.mark.django_db
-def test_someone_elses_run_is_not_found_over_the_api_and_the_chat_page() -> None:
+@pytest.mark.parametrize("who", ["user", "staff_without_permissions"])
+def test_someone_elses_run_is_not_found_over_the_api_and_the_chat_page(who: str) -> None:
     _, run = _alices_run()
-    bob = make_user(username="bob")
-    client = _client(bob)
+    client = _client(_someone_else(who))
     thread_id = run.thread_id
     responses = {
         "run detail": client.get(reverse("streamrecover:api-run", args=[run.pk])),
@@ -116,9 +123,10 @@ def test_staff_with_view_permission_sees_the_run_in_the_admin() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_someone_elses_run_over_the_websocket_gets_no_frame_of_it() -> None:
+@pytest.mark.parametrize("who", ["user", "staff_without_permissions"])
+async def test_someone_elses_run_over_the_websocket_gets_no_frame_of_it(who: str) -> None:
     _, run = await sync_to_async(_alices_run)()
-    bob = await sync_to_async(make_user)(username="bob")
+    bob = await sync_to_async(_someone_else)(who)
     cookie = await sync_to_async(lambda: _client(bob).cookies["sessionid"].value)()
     for after in ("", "?after=0", "?after=1"):
         ws = WebsocketCommunicator(
@@ -135,6 +143,63 @@ async def test_someone_elses_run_over_the_websocket_gets_no_frame_of_it() -> Non
         await ws.send_json_to({"type": "cancel"})  # too late: the socket is closed
         assert await ws.receive_output(timeout=10) == {"type": "websocket.close", "code": 4403}
         await ws.disconnect()
+    await run.arefresh_from_db()
+    assert not run.cancel_requested
+
+
+@pytest.mark.django_db
+def test_staff_with_the_view_permission_reads_it_over_the_api_but_cancels_only_with_the_change_permission() -> None:
+    """The admin's rule on every surface: view_run reads the run and its thread; cancelling
+    needs change_run, as the admin's cancel action does (the tests above can fail)."""
+    _, run = _alices_run()
+    support = _client(_someone_else("staff", "view_run"))
+    detail = support.get(reverse("streamrecover:api-run", args=[run.pk]))
+    thread = support.get(reverse("streamrecover:api-thread", args=[run.thread_id]))
+    assert (detail.status_code, thread.status_code) == (200, 200)
+    assert _leaks(detail)
+    assert _leaks(thread)
+    refused = support.post(reverse("streamrecover:api-run-cancel", args=[run.pk]))
+    assert refused.status_code == 403
+    assert "permission" in refused.json()["error"]
+    run.refresh_from_db()
+    assert not run.cancel_requested
+    # their thread stays theirs: no follow-up in it, and it is not in the caller's list
+    follow_up = support.post(
+        reverse("streamrecover:api-runs"),
+        data=json.dumps({"prompt": "Tell me hers", "thread_id": run.thread_id}),
+        content_type="application/json",
+    )
+    assert follow_up.status_code == 404
+    assert support.get(reverse("streamrecover:api-threads")).json()["threads"] == []
+    operator = make_user(username="operator", is_staff=True)
+    operator.user_permissions.add(Permission.objects.get(codename="change_run"))
+    cancelled = _client(operator).post(reverse("streamrecover:api-run-cancel", args=[run.pk]))
+    assert cancelled.status_code == 202
+    run.refresh_from_db()
+    assert run.cancel_requested
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_staff_with_the_view_permission_watches_it_over_the_websocket_but_cannot_cancel_it() -> None:
+    _, run = await sync_to_async(_alices_run)()
+    support = await sync_to_async(_someone_else)("staff", "view_run")
+    cookie = await sync_to_async(lambda: _client(support).cookies["sessionid"].value)()
+    ws = WebsocketCommunicator(
+        application,
+        f"/ws/streamrecover/runs/{run.pk}/",
+        headers=[(b"origin", b"http://testserver"), (b"cookie", f"sessionid={cookie}".encode())],
+    )
+    connected, _ = await ws.connect(timeout=10)
+    assert connected
+    snapshot = await ws.receive_json_from(timeout=10)
+    assert snapshot["type"] == "snapshot"
+    assert PRIVATE_ANSWER in json.dumps(snapshot)
+    await ws.send_json_to({"type": "cancel"})
+    refused = await ws.receive_json_from(timeout=10)
+    assert (refused["type"], refused["code"]) == ("error", "forbidden")
+    await ws.send_json_to({"type": "resync"})  # still watching: the socket stays open
+    assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot"
+    await ws.disconnect()
     await run.arefresh_from_db()
     assert not run.cancel_requested
 

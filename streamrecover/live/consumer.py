@@ -27,7 +27,7 @@ import contextlib
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs
 
 import structlog
@@ -49,6 +49,9 @@ TRY_AGAIN_CLOSE_CODE = 1013  # "try again later": the run's frames could not be 
 # before it is parsed, so a client cannot make the consumer parse megabytes.
 MAX_CLIENT_MESSAGE_CHARS = 4096
 T = TypeVar("T")
+# Why a cancel from the socket was not requested: the run is no longer the caller's to watch, the
+# caller may watch but not cancel it, or it has already ended.
+CancelRefusal = Literal["unseen", "forbidden", "ended"]
 log = structlog.get_logger("streamrecover.live")
 
 
@@ -65,7 +68,7 @@ def _after(scope: dict[str, Any]) -> int | None:
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
-    """``ws/streamrecover/runs/<run_id>/``: the run's owner or staff only."""
+    """``ws/streamrecover/runs/<run_id>/``: the run's owner, or whoever may view runs in the admin (``view_run``)."""
 
     run_id: str
     group: str
@@ -248,7 +251,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "cancel":
-            if not await self._cancel():
+            refused = await self._cancel()
+            if refused == "unseen":  # no longer the caller's to watch: as at connect
+                await self.send_error("forbidden", "You may not watch this run.")
+                await self.close(code=FORBIDDEN_CLOSE_CODE)
+            elif refused == "forbidden":  # watched with the view permission, not the change one
+                await self.send_error("forbidden", "You may not cancel this run (it needs the change permission).")
+            elif refused == "ended":
                 await self.send_error("not_cancellable", "The run has already ended.")
         elif kind == "resync":
             record = await self._load()
@@ -294,7 +303,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return RunRecord(str(run.pk), run.status, error, messages)
 
     @database_sync_to_async
-    def _cancel(self) -> bool:
-        if not Run.objects.visible_to(self.scope.get("user")).filter(pk=self.run_id).exists():
-            return False
-        return lifecycle.request_cancel(self.run_id, "cancelled by user")
+    def _cancel(self) -> CancelRefusal | None:
+        """Request the run's cancel, or say why not (nothing is written then)."""
+        user = self.scope.get("user")
+        if not Run.objects.visible_to(user).filter(pk=self.run_id).exists():
+            return "unseen"
+        if not Run.objects.cancellable_by(user).filter(pk=self.run_id).exists():
+            return "forbidden"
+        return None if lifecycle.request_cancel(self.run_id, "cancelled by user") else "ended"
