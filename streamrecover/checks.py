@@ -14,9 +14,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .conf import SETTINGS_NAME, merge, proxy_wire_format, validate
+from .conf import SETTINGS_NAME, import_tools, merge, proxy_wire_format, validate
 
 IN_MEMORY_LAYER = "channels.layers.InMemoryChannelLayer"
 
@@ -408,6 +409,26 @@ def check_packages(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     ]
 
 
+def check_tools(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """streamrecover.E005: ``TOOLS`` names nothing importable (or neither a registry nor a function):
+    every run would fail as it starts (``tool_unavailable``) instead of offering the project's tools."""
+    conf = _streamrecover()
+    if conf is None or conf["TOOLS"] is None:
+        return []
+    try:
+        import_tools(conf["TOOLS"])
+    except ImproperlyConfigured as exc:
+        return [
+            Error(
+                str(exc),
+                hint="Name a ToolRegistry or a function (run) -> ToolRegistry | None, e.g. 'myproject.tools.for_run'; "
+                "None offers no tools.",
+                id="streamrecover.E005",
+            )
+        ]
+    return []
+
+
 ALL_CHECKS = (
     check_settings,
     check_celery_time_limit,
@@ -421,4 +442,5 @@ ALL_CHECKS = (
     check_sqlite_transaction_mode,
     check_proxy_failover,
     check_packages,
+    check_tools,
 )

@@ -9,12 +9,14 @@ check reports the same problems without raising). API keys never appear in a mes
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
+from .engine.agent import ToolRegistry
 from .engine.config import EngineConfig
 from .engine.contract import ProviderConfig
 from .providers.registry import adapter_problem
@@ -161,7 +163,14 @@ DEFAULTS: dict[str, Any] = {
     "PROXY_MAX_BODY_BYTES": 32 * 1024 * 1024,
     # format -> {"PROVIDER", "MODEL"}: where a proxied answer goes on when its provider gives up
     "PROXY_FAILOVER": None,
+    # The dotted path of the tools every run offers, on every path that executes it (a thread, a
+    # Celery task, the sweep's resume): a callable ``(run) -> ToolRegistry | None`` or a
+    # ``ToolRegistry``. None: no tools. The default gives the sample tools to ``demo_tools`` runs.
+    "TOOLS": "streamrecover.testing.demo_tools_for_run",
 }
+
+# What ``TOOLS`` names: a registry every run shares, or a function of the run giving its own.
+ToolsSource = ToolRegistry | Callable[[Any], ToolRegistry | None]
 
 _INTS = (
     "MAX_CONTINUATIONS",
@@ -293,6 +302,12 @@ def validate(user: Any) -> list[str]:
             problems.append(
                 f"{SETTINGS_NAME}[{key!r}] must be one of {', '.join(map(repr, choices))}, not {merged[key]!r}."
             )
+    tools = merged["TOOLS"]
+    if tools is not None and (not isinstance(tools, str) or not tools):
+        problems.append(
+            f"{SETTINGS_NAME}['TOOLS'] must be None or the dotted path of a ToolRegistry or of a function "
+            f"(run) -> ToolRegistry, not {tools!r}."
+        )
     for key in ("DEFAULT_MODEL", "REDIS_URL"):
         if not isinstance(merged[key], str) or not merged[key]:
             problems.append(f"{SETTINGS_NAME}[{key!r}] must be a non-empty string.")
@@ -315,6 +330,23 @@ def validate(user: Any) -> list[str]:
             f"({', '.join(sorted(providers))})."
         )
     return problems
+
+
+def import_tools(path: str) -> ToolsSource:
+    """What ``TOOLS`` names, imported; an ``ImproperlyConfigured`` that names the setting when it
+    does not import or is neither a ``ToolRegistry`` nor callable (the check E005 says the same)."""
+    try:
+        source = import_string(path)
+    except Exception as exc:  # ImportError, or whatever the module raised as it was imported
+        raise ImproperlyConfigured(
+            f"{SETTINGS_NAME}['TOOLS'] is {path!r}, which does not import ({type(exc).__name__}: {exc})."
+        ) from exc
+    if not isinstance(source, ToolRegistry) and not callable(source):
+        raise ImproperlyConfigured(
+            f"{SETTINGS_NAME}['TOOLS'] is {path!r}, a {type(source).__name__}: it must name a ToolRegistry "
+            "or a function (run) -> ToolRegistry | None."
+        )
+    return source
 
 
 def _key(value: Any) -> str:

@@ -123,6 +123,7 @@ async def run_agent(
     tools: ToolRegistry | None = None,
     resume: bool = False,
     one_turn: bool = False,
+    refusal: dict[str, str] | None = None,
 ) -> RunResult:
     """Run turns until the model stops asking for tools, a turn fails, or ``max_turns``.
 
@@ -133,6 +134,8 @@ async def run_agent(
     With ``resume``, a fresh checkpoint for the run continues the turn it belongs to.
     With ``one_turn`` the caller runs the tools (a proxied request: the client does): one
     assistant turn, and no tool call is executed here.
+    With ``refusal`` (the caller found the run cannot go on: a tool its conversation already
+    used is not in ``tools``) the run fails with that error before any provider call or tool.
     """
     config, sink, checkpoints, cancel = ctx.config, ctx.sink, ctx.checkpoints, ctx.cancel
     cancel.bind()
@@ -175,7 +178,10 @@ async def run_agent(
             # checkpoint kept them: the turn starts over, so they go (a resume resets its own).
             await ctx.frame(FrameKind.STREAM_RESET, reason="reclaimed")
         turn = _turn_index(messages)
-        while True:
+        if refusal is not None:
+            result.status = RunStatus.FAILED
+            result.error = dict(refusal)
+        while refusal is None:
             if cancel.stopped:
                 result.status = RunStatus.CANCELLED
                 result.error = {"kind": cancel.kind or "cancel", "message": cancel.reason}

@@ -22,6 +22,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from ..conf import app_settings
+from ..engine.agent import ToolRegistry
 from ..engine.context import Failover
 from ..engine.contract import ProviderConfig
 from ..models import Attempt, Message, Run
@@ -29,6 +30,7 @@ from ..providers.registry import get_adapter
 from ..testing import fake_provider, is_fake
 from . import lifecycle
 from .staged import StagedBatches
+from .tools import tools_for_run, tools_in_use
 
 # Claims per transaction: like the attempt rows, the runs of one batch resume together, each into
 # its first request and its live channel; 8 keeps the saving without a burst.
@@ -45,6 +47,9 @@ class Inputs:
     turns: int  # assistant turns committed so far
     config: ProviderConfig
     failover: Failover | None
+    tools: ToolRegistry  # what ``STREAMRECOVER['TOOLS']`` gives the run (empty when it failed: ``tools_problem``)
+    tools_problem: str  # why ``TOOLS`` gave nothing ("" when it did)
+    needs_tools: frozenset[str]  # the tools the run's own messages show it was offered (``tools_in_use``)
 
 
 def provider_for_run(run: Run, consumed_attempts: int, override: ProviderConfig | None = None) -> ProviderConfig:
@@ -100,7 +105,18 @@ def _inputs(run: Run, thread: list[Message], provider_override: ProviderConfig |
     consumed = 0 if first else Attempt.objects.of_run(run.pk).count()
     config = provider_for_run(run, consumed, provider_override)
     messages = [message.as_canonical() for message in thread]
-    return Inputs(run, messages, consumed, turns, config, failover_for_run(run))
+    tools, problem = _tools(run)
+    needs = tools_in_use(run, thread)
+    return Inputs(run, messages, consumed, turns, config, failover_for_run(run), tools, problem, needs)
+
+
+def _tools(run: Run) -> tuple[ToolRegistry, str]:
+    """The run's tools, here in the ORM's thread (a host's function may query); a function that
+    raises fails this run (``execution``), never the other claims of its batch."""
+    try:
+        return tools_for_run(run), ""
+    except Exception as exc:
+        return ToolRegistry(), f"{type(exc).__name__}: {exc}"
 
 
 def close_broken_connections() -> None:

@@ -39,9 +39,8 @@ from ..engine.sink import (
     RunSink,
     StructuredEvent,
 )
-from ..models import Attempt, Run
+from ..models import Attempt
 from ..providers.registry import get_adapter
-from ..testing import demo_registry
 from . import claims, deferred, lifecycle
 from .checkpoints import FencedCheckpointStore, checkpoint_store_from_settings
 from .fence import Fence, FencedSink, again_on_a_fresh_connection
@@ -49,6 +48,7 @@ from .loop import on_shared_loop
 from .recorder import RecorderSink
 from .settlements import RunSettlements
 from .toolresults import DjangoToolResultStore
+from .tools import TOOL_UNAVAILABLE, unavailable_tools_error
 from .watch import watch
 
 log = structlog.get_logger("streamrecover")
@@ -84,11 +84,6 @@ class RunStatusSink(BaseSink):
     async def on_attempt(self, attempt: AttemptRecord) -> None:
         if attempt.kind in RECOVERY_KINDS and attempt.outcome == AttemptOutcome.PENDING:
             await lifecycle.mark_running(self.run_id, self.fence)
-
-
-def tools_for_run(run: Run) -> ToolRegistry:
-    """The tools a run offers the model: the demo tools when it asked for them, else none."""
-    return demo_registry() if run.options.get("demo_tools") else ToolRegistry()
 
 
 def lease_seconds() -> float:
@@ -180,7 +175,14 @@ async def _execute_claimed(
     if options.get("engine"):
         engine = replace(engine, **options["engine"])
     adapter = get_adapter(inputs.config)
-    tools = tools or tools_for_run(run)
+    refusal = None
+    if tools is None:  # an explicit registry wins; else what STREAMRECOVER['TOOLS'] gave (``claims``)
+        tools = inputs.tools
+        if inputs.tools_problem:
+            refusal = {"kind": TOOL_UNAVAILABLE, "message": f"STREAMRECOVER['TOOLS'] failed: {inputs.tools_problem}"}
+    # A tool the run already used and this process lacks: the run fails before any provider call,
+    # rather than telling the model the tool is unknown (docs/recovery.md, "Tools on resume").
+    refusal = refusal or unavailable_tools_error(inputs.needs_tools, tools)
     request = ModelRequest(
         model=run.model,
         messages=messages,
@@ -239,7 +241,9 @@ async def _execute_claimed(
                     provider_name=run.provider,
                     failover=inputs.failover,
                 )
-                result = await run_agent(ctx, request, tools=tools, resume=existing is not None, one_turn=bool(proxied))
+                result = await run_agent(
+                    ctx, request, tools=tools, resume=existing is not None, one_turn=bool(proxied), refusal=refusal
+                )
             except BaseException:
                 if fence.lost and channel is not None:
                     _abandon(channel)

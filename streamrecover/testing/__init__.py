@@ -5,7 +5,8 @@ config the built-in ``fake://`` provider?), ``parse_faults`` (validate fault spe
 ``fake_provider`` (a config pointed at this process's fake server, with a fault script),
 ``fake_adapter`` (the wire format such a config speaks for a model);
 ``fake_server`` builds a standalone one (``manage.py streamrecover_fake_provider``);
-``demo_registry`` gives the sample tools a run asks for with ``demo_tools``; ``ChaosProxy``
+``demo_registry`` gives the sample tools a run asks for with ``demo_tools`` (``demo_tools_for_run``,
+the default ``STREAMRECOVER['TOOLS']``, gives them to such a run); ``ChaosProxy``
 forwards to a real provider and breaks its streams (``manage.py streamrecover_chaos_proxy``).
 Testing a host project: ``streamrecover.testing.host`` and its pytest plugin, which import
 Django's ORM and so are not imported here.
@@ -20,13 +21,14 @@ from ..engine.contract import ProviderConfig
 from .chaos import ChaosProxy
 from .fake import DEFAULT_SCENARIO, SCENARIO_HEADER, FakeProviderServer, Fault, parse_script
 from .fake.local import FAKE_SCHEME, fake_adapter, local_fake_server, materialize
-from .tools import demo_registry
+from .tools import demo_registry, demo_tools_for_run
 
 __all__ = [
     "DEFAULT_SCENARIO",
     "ChaosProxy",
     "FakeProviderServer",
     "demo_registry",
+    "demo_tools_for_run",
     "fake_adapter",
     "fake_provider",
     "fake_server",

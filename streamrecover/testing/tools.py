@@ -25,3 +25,9 @@ WEATHER_SCHEMA = {
 
 def demo_registry() -> ToolRegistry:
     return ToolRegistry([Tool("get_weather", "Get the current weather for a city.", WEATHER_SCHEMA, get_weather)])
+
+
+def demo_tools_for_run(run: Any) -> ToolRegistry | None:
+    """The default ``STREAMRECOVER['TOOLS']``: the sample tools for a run created with
+    ``demo_tools``, none for any other (a host's own function may fall back on this one)."""
+    return demo_registry() if run.options.get("demo_tools") else None
