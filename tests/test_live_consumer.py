@@ -290,6 +290,46 @@ async def test_when_the_buffer_has_expired_a_reconnect_gets_a_snapshot_from_the_
     await close(ws)
 
 
+async def test_an_exhausted_answer_stays_after_the_buffer_expires_and_the_thread_goes_on(owner: Any) -> None:
+    """Text streamed before the continuation budget ran out is committed as the client saw it:
+    a reload after the replay buffer is gone (a restart, expiry) still shows it, and a follow-up
+    in the thread is answered."""
+    faults = ["cut:bytes=1500", "cut:events=6", "cut:events=6"]
+    run = await new_run(
+        owner, "Tell me a story about the sea [[words=150]]", faults=faults, engine={"max_continuations": 2}
+    )
+    ws = await socket(run.pk, owner)
+    snapshot = await receive(ws)
+    task = asyncio.ensure_future(starter.execute_here(str(run.pk)))
+    frames = await receive_until(ws, finished)
+    result = await asyncio.wait_for(task, TIMEOUT)
+    assert result is not None
+    assert result.status == "exhausted"
+    view = ClientView().apply_all([snapshot, *frames])
+    ((reconstructed, committed),) = view.turns
+    assert reconstructed == committed
+    assert committed[0]["text"] == "".join(f["text"] for f in frames if f["type"] == "text_delta")
+    await close(ws)
+    await reader_buffer().discard(str(run.pk))  # what expiry (or a restart) does
+    ws = await socket(run.pk, owner, after=1)
+    reload = await receive(ws)
+    assert reload["type"] == "snapshot"
+    assert (reload["status"], reload["partial"]) == ("exhausted", [])
+    assert reload["messages"] == view.messages == result.messages
+    await close(ws)
+    client = Client()
+    await sync_to_async(client.force_login)(owner)
+    detail = (await sync_to_async(client.get)(reverse("streamrecover:api-run", args=[run.pk]))).json()
+    assert [m["content"] for m in detail["messages"]][-1] == committed
+    thread = await sync_to_async(lambda: Run.objects.select_related("thread").get(pk=run.pk).thread)()
+    follow_up = await sync_to_async(lifecycle.create_run)(prompt="And then? [[words=20]]", owner=owner, thread=thread)
+    after = await starter.execute_here(str(follow_up.pk))
+    assert after is not None
+    assert after.status == "completed", after.error
+    assert after.messages[: len(result.messages)] == result.messages
+    await reader_buffer().discard(str(follow_up.pk))
+
+
 # ---- client -> server -------------------------------------------------------------------------
 
 

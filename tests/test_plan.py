@@ -5,7 +5,7 @@ from __future__ import annotations
 from streamrecover.engine.blocks import Accumulator
 from streamrecover.engine.events import BlockStart, BlockStop, SignatureDelta, TextDelta, ThinkingDelta, ToolArgsDelta
 from streamrecover.engine.join import ContinuationJoiner
-from streamrecover.engine.plan import PlanKind, plan
+from streamrecover.engine.plan import PlanKind, cut_short, plan
 
 
 def _acc(*events):
@@ -332,3 +332,45 @@ def test_joiner_reports_a_rephrase_and_keeps_it():
     out, j = _join(prefix, "ning. In other words, every evening the keeper climbed those narrow stairs.")
     assert out.startswith("ning. In other words")
     assert j.result.kind == "rephrased"
+
+
+def test_a_turn_cut_short_keeps_its_text_and_signed_thinking_and_never_a_tool_call():
+    """Ended (exhausted, cancelled, failed) with a whole tool call: the call is never run, so
+    it is dropped with the half one (no result would follow it in history); the text stays,
+    trailing whitespace and all."""
+    snap = _acc(
+        BlockStart(0, "thinking"),
+        ThinkingDelta(0, "Weather first."),
+        SignatureDelta(0, "sig"),
+        BlockStop(0),
+        BlockStart(1, "text"),
+        TextDelta(1, "Checking. "),
+        BlockStop(1),
+        BlockStart(2, "tool_use", id="t1", name="weather"),
+        ToolArgsDelta(2, '{"city": "Paris"}'),
+        BlockStop(2),
+        BlockStart(3, "text"),
+        TextDelta(3, "And Ro"),
+        BlockStart(4, "tool_use", id="t2", name="weather"),
+        ToolArgsDelta(4, '{"city": "Ro'),
+    )
+    cut = cut_short(snap.blocks)
+    assert [b.to_content() for b in cut.keep] == [
+        {"type": "thinking", "thinking": "Weather first.", "signature": "sig"},
+        {"type": "text", "text": "Checking. "},
+        {"type": "text", "text": "And Ro"},
+    ]
+    assert [b.id for b in cut.discarded_tools] == ["t1", "t2"]
+
+
+def test_a_turn_cut_short_with_no_text_keeps_nothing():
+    snap = _acc(
+        BlockStart(0, "thinking"),
+        ThinkingDelta(0, "Hmm"),
+        BlockStart(1, "tool_use", id="t1", name="weather"),
+        ToolArgsDelta(1, "{}"),
+        BlockStop(1),
+    )
+    cut = cut_short(snap.blocks)
+    assert cut.keep == []
+    assert [b.kind for b in cut.discarded] == ["tool_use", "thinking"]

@@ -209,6 +209,14 @@ async def run_agent(
             if outcome.status != RunStatus.COMPLETED:
                 result.status = outcome.status
                 result.error = outcome.error
+                if outcome.blocks:
+                    # What the client was shown of an answer cut short (exhausted, cancelled,
+                    # failed) is committed as it was shown: the run's end says it was cut short.
+                    cut = {"role": "assistant", "content": outcome.blocks}
+                    if ctx.settle is not None:
+                        final = cut
+                    else:
+                        await commit(cut)
                 break
             if config.notify_model_of_discarded_tools:
                 notices.extend(outcome.discarded_tools)

@@ -7,6 +7,7 @@ about (and tested) without a network.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .blocks import REDACTED_THINKING, TEXT, THINKING, TOOL_USE, Block, BlockStatus, Snapshot
@@ -93,4 +94,17 @@ def plan(snapshot: Snapshot) -> RecoveryPlan:
         result.discarded_other.extend(b for b in result.keep if b.kind not in (THINKING, REDACTED_THINKING))
         result.discarded_thinking.extend(b for b in result.keep if b.kind in (THINKING, REDACTED_THINKING))
         result.keep.clear()
+    return result
+
+
+def cut_short(blocks: Sequence[Block]) -> RecoveryPlan:
+    """What a turn that ends before its answer did (exhausted, cancelled, failed) keeps: what a
+    continuation would carry on from (R1/R3: text, even partial, with the signed thinking
+    before it), as it stands. A complete tool call is dropped too, unlike R2: the turn ends
+    without running it, and a call left in history without its result is refused by every
+    provider on the next turn. With no text to keep it keeps nothing (as R4)."""
+    called = {id(b) for b in blocks if b.kind == TOOL_USE and b.status() is BlockStatus.COMPLETE}
+    result = plan(Snapshot(tuple(b for b in blocks if id(b) not in called)))
+    dropped = [b for b in blocks if id(b) in called]
+    result.discarded_tools = sorted([*dropped, *result.discarded_tools], key=lambda b: b.index)
     return result

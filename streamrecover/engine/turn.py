@@ -34,7 +34,7 @@ from .continuation import (
 )
 from .contract import ModelRequest, ResumePoint, Strategy, follows_cursor, resumes_natively
 from .errors import ErrorClass, InterruptCause, RequestFailed, StreamInterrupted
-from .plan import PlanKind, RecoveryPlan, native_plan, plan
+from .plan import PlanKind, RecoveryPlan, cut_short, native_plan, plan
 from .protocol import FrameKind, RunStatus
 from .retry import backoff_delay
 from .sink import AttemptRecord, StructuredEvent
@@ -107,6 +107,9 @@ class TurnRunner:
         self.native: ResumePoint | None = None  # where the current attempt re-attaches (native resume)
         self.budget_from = 0  # continuations spent before a failover: the fallback has a budget of its own
         self.failed_over = False
+        # the blocks the client holds while a plan waits for its continuation (its drops sent):
+        # what a turn ending then keeps from; None while the client holds the turn's blocks
+        self.held: list[Block] | None = None
 
     # ---- public -------------------------------------------------------------------------
 
@@ -122,6 +125,7 @@ class TurnRunner:
             await self.writer.delete(self.ctx.run_id)
             return TurnResult(
                 RunStatus.CANCELLED,
+                blocks=await self._cut_short(),
                 error={"kind": self.ctx.cancel.kind or "cancel", "message": self.ctx.cancel.reason},
                 continuations=self.continuation,
             )
@@ -292,6 +296,7 @@ class TurnRunner:
         if ended:
             return await self._finish_completed()
         await self._publish_discards(recovery)
+        self.held = recovery.keep
         if never:
             # A refusal or content filter already arrived: the answer ends here, as it is.
             return await self._finish_with(recovery.keep, snapshot.stop_reason)
@@ -345,6 +350,7 @@ class TurnRunner:
         native resume at ``point`` when the plan is one). ``measuring``, the provider's count of
         what the turn has used, is awaited after the backoff, before the budget is read."""
         cfg = self.ctx.config
+        self.held = recovery.keep
         await self._write_checkpoint(force=True)
         if self.continuation - self.budget_from >= cfg.max_continuations:
             await self._fail_over("exhausted", recovery)  # a fallback brings a budget of its own
@@ -360,6 +366,7 @@ class TurnRunner:
             await self.writer.delete(self.ctx.run_id)
             return TurnResult(
                 RunStatus.EXHAUSTED,
+                blocks=await self._cut_short(),
                 error={
                     "kind": "exhausted",
                     "message": f"gave up after {self.continuation} continuation attempts ({self._last_error_kind()})",
@@ -408,6 +415,7 @@ class TurnRunner:
         self.acc = Accumulator()
         self.acc.restore([b.copy() for b in keep])
         self.strategy, self.attempt_kind, self.native = None, NATIVE_RESUME, point
+        self.held = None
 
     async def _native_failed(self, kind: str, message: str) -> TurnResult | None:
         """Re-attaching failed before its stream started: the same break is recovered the
@@ -506,6 +514,7 @@ class TurnRunner:
 
     def _set_prefix(self, recovery: RecoveryPlan) -> None:
         self.native = None
+        self.held = None
         chosen = continue_from(recovery, self._strategy())
         if chosen.kind == "restart":
             # the answer starts over: what was dropped does not count against it
@@ -694,7 +703,38 @@ class TurnRunner:
 
     async def _fail(self, kind: str, message: str) -> TurnResult:
         await self.writer.delete(self.ctx.run_id)
-        return TurnResult(RunStatus.FAILED, error={"kind": kind, "message": message}, continuations=self.continuation)
+        return TurnResult(
+            RunStatus.FAILED,
+            blocks=await self._cut_short(),
+            error={"kind": kind, "message": message},
+            continuations=self.continuation,
+        )
+
+    async def _cut_short(self) -> list[dict[str, Any]]:
+        """The content a turn ending before its answer did commits (``plan.cut_short``): the text
+        the client was shown, as it was shown. What else it shows is dropped first, with the
+        frames a break sends, so the client rebuilds exactly the committed message."""
+        shown = self.held if self.held is not None else list(self.acc.snapshot().blocks)
+        self.held = None
+        cut = cut_short(shown)
+        for block in cut.discarded_tools:
+            complete = block.status() is BlockStatus.COMPLETE
+            # a call cut off is lost as at a break; a whole one was simply never run
+            await self._tool_discarded(block, "not_executed" if complete else _discard_reason(block), lost=not complete)
+            await self.ctx.frame(
+                FrameKind.TOOL_CALL_CANCEL,
+                block=block.index,
+                id=block.id,
+                name=block.name,
+                reason="not_executed" if complete else "partial",
+            )
+        for block in cut.discarded_thinking:
+            await self._emit(
+                ev.DISCARDED_THINKING, kind=block.kind, partial_bytes=len(block.text.encode()), reason="cut_short"
+            )
+        for block in [*cut.discarded_thinking, *cut.discarded_other]:
+            await self.ctx.frame(FrameKind.BLOCK_CANCEL, block=block.index, kind=block.kind, reason="partial")
+        return [b.to_content() for b in cut.keep]
 
     # ---- helpers ------------------------------------------------------------------------
 
