@@ -124,6 +124,12 @@ class ProviderAdapter(Protocol):
         low, and a continuation could take the turn past its ``max_tokens``."""
         ...
 
+    @property
+    def min_max_tokens(self) -> int:
+        """The smallest output budget a request may ask for (OpenAI Responses refuses a
+        ``max_output_tokens`` below 16): with less left, the turn ends at its ``max_tokens``."""
+        ...
+
     def count_request(self, request: ModelRequest) -> HTTPRequest | None:
         """A request for the provider's free count of ``request``'s input tokens, or None
         where the provider has no such endpoint."""

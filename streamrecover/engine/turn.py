@@ -97,10 +97,12 @@ class TurnRunner:
         self._current_attempt: AttemptRecord | None = None
         self.store_errors: list[str] = []
         self.discarded_tools: list[dict[str, Any]] = []
-        # output tokens the blocks this turn builds on cost so far (an upper bound): max_tokens is
-        # the turn's budget. ``received_bytes`` is every byte of output received since the answer
+        # output tokens the blocks this turn builds on cost so far (an upper bound), and those of
+        # answers it dropped to start over (billed all the same): max_tokens is the turn's budget,
+        # for both together. ``received_bytes`` is every byte of output received since the answer
         # last started over; ``base_input`` the provider's count of the turn's request, no prefix.
         self.output_used = 0
+        self.dropped_output = 0
         self.received_bytes = 0
         self.base_input: int | None = None
         self.joins: list[ev.JoinRecord] = []  # how each continuation joined the kept text
@@ -285,7 +287,7 @@ class TurnRunner:
             plan=recovery.kind.value,
             kept_text_chars=kept_chars,
             kept_output_tokens_estimate=-(-kept_chars // 4),
-            turn_output_tokens=self.output_used,
+            turn_output_tokens=self._used(),
             max_tokens=self.request.max_tokens,
         )
         if snapshot.stop_reason is not None and attempt is not None:
@@ -318,18 +320,16 @@ class TurnRunner:
             result.recovered = True
             return result
         measuring: asyncio.Task[None] | None = None
-        if recovery.continues and self.output_used >= self.request.max_tokens:
+        if point is None and self._spent():
             # The running bound says the budget is spent: the provider's count decides, now.
             await self._measure(recovery)
         elif recovery.continues:
             # The bound leaves budget, and the count only lowers it (it can never end the turn):
             # it runs while the checkpoint is written and the backoff waits, not before them.
             measuring = asyncio.ensure_future(self._measure(recovery))
-        if recovery.continues and self.output_used >= self.request.max_tokens:
+        if point is None and self._spent():
             # The turn's budget is spent: it ends here, as an uninterrupted answer at its limit would.
-            result = await self._finish_with(recovery.keep, "max_tokens")
-            result.recovered = self.continuation > 0
-            return result
+            return await self._out_of_budget(recovery)
         retry_after = provider_error.retry_after_s if provider_error is not None else None
         try:
             return await self._next_continuation(retry_after, recovery, point, measuring)
@@ -437,6 +437,12 @@ class TurnRunner:
             result = await self._finish_with(recovery.keep, "tool_use")
             result.recovered = True
             return result
+        if self._spent():
+            # the re-attached response would have gone on within its own budget; a continuation
+            # asks for what is left, and nothing the provider takes is left
+            await self._measure(recovery)
+            if self._spent():
+                return await self._out_of_budget(recovery)
         self._set_prefix(recovery)
         return None
 
@@ -517,7 +523,9 @@ class TurnRunner:
         self.held = None
         chosen = continue_from(recovery, self._strategy())
         if chosen.kind == "restart":
-            # the answer starts over: what was dropped does not count against it
+            # the answer starts over, and what it dropped was billed: it still counts against
+            # the turn's budget (the restart asks for what is left), but not as a prefix's cost
+            self.dropped_output += self.output_used
             self.output_used = self.received_bytes = 0
         self.prefix, self.strategy, self.acc, self.attempt_kind = (
             chosen.prefix,
@@ -566,12 +574,36 @@ class TurnRunner:
         measured = max(0, counted - self.base_input) + max(0, self.received_bytes - sent)
         self.output_used = min(self.output_used, measured)
 
+    def _used(self) -> int:
+        """Output tokens the turn was billed so far (an upper bound), kept or dropped."""
+        return self.dropped_output + self.output_used
+
+    def _spent(self) -> bool:
+        """True when what is left of the turn's ``max_tokens`` is below the smallest budget the
+        provider takes in a request (OpenAI Responses: 16): no further call can be made."""
+        return self.request.max_tokens - self._used() < self.ctx.adapter.min_max_tokens
+
+    async def _out_of_budget(self, recovery: RecoveryPlan) -> TurnResult:
+        """End the turn at its budget with what it keeps, as an uninterrupted answer at its
+        limit would (a whole restart keeps nothing: the answer is empty)."""
+        keep = recovery.keep if recovery.continues else []
+        result = await self._finish_with(keep, "max_tokens")
+        result.recovered = self.continuation > 0
+        return result
+
     def _budgeted(self, request: ModelRequest) -> ModelRequest:
-        """A continuation asks for what is left of the turn's ``max_tokens``, never more. An
-        extended-thinking budget must stay below it (and at least 1024): lowered, or left out."""
-        if not self.prefix or not self.output_used:
+        """A continuation or a restart asks for what is left of the turn's ``max_tokens``, never
+        more. An extended-thinking budget must stay below it (and at least 1024): lowered, or left
+        out. The callers end the turn before too little is left (``_spent``): asking for less
+        than the provider takes would be refused, so that is a bug, raised."""
+        used = self._used()
+        if not used:
             return request
-        left = max(1, request.max_tokens - self.output_used)
+        left = request.max_tokens - used
+        if left < self.ctx.adapter.min_max_tokens:
+            raise ValueError(
+                f"max_tokens left ({left}) is below the provider's minimum ({self.ctx.adapter.min_max_tokens})"
+            )
         thinking = request.thinking_budget
         if thinking is not None and thinking >= left:
             thinking = left - 1 if left - 1 >= MIN_THINKING_BUDGET else None
@@ -631,7 +663,7 @@ class TurnRunner:
             return result
         if recovery.continues:
             await self._measure(recovery)
-            if self.output_used >= self.request.max_tokens:
+            if self._spent():
                 self.acc.restore(recovery.keep)
                 result = await self._finish_with(recovery.keep, "max_tokens")
                 result.recovered = True

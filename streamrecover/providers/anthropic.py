@@ -499,6 +499,10 @@ class AnthropicAdapter:
         """A text delta carries any number of tokens."""
         return False
 
+    @property
+    def min_max_tokens(self) -> int:
+        return 1
+
     def count_request(self, request: ModelRequest) -> HTTPRequest | None:
         """``POST /v1/messages/count_tokens``: the request's input tokens, free of charge."""
         built = self.build_request(request)

@@ -459,3 +459,7 @@ class GeminiAdapter(ContinueMessageOnly):
     def text_delta_is_token(self) -> bool:
         """A chunk carries many tokens; ``usageMetadata`` counts them."""
         return False
+
+    @property
+    def min_max_tokens(self) -> int:
+        return 1

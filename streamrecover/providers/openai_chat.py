@@ -465,6 +465,10 @@ class OpenAIChatAdapter:
         bound its tokens, as on providers whose deltas are not tokens."""
         return not self.config.azure
 
+    @property
+    def min_max_tokens(self) -> int:
+        return 1
+
     def count_request(self, request: ModelRequest) -> HTTPRequest | None:
         """Chat Completions has no token-count endpoint."""
         return None

@@ -39,6 +39,8 @@ from .openai_chat import OpenAIChatAdapter
 
 __all__ = ["INCOMPLETE_REASONS", "REASONING", "OpenAIResponsesAdapter", "ResponsesStreamParser", "ResumePoint"]
 
+MIN_OUTPUT_TOKENS = 16  # the smallest ``max_output_tokens`` the API takes
+
 # incomplete_details.reason -> normalized stop reason
 INCOMPLETE_REASONS: dict[str, str] = {"max_output_tokens": "max_tokens", "content_filter": "content_filter"}
 
@@ -413,3 +415,8 @@ class OpenAIResponsesAdapter(ContinueMessageOnly):
         """One ``output_text.delta`` per sampled token, as in Chat Completions; not on Azure,
         whose content filter buffers many tokens into a delta."""
         return not self.config.azure
+
+    @property
+    def min_max_tokens(self) -> int:
+        """``max_output_tokens`` below 16 is a 400 ("integer_below_min_value")."""
+        return MIN_OUTPUT_TOKENS
