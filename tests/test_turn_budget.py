@@ -1,0 +1,86 @@
+"""The turn's max_tokens budget at its edges: less left than the provider takes in a request,
+a native resume that falls back to a continuation with the budget spent, a whole restart, and
+a thinking turn whose prefix the provider counts. Real HTTP against the fake provider."""
+
+from __future__ import annotations
+
+import pytest
+
+from .harness import run
+
+STORY = "A story [[words=60]]"
+LONG = "A story [[words=3000]]"
+THINKING_MODEL = "claude-sonnet-4-5"
+
+
+def _asked(out, field: str) -> list[int | None]:
+    return [a.request["json"].get(field) for a in out.sink.attempts]
+
+
+# Cut where 13 to 19 tokens of 40 arrived: 21 to 27 left in the bound, and the minimum a
+# Responses request takes is 16; a continuation asking for less was a permanent 400 and the run
+# failed. Now a continuation asks for 16 or more, or the turn ends at its limit.
+@pytest.mark.parametrize("cut", [13, 16, 19])
+async def test_responses_with_less_left_than_it_takes_ends_as_max_tokens(fake_server, cut):
+    out = await run(
+        fake_server, STORY, wire="openai-responses", model="gpt-4o", max_tokens=40, faults=[f"cut:events={cut}"]
+    )
+    assert out.status == "completed", out.result.error
+    assert all(m is not None and m >= 16 for m in _asked(out, "max_output_tokens"))
+    assert sum(e.billed_output_tokens for e in out.log) <= 40
+
+
+async def test_a_native_resume_that_falls_back_with_the_budget_spent_ends_as_max_tokens(fake_server):
+    # the response is gone (404) when the turn has used its budget: no continuation for 1 token
+    out = await run(
+        fake_server,
+        STORY,
+        wire="openai-responses",
+        model="gpt-4o",
+        max_tokens=40,
+        faults=["cut:events=22", "status:404"],
+        provider_kw={"native_resume": True},
+    )
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["turn_output_tokens"] >= 40
+    assert out.status == "completed", out.result.error
+    assert [a.kind for a in out.sink.attempts] == ["initial", "native_resume"]  # no continuation
+    assert out.result.new_messages[-1]["content"]  # what arrived is the answer, at its limit
+    assert sum(e.billed_output_tokens for e in out.log) <= 40
+
+
+async def test_a_whole_restart_asks_for_what_is_left_of_the_budget(fake_server):
+    # cut inside the first thinking block: the answer starts over, and what it dropped was billed
+    out = await run(
+        fake_server, LONG, model=THINKING_MODEL, thinking_budget=1024, max_tokens=1500, faults=["cut:events=12"]
+    )
+    assert out.status == "completed", out.result.error
+    assert [a.kind for a in out.sink.attempts] == ["initial", "restart"]
+    restart = out.sink.attempts[1].request["json"]
+    assert restart["max_tokens"] < 1500
+    assert restart["thinking"]["budget_tokens"] < restart["max_tokens"]
+    assert sum(e.billed_output_tokens for e in out.log) <= 1500
+
+
+async def test_a_whole_restart_leaves_out_thinking_that_no_longer_fits(fake_server):
+    out = await run(
+        fake_server, LONG, model=THINKING_MODEL, thinking_budget=1024, max_tokens=1030, faults=["cut:events=12"]
+    )
+    assert out.status == "completed", out.result.error
+    assert [a.kind for a in out.sink.attempts] == ["initial", "restart"]
+    assert "thinking" not in out.sink.attempts[1].request["json"]
+    assert sum(e.billed_output_tokens for e in out.log) <= 1030
+
+
+async def test_a_thinking_continuation_gets_the_providers_count_of_what_is_left(fake_server):
+    # The fake's count_tokens refused every request with thinking (it checked a max_tokens the
+    # endpoint does not take), so the turn fell back to the byte bound and asked for far less.
+    out = await run(
+        fake_server, LONG, model=THINKING_MODEL, thinking_budget=1024, max_tokens=1500, faults=["cut:events=200"]
+    )
+    assert out.status == "completed", out.result.error
+    (interrupted,) = out.events("llm_stream_interrupted")
+    bound_left = 1500 - interrupted["turn_output_tokens"]
+    assert _asked(out, "max_tokens")[1] > bound_left  # the count lowered the bound
+    billed = sum(e.billed_output_tokens for e in out.log)
+    assert 1200 <= billed <= 1500
