@@ -62,3 +62,13 @@ def test_token_counts_are_free(fake_server):
     fresh = {"model": "claude-3-7-sonnet", "messages": [{"role": "user", "content": PROMPT}]}
     assert _count(fake_server, fresh) > 0
     assert len(fake_server.log) == before  # nothing generated, nothing billed
+
+
+def test_a_count_takes_a_request_with_extended_thinking(fake_server):
+    # the real endpoint takes no max_tokens; the fake checked a made-up one against budget_tokens
+    thinking = {
+        "model": "claude-sonnet-4-5",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
+    assert _count(fake_server, thinking) == _count(fake_server, {**thinking, "thinking": {"type": "disabled"}})

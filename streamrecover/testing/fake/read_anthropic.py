@@ -29,8 +29,9 @@ TRAILING_WHITESPACE = "final assistant content cannot end with trailing whitespa
 _THINKING_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 
 
-def interpret(body: Any) -> Interpretation:
-    """The request's meaning, or ``RequestRejected`` with the real API's message."""
+def interpret(body: Any, *, counting: bool = False) -> Interpretation:
+    """The request's meaning, or ``RequestRejected`` with the real API's message. ``counting``:
+    a ``count_tokens`` request, which has no ``max_tokens`` (nothing is generated)."""
     if not isinstance(body, dict):
         raise RequestRejected("Input should be a valid dictionary")
     model = body.get("model")
@@ -43,10 +44,10 @@ def interpret(body: Any) -> Interpretation:
         raise RequestRejected("messages: Input should be a valid list")
     if not messages:
         raise RequestRejected("messages: at least one message is required")
-    max_tokens = body.get("max_tokens")
-    if max_tokens is None:
+    max_tokens = None if counting else body.get("max_tokens")
+    if max_tokens is None and not counting:
         raise RequestRejected("max_tokens: Field required")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
         raise RequestRejected("max_tokens: Input should be greater than or equal to 1")
     thinking = _thinking_enabled(body.get("thinking"), max_tokens)
     tools = _tools(body.get("tools"))
@@ -70,7 +71,7 @@ def interpret(body: Any) -> Interpretation:
     )
 
 
-def _thinking_enabled(thinking: Any, max_tokens: int) -> bool:
+def _thinking_enabled(thinking: Any, max_tokens: int | None) -> bool:
     if thinking is None:
         return False
     if not isinstance(thinking, Mapping) or thinking.get("type") not in ("enabled", "disabled", "adaptive"):
@@ -81,7 +82,7 @@ def _thinking_enabled(thinking: Any, max_tokens: int) -> bool:
         budget = thinking.get("budget_tokens")
         if not isinstance(budget, int) or budget < 1024:
             raise RequestRejected("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
-        if max_tokens <= budget:
+        if max_tokens is not None and max_tokens <= budget:
             raise RequestRejected(
                 f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at "
                 f"{_THINKING_DOCS}#max-tokens-and-context-window-size"

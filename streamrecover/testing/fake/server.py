@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...engine.contract import CONTINUE_INSTRUCTION, SECRET_HEADERS
+from . import read_anthropic
 from .dialects import ROUTES, Dialect, route
 from .faults import Delivery, Fault, FaultKind, plan_delivery
 from .hostile import HTML_PAGE
@@ -509,7 +510,7 @@ def _count_tokens(dialect: Dialect, request: Request, recording: Recording | Non
         body = json.loads(request.body)
         if not isinstance(body, dict):
             raise ValueError("not an object")
-        interpretation = dialect.interpret({**body, "max_tokens": 1, "stream": False})
+        interpretation = read_anthropic.interpret({**body, "stream": False}, counting=True)
     except ValueError:
         return 400, json.loads(dialect.error_body(dialect.bad_json, "req_count"))
     except RequestRejected as exc:
