@@ -110,7 +110,10 @@ PROVIDER_KEYS = (
     "AZURE",
     "AZURE_API_VERSION",
     "AZURE_DEPLOYMENT",
+    "MAX_TOKENS_FIELD",
 )
+# what ``MAX_TOKENS_FIELD`` may name (Chat Completions' two names of the output limit)
+MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
 
 DEFAULTS: dict[str, Any] = {
     # Engine (EngineConfig).
@@ -238,6 +241,8 @@ def _provider_problems(name: str, entry: Any) -> list[str]:
     for key in ("PREFIX_FLAG", "ECHOES_PREFIX", "CONTINUE_FINAL_MESSAGE", "NATIVE_RESUME", "AZURE"):
         if key in entry and not isinstance(entry[key], bool):
             problems.append(f"{where}[{key!r}] must be True or False.")
+    if entry.get("MAX_TOKENS_FIELD") not in (None, *MAX_TOKENS_FIELDS):
+        problems.append(f"{where}['MAX_TOKENS_FIELD'] must be 'max_tokens' or 'max_completion_tokens'.")
     return problems
 
 
@@ -437,6 +442,7 @@ class AppSettings:
             azure=bool(entry.get("AZURE", False)),
             azure_api_version=entry.get("AZURE_API_VERSION") or None,
             azure_deployment=entry.get("AZURE_DEPLOYMENT") or None,
+            max_tokens_field=entry.get("MAX_TOKENS_FIELD"),
             connect_timeout_s=float(values["CONNECT_TIMEOUT"]),
             **extra,
         )

@@ -389,7 +389,7 @@ def test_request_url_headers_and_body():
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
         "stream": True,
         "stream_options": {"include_usage": True},
-        "max_tokens": 256,
+        "max_completion_tokens": 256,  # OpenAI's own API: the name every model takes
         "tools": [
             {
                 "type": "function",
@@ -412,11 +412,36 @@ def test_compatible_base_url_keeps_its_version_path():
     assert http.url == "https://api.deepseek.com/beta/chat/completions"
 
 
-def test_max_completion_tokens_replaces_max_tokens():
+def test_max_completion_tokens_in_extra_names_the_budget_never_replaces_it():
+    # a continuation's max_tokens is what is left of the turn's: extra's value re-sent the whole
+    # budget on every continuation, and the turn was billed past its max_tokens
     request = ModelRequest(model="o3", messages=[], max_tokens=99, extra={"max_completion_tokens": 500})
     body = ADAPTER.build_request(request).json
     assert "max_tokens" not in body
-    assert body["max_completion_tokens"] == 500
+    assert body["max_completion_tokens"] == 99
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        (ProviderConfig(name="openai", base_url="https://api.openai.com/v1"), "max_completion_tokens"),
+        (ProviderConfig(name="openai", base_url="http://localhost:8000/v1"), "max_tokens"),  # vLLM, llama.cpp
+        (ProviderConfig(name="openai", base_url="https://api.deepseek.com/beta"), "max_tokens"),
+        (ProviderConfig(name="openai", base_url="https://x.openai.azure.com", azure=True), "max_tokens"),
+        (
+            ProviderConfig(
+                name="openai", base_url="http://localhost:8000/v1", max_tokens_field="max_completion_tokens"
+            ),
+            "max_completion_tokens",
+        ),
+    ],
+)
+def test_the_budget_goes_under_the_name_the_provider_takes(config, field):
+    # OpenAI's o-series and gpt-5 answer max_tokens with a 400; compatible servers and Azure's
+    # older API versions know only max_tokens
+    body = OpenAIChatAdapter(config).build_request(ModelRequest(model="gpt-5", messages=[], max_tokens=77)).json
+    assert body[field] == 77
+    assert ({"max_tokens", "max_completion_tokens"} - {field}).isdisjoint(body)
 
 
 CONVERSATION = [
@@ -817,3 +842,17 @@ def test_registry_errors_name_the_value_and_the_known_adapters(name, says):
     with pytest.raises(ValueError, match=re.escape(says)) as info:
         get_adapter(ProviderConfig(name=name, base_url="https://example.invalid"))
     assert "'anthropic', 'gemini', 'openai'" in str(info.value)
+
+
+@pytest.mark.parametrize("field", ["max_completion_tokens", "max_tokens"])
+def test_a_proxied_request_keeps_the_name_its_client_gave_the_limit(field):
+    from streamrecover.proxy.inbound import parse
+
+    raw = json.dumps({"model": "gpt-5", "stream": True, field: 500, "messages": [{"role": "user", "content": "hi"}]})
+    p = parse("openai", raw.encode(), 4096)
+    request = ModelRequest(
+        model=p.model, messages=p.messages, max_tokens=p.max_tokens, extra=p.extra, max_tokens_field=p.max_tokens_field
+    )
+    body = ADAPTER.build_request(request).json
+    assert body[field] == 500
+    assert ({"max_tokens", "max_completion_tokens"} - {field}).isdisjoint(body)

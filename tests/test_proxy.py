@@ -259,7 +259,7 @@ def test_a_failure_before_anything_streamed_is_the_providers_http_error(site: st
 
 def openai_answer(client: openai.OpenAI, prompt: str, faults: str = "", **kw: Any) -> dict[str, Any]:
     raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o",
+        model=kw.pop("model", "gpt-4o"),
         messages=[{"role": "user", "content": prompt}],
         stream=True,
         stream_options={"include_usage": True},
@@ -310,6 +310,26 @@ def test_openai_client_sees_one_uninterrupted_answer_at_every_break(
         attempts = Attempt.objects.filter(run_id=seen["run_id"])
         assert len(seen["usage"]) == 1
         assert seen["usage"][0].completion_tokens == sum(a.output_tokens or 0 for a in attempts)
+
+
+def test_max_completion_tokens_reaches_the_provider_under_its_own_name(site: str, raw_key: str) -> None:
+    # It was sent on as max_tokens, which o-series and gpt-5 models refuse with a 400; and every
+    # continuation asks for what is left of it, under the same name
+    client = openai.OpenAI(base_url=site + "/v1", api_key=raw_key, max_retries=0)
+    seen = openai_answer(client, LONG, "cut:events=20", model="o3", max_completion_tokens=60)
+    assert seen["final"]["finish_reason"] == "length"
+    sent = [a.request["json"] for a in Attempt.objects.filter(run_id=seen["run_id"]).order_by("index")]
+    assert sent[0]["max_completion_tokens"] == 60
+    assert 0 < sent[1]["max_completion_tokens"] < 60
+    assert all("max_tokens" not in b for b in sent)
+    assert seen["usage"][0].completion_tokens <= 60
+
+
+def test_a_client_that_names_max_tokens_gets_what_the_provider_says_of_it(site: str, raw_key: str) -> None:
+    client = openai.OpenAI(base_url=site + "/v1", api_key=raw_key, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="Use 'max_completion_tokens' instead"):
+        openai_answer(client, LONG, model="o3", max_tokens=60)
+    wait_for(Run.objects.get().pk)
 
 
 def test_openai_stream_ends_once_with_done(site: str, raw_key: str) -> None:

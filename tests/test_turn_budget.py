@@ -84,3 +84,36 @@ async def test_a_thinking_continuation_gets_the_providers_count_of_what_is_left(
     assert _asked(out, "max_tokens")[1] > bound_left  # the count lowered the bound
     billed = sum(e.billed_output_tokens for e in out.log)
     assert 1200 <= billed <= 1500
+
+
+# OpenAI's o-series and gpt-5 take only max_completion_tokens. Named in extra, it was re-sent at
+# its full value on every continuation, and the turn was billed past its max_tokens.
+@pytest.mark.parametrize(
+    ("extra", "provider_kw"),
+    [({"max_completion_tokens": 40}, {}), ({}, {"max_tokens_field": "max_completion_tokens"})],
+    ids=["named-in-extra", "provider-setting"],
+)
+async def test_max_completion_tokens_asks_for_what_is_left(fake_server, extra, provider_kw):
+    out = await run(
+        fake_server,
+        STORY,
+        wire="openai",
+        model="o3",
+        max_tokens=40,
+        extra=extra,
+        provider_kw=provider_kw,
+        faults=["cut:events=10"],
+    )
+    assert out.status == "completed", out.result.error
+    asked = _asked(out, "max_completion_tokens")
+    assert asked[0] == 40
+    assert 0 < asked[1] < 40
+    assert _asked(out, "max_tokens") == [None, None]
+    assert sum(e.billed_output_tokens for e in out.log) <= 40
+
+
+async def test_the_fake_refuses_max_tokens_from_a_model_that_takes_only_max_completion_tokens(fake_server):
+    out = await run(fake_server, STORY, wire="openai", model="gpt-5-mini", max_tokens=40)
+    assert out.status == "failed"
+    assert out.result.error is not None
+    assert "Unsupported parameter: 'max_tokens' is not supported with this model." in out.result.error["message"]

@@ -55,6 +55,9 @@ class ModelRequest:
     # Anthropic beta flags a proxied client sent (its ``anthropic-beta``), for fields in ``extra``
     # that need them; adapters of other APIs have no such header and leave them out
     betas: tuple[str, ...] = ()
+    # the name Chat Completions carries ``max_tokens`` under (``max_tokens`` or
+    # ``max_completion_tokens``): a proxied client's own; None: the provider's
+    max_tokens_field: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,3 +225,7 @@ class ProviderConfig:
     azure: bool = False
     azure_api_version: str | None = None
     azure_deployment: str | None = None
+    # Chat Completions: the name of the output limit, ``max_tokens`` or ``max_completion_tokens``;
+    # None: ``max_completion_tokens`` on OpenAI's own API (its o-series and gpt-5 refuse
+    # ``max_tokens``), ``max_tokens`` elsewhere (compatible servers, Azure's older API versions)
+    max_tokens_field: str | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
 from ..engine.errors import ErrorClass, InterruptCause, ParseError, ProviderError, StreamInterrupted
@@ -45,7 +46,11 @@ from .common import (
     with_should_retry,
 )
 
-__all__ = ["FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStreamParser"]
+__all__ = ["FINISH_REASONS", "MAX_TOKENS_FIELDS", "OpenAIChatAdapter", "OpenAIChatStreamParser", "max_tokens_field"]
+# The names of the output limit: OpenAI's o-series and gpt-5 take only the newer one, compatible
+# servers (vLLM, llama.cpp, Ollama) and Azure's older API versions only the older one.
+MAX_TOKENS_FIELDS = ("max_completion_tokens", "max_tokens")
+OPENAI_HOST = "api.openai.com"
 TEXT_INDEX = 0  # the message's text (content or refusal) is block 0; tool call i is block 1 + i
 REASONING_INDEX = -1  # ``reasoning_content``: before the text, as it streams first
 
@@ -331,6 +336,20 @@ def _messages(request: ModelRequest, prefix_flag: bool) -> list[dict[str, Any]]:
     return out
 
 
+def max_tokens_field(config: ProviderConfig, request: ModelRequest) -> str:
+    """The name the output limit goes under: the request's (a proxied client's own), else the one
+    ``extra`` names (a caller's choice of name; its value is the budget's), else the provider's."""
+    if request.max_tokens_field is not None:
+        return request.max_tokens_field
+    for name in MAX_TOKENS_FIELDS:
+        if name in request.extra:
+            return name
+    if config.max_tokens_field is not None:
+        return config.max_tokens_field
+    official = not config.azure and urlsplit(config.base_url).hostname == OPENAI_HOST
+    return "max_completion_tokens" if official else "max_tokens"
+
+
 # -- errors ---------------------------------------------------------------------------
 
 
@@ -343,8 +362,8 @@ class OpenAIChatAdapter:
         self.config = config
 
     def build_request(self, request: ModelRequest) -> HTTPRequest:
-        """``max_tokens`` is sent unless ``extra`` carries ``max_completion_tokens`` (newer
-        OpenAI models refuse the older name; compatible servers only know the older one)."""
+        """``request.max_tokens`` (a continuation's: what is left of the turn's) is sent under the
+        name the upstream wants (``max_tokens_field``), after ``extra``, which never overrides it."""
         config = self.config
         headers = azure_headers(config) if config.azure else {"Authorization": f"Bearer {config.api_key}"}
         headers.update({"content-type": "application/json", "accept": "text/event-stream"})
@@ -355,8 +374,6 @@ class OpenAIChatAdapter:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if "max_completion_tokens" not in request.extra:
-            body["max_tokens"] = request.max_tokens
         last = request.messages[-1] if request.messages else None
         if (
             config.continue_final_message
@@ -378,6 +395,9 @@ class OpenAIChatAdapter:
         if request.temperature is not None:
             body["temperature"] = request.temperature
         body.update(request.extra)
+        for name in MAX_TOKENS_FIELDS:
+            body.pop(name, None)
+        body[max_tokens_field(config, request)] = request.max_tokens
         if config.azure:
             url = azure_url(config, CHAT_PATH, model=request.model)
         else:

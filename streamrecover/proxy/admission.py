@@ -151,6 +151,7 @@ def _create_run(key: ProxyKey, request: ProxyRequest, provider: str, faults: lis
                 "structured": request.structured,
                 "extra": served.extra,
                 "betas": request.betas,
+                "max_tokens_field": request.max_tokens_field,
                 "dropped": served.dropped,
                 "failover": failover,
                 "no_failover": no_failover,

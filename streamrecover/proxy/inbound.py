@@ -60,6 +60,7 @@ class ProxyRequest:
     structured: bool = False
     include_usage: bool = False  # OpenAI: the client asked for the usage chunk
     max_tokens_given: bool = True  # False: an OpenAI request without one (the default applies)
+    max_tokens_field: str | None = None  # OpenAI Chat: the name the client gave it under, the provider's too
     extra: dict[str, Any] = field(default_factory=dict)
     body: dict[str, Any] = field(default_factory=dict)  # as sent (a non-streamed request passes it on)
     betas: list[str] = field(default_factory=list)  # Anthropic: the client's ``anthropic-beta`` flags
@@ -281,8 +282,10 @@ def _system_text(block: Any, where: str) -> str:
 def _openai(body: dict[str, Any], model: str, messages: list[Any], default_max_tokens: int) -> ProxyRequest:
     if body.get("n") not in (None, 1):
         raise BadRequest("n: only one choice is supported")
-    raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = default_max_tokens if raw_max is None else _max_tokens(raw_max, "max_tokens")
+    # the name the client used is the one sent on (gpt-5 and the o-series take only the newer)
+    field = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    raw_max = body.get(field)
+    max_tokens = default_max_tokens if raw_max is None else _max_tokens(raw_max, field)
     system: str | None = None
     canonical: list[dict[str, Any]] = []
     for position, message in enumerate(messages):
@@ -326,6 +329,7 @@ def _openai(body: dict[str, Any], model: str, messages: list[Any], default_max_t
         structured=structured,
         include_usage=include_usage,
         max_tokens_given=raw_max is not None,
+        max_tokens_field=field if raw_max is not None else None,
         extra=_extra(body, "temperature", "n"),
         body=body,
     )

@@ -33,7 +33,7 @@ async def forward(request: ProxyRequest, provider: str) -> HttpResponse:
     headers = {**built.headers, "accept": "application/json"}
     body = dict(request.body)
     if not request.max_tokens_given:  # an OpenAI request without one: the default (or the key's limit)
-        body["max_output_tokens" if request.format == RESPONSES else "max_tokens"] = request.max_tokens
+        body[_limit_name(request, built.json)] = request.max_tokens
     engine = app_settings.engine_config()
     attempts = engine.max_request_retries + 1
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=config.connect_timeout_s)) as client:
@@ -64,3 +64,11 @@ def _delay(attempt: int, retry_after: float | None) -> float:
     if retry_after is not None:
         return min(retry_after, engine.max_retry_after_s)
     return min(engine.request_retry_base_s * (2**attempt), 8.0) * engine.backoff_scale
+
+
+def _limit_name(request: ProxyRequest, built: dict[str, object]) -> str:
+    """What an OpenAI request names its output limit: on Chat, the name the adapter sends it under
+    for this provider (OpenAI's own API: ``max_completion_tokens``, which every model takes)."""
+    if request.format == RESPONSES:
+        return "max_output_tokens"
+    return "max_completion_tokens" if "max_completion_tokens" in built else "max_tokens"

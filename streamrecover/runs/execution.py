@@ -201,6 +201,7 @@ async def _execute_claimed(
             structured=bool(proxied.get("structured")),
             extra=dict(proxied.get("extra") or {}),
             betas=tuple(proxied.get("betas") or ()),
+            max_tokens_field=proxied.get("max_tokens_field"),
         )
     shared = on_shared_loop()  # the loop's runs share one store (one Redis client)
     checkpoints = FencedCheckpointStore(checkpoint_store_from_settings(shared=shared), fence, own_store=not shared)

@@ -80,4 +80,6 @@ def materialize(config: ProviderConfig, model: str) -> ProviderConfig:
     base = local_fake_server().base_url
     name = fake_adapter(config.name, model)
     url = base if name == "anthropic" else f"{base}/v1"
-    return replace(config, name=name, base_url=url, api_key=config.api_key or "fake-key")
+    # the fake plays OpenAI's own API, whose o-series and gpt-5 take only max_completion_tokens
+    field = config.max_tokens_field or ("max_completion_tokens" if name == "openai" else None)
+    return replace(config, name=name, base_url=url, api_key=config.api_key or "fake-key", max_tokens_field=field)

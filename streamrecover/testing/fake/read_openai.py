@@ -6,9 +6,10 @@ continuation that does not repeat the prefix (DeepSeek style). ``continue_final_
 true`` with ``add_generation_prompt: false`` (vLLM, SGLang, llama.cpp) continues inside it,
 a prefill; a model named ``*nocontinue*`` is a server that refuses the argument (OpenAI's
 own 400 for an unknown one), ``*ignorecontinue*`` one that ignores it (a new answer starts).
-A model named ``*reasoner*`` reasons first (DeepSeek's ``reasoning_content``) and, as
-DeepSeek does, refuses ``reasoning_content`` sent back in history. Tool calls and tool
-messages must pair up, with the real API's 400s.
+A model named ``o1*``, ``o3*``, ``o4*`` or ``gpt-5*`` refuses ``max_tokens`` (it takes only
+``max_completion_tokens``), with the real API's 400. A model named ``*reasoner*`` reasons
+first (DeepSeek's ``reasoning_content``) and, as DeepSeek does, refuses ``reasoning_content``
+sent back in history. Tool calls and tool messages must pair up, with the real API's 400s.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn
 
 _ROLES = ("system", "assistant", "user", "function", "tool", "developer")
+# Models that refuse the older ``max_tokens`` (reasoning models): only ``max_completion_tokens``
+_COMPLETION_TOKENS_ONLY = ("o1", "o3", "o4", "gpt-5")
 
 
 def interpret(body: Any) -> Interpretation:
@@ -67,7 +70,7 @@ def interpret(body: Any) -> Interpretation:
         prefix_calls=prefix_calls,
         instructions=instructions,
         include_usage=isinstance(options, Mapping) and options.get("include_usage") is True,
-        max_tokens=_max_tokens(body),
+        max_tokens=_max_tokens(body, model),
     )
 
 
@@ -87,7 +90,14 @@ def _continues_final_message(body: Mapping[str, Any], model: str) -> bool:
     return True
 
 
-def _max_tokens(body: Mapping[str, Any]) -> int | None:
+def _max_tokens(body: Mapping[str, Any], model: str) -> int | None:
+    if "max_tokens" in body and model.startswith(_COMPLETION_TOKENS_ONLY):
+        raise RequestRejected(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+            param="max_tokens",
+            code="unsupported_parameter",
+        )
     for name in ("max_completion_tokens", "max_tokens"):
         value = body.get(name)
         if value is not None:
