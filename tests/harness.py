@@ -11,7 +11,7 @@ from streamrecover.engine.agent import RunResult, ToolRegistry, run_agent
 from streamrecover.engine.cancel import CancelToken
 from streamrecover.engine.checkpoint import CheckpointStore, InMemoryCheckpointStore
 from streamrecover.engine.config import EngineConfig
-from streamrecover.engine.context import RunContext
+from streamrecover.engine.context import Failover, RunContext
 from streamrecover.engine.contract import ModelRequest, ProviderConfig
 from streamrecover.engine.sink import CollectingSink
 from streamrecover.engine.transport import HttpxTransport
@@ -82,7 +82,10 @@ async def run(
     recording: bytes | None = None,
     transport: HttpxTransport | None = None,
     extra: dict[str, Any] | None = None,
+    failover: tuple[str, str] | None = None,
 ) -> Outcome:
+    """One run against the fake; ``failover`` is the (wire, model) a turn goes on with when its
+    provider gives up mid-answer (the same fake, the same scenario)."""
     scenario = uuid.uuid4().hex
     server.set_faults(scenario, list(faults))
     if recording is not None:
@@ -105,6 +108,9 @@ async def run(
         checkpoints=checkpoints or InMemoryCheckpointStore(),
         cancel=cancel or CancelToken(),
         transport=transport,
+        failover=None
+        if failover is None
+        else Failover(get_adapter(provider(server, scenario, failover[0])), failover[1], f"fake-{failover[0]}"),
     )
     result = await run_agent(ctx, request, tools=tools, resume=resume)
     outcome = Outcome(result, sink, server.log_for(scenario))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .harness import run
+from .harness import run, with_config
 
 STORY = "A story [[words=60]]"
 LONG = "A story [[words=3000]]"
@@ -117,3 +117,23 @@ async def test_the_fake_refuses_max_tokens_from_a_model_that_takes_only_max_comp
     assert out.status == "failed"
     assert out.result.error is not None
     assert "Unsupported parameter: 'max_tokens' is not supported with this model." in out.result.error["message"]
+
+
+async def test_no_failover_to_a_provider_that_cannot_be_asked_for_what_is_left(fake_server):
+    # Chat takes a budget of 1; its fallback (Responses) takes no less than 16. With fewer left
+    # when Chat gives up, switching would ask Responses for less than it takes: the turn ends
+    # exhausted with what it kept instead of failing over (it raised, and the run crashed).
+    out = await run(
+        fake_server,
+        STORY,
+        wire="openai",
+        model="gpt-4o",
+        max_tokens=40,
+        config=with_config(max_continuations=1),
+        faults=["cut:events=10", "cut:events=4"],  # 30 of 40 used, 10 left
+        failover=("openai-responses", "gpt-4o"),
+    )
+    assert out.status == "exhausted", out.result.error
+    assert not out.events("llm_stream_failover")
+    assert [a.kind for a in out.sink.attempts] == ["initial", "continuation"]
+    assert out.result.new_messages[-1]["content"]  # what was shown is kept

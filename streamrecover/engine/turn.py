@@ -498,6 +498,8 @@ class TurnRunner:
         fallback = self.ctx.failover
         if fallback is None or self.failed_over:
             return False
+        if self.request.max_tokens - self._used() < fallback.adapter.min_max_tokens:
+            return False  # the fallback could not be asked for what is left of the budget
         self.failed_over = True
         await self._emit(
             ev.LLM_STREAM_FAILOVER,
