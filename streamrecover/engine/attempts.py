@@ -25,6 +25,7 @@ from .errors import (
     SSEError,
     StreamInterrupted,
 )
+from .estimate import estimated_usage
 from .sink import AttemptOutcome, AttemptRecord
 from .sse import SSEDecoder
 from .translate import AttemptDone, Translator, as_interrupted
@@ -119,7 +120,7 @@ async def _open_and_stream(
                 status=opened.status,
             )
         try:
-            await _consume(ctx, opened, record, translator)
+            await _consume(ctx, opened, record, translator, http_request)
         except NotAnEventStream as exc:
             return ProviderError(ErrorClass.PERMANENT, "bad_content_type", str(exc), status=opened.status)
     finally:
@@ -171,9 +172,11 @@ async def _cancelled_first(ctx: RunContext, work: asyncio.Future[Any]) -> bool:
     return True
 
 
-async def _consume(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator) -> None:
+async def _consume(
+    ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator, http_request: HTTPRequest
+) -> None:
     """Feed the body through decoder, parser and translator, racing the cancel token."""
-    stream_task = asyncio.ensure_future(_pump(ctx, opened, record, translator))
+    stream_task = asyncio.ensure_future(_pump(ctx, opened, record, translator, http_request))
     cancel_task = asyncio.ensure_future(ctx.cancel.wait())
     try:
         done, _ = await asyncio.wait({stream_task, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
@@ -188,7 +191,9 @@ async def _consume(ctx: RunContext, opened: OpenedStream, record: AttemptRecord,
     stream_task.result()  # re-raises AttemptDone / StreamInterrupted
 
 
-async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator) -> None:
+async def _pump(
+    ctx: RunContext, opened: OpenedStream, record: AttemptRecord, translator: Translator, http_request: HTTPRequest
+) -> None:
     decoder = SSEDecoder(ctx.config.max_line_bytes)
     parser = translator.parser = ctx.adapter.new_parser()
     limit = ctx.config.max_stream_seconds
@@ -238,6 +243,12 @@ async def _pump(ctx: RunContext, opened: OpenedStream, record: AttemptRecord, tr
             # that dies in between (a window of a few writes) leaves it to the next claim,
             # which goes on from it instead of asking for it, and paying for it, again.
             await translator.on_interrupted()
+        if not translator.final_usage:
+            # The provider bills a broken stream too, yet its count never came (or only
+            # message_start's): the attempt is stored with the engine's estimate, flagged.
+            bound = translator.received_tokens(ctx.adapter.text_delta_is_token)
+            record.usage = estimated_usage(record.usage, bound, http_request.json)
+            record.usage_estimated = True
         await close_attempt(
             ctx,
             record,

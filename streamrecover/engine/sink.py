@@ -182,6 +182,9 @@ class AttemptRecord:
     first_byte_at: float | None = None
     ended_at: float | None = None
     usage: Usage = field(default_factory=Usage)
+    # the stream broke before the provider's final usage: ``usage`` holds the engine's estimate
+    # of what was billed (``engine.estimate``), not the provider's count
+    usage_estimated: bool = False
     bytes_received: int = 0
     interrupt_cause: str | None = None
     error_kind: str | None = None
