@@ -216,6 +216,7 @@ class AttemptInline(ReadOnlyInline):
         "ended_at",
         "input_tokens",
         "output_tokens",
+        "usage_estimated",
         "interrupt_cause",
         "outcome",
     )

@@ -282,6 +282,14 @@ class Attempt(models.Model):
         blank=True,
         help_text=_("The part of the output tokens spent thinking, where the provider reports it."),
     )
+    usage_estimated = models.BooleanField(
+        verbose_name=_("usage estimated"),
+        default=False,
+        help_text=_(
+            "The stream broke before the provider reported its final usage: the tokens are the engine's "
+            "estimate of what was billed."
+        ),
+    )
     bytes_received = models.PositiveBigIntegerField(verbose_name=_("bytes received"), default=0)
     interrupt_cause = models.CharField(verbose_name=_("interrupt cause"), max_length=32, blank=True)
     error_kind = models.CharField(verbose_name=_("error kind"), max_length=64, blank=True)

@@ -171,6 +171,7 @@ def stored_output(run_id: str) -> dict[str, Any]:
                 "cache_read_input_tokens": a.cache_read_input_tokens,
                 "reasoning_tokens": a.reasoning_tokens,
             },
+            "usage_estimated": a.usage_estimated,
             "interrupt_cause": a.interrupt_cause or None,
             "strategy": a.strategy or None,
             "outcome": a.outcome,

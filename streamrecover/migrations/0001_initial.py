@@ -291,6 +291,7 @@ class Migration(migrations.Migration):
                 ('cache_creation_input_tokens', models.PositiveIntegerField(blank=True, null=True, verbose_name='cache creation input tokens')),
                 ('cache_read_input_tokens', models.PositiveIntegerField(blank=True, null=True, verbose_name='cache read input tokens')),
                 ('reasoning_tokens', models.PositiveIntegerField(blank=True, help_text='The part of the output tokens spent thinking, where the provider reports it.', null=True, verbose_name='reasoning tokens')),
+                ('usage_estimated', models.BooleanField(default=False, help_text="The stream broke before the provider reported its final usage: the tokens are the engine's estimate of what was billed.", verbose_name='usage estimated')),
                 ('bytes_received', models.PositiveBigIntegerField(default=0, verbose_name='bytes received')),
                 ('interrupt_cause', models.CharField(blank=True, max_length=32, verbose_name='interrupt cause')),
                 ('error_kind', models.CharField(blank=True, max_length=64, verbose_name='error kind')),

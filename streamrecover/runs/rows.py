@@ -56,6 +56,7 @@ def attempt_values(attempt: AttemptRecord) -> dict[str, Any]:
         "cache_creation_input_tokens": usage.cache_creation_input_tokens,
         "cache_read_input_tokens": usage.cache_read_input_tokens,
         "reasoning_tokens": usage.reasoning_tokens,
+        "usage_estimated": attempt.usage_estimated,
         "bytes_received": attempt.bytes_received,
         "interrupt_cause": str(attempt.interrupt_cause or ""),
         "error_kind": str(attempt.error_kind or ""),
