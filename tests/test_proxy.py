@@ -332,6 +332,19 @@ def test_a_client_that_names_max_tokens_gets_what_the_provider_says_of_it(site: 
     wait_for(Run.objects.get().pk)
 
 
+def test_openai_client_usage_counts_what_the_broken_attempt_was_billed(site: str, raw_key: str) -> None:
+    # OpenAI sends usage only at the end, so the broken attempt reported none: its estimate is in the sum
+    client = openai.OpenAI(base_url=site + "/v1", api_key=raw_key, max_retries=0)
+    seen = openai_answer(client, LONG, "cut:events=40")
+    stored_assistant(seen["run_id"])
+    broken, finished = Attempt.objects.filter(run_id=seen["run_id"]).order_by("index")
+    usage = seen["usage"][0]
+    assert usage.completion_tokens > (finished.output_tokens or 0)
+    assert usage.prompt_tokens > (finished.input_tokens or 0)
+    assert usage.completion_tokens == (broken.output_tokens or 0) + (finished.output_tokens or 0)
+    assert (broken.outcome, broken.usage_estimated, finished.usage_estimated) == ("interrupted", True, False)
+
+
 def test_openai_stream_ends_once_with_done(site: str, raw_key: str) -> None:
     body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "Hi [[words=12]]"}]}
     headers = {"authorization": f"Bearer {raw_key}", FAULTS_HEADER: "cut:events=5"}
