@@ -140,7 +140,8 @@ DEFINITIONS: tuple[Figure, ...] = (
         "output_tokens_billed",
         "Output tokens billed",
         "tokens",
-        "Sum of `output_tokens` over all attempts, broken ones included.",
+        "Sum of `output_tokens` over all attempts, broken ones included; a broken attempt whose final usage "
+        "never came counts the engine's upper bound on what it streamed (`Attempt.usage_estimated`).",
     ),
     Figure(
         "output_tokens_delivered",
@@ -163,7 +164,9 @@ DEFINITIONS: tuple[Figure, ...] = (
         "Input tokens of continuations",
         "tokens",
         "Sum of `input_tokens` of `continuation` and `resume` attempts: what continuing cost instead "
-        "(the kept prefix is sent as input). Cached input tokens count too, for every provider.",
+        "(the kept prefix is sent as input). Cached input tokens count too, for every provider. A broken "
+        "attempt that reported no input counts the UTF-8 bytes of its request's text instead "
+        "(`Attempt.usage_estimated`).",
     ),
 )
 
