@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 from .context import RunCancelled, RunContext
-from .contract import HTTPRequest
+from .contract import HTTPRequest, follows_cursor, resumes_natively
 from .errors import (
     BodyDecodeError,
     ErrorClass,
@@ -26,6 +26,7 @@ from .errors import (
     StreamInterrupted,
 )
 from .estimate import estimated_usage
+from .plan import PlanKind
 from .sink import AttemptOutcome, AttemptRecord
 from .sse import SSEDecoder
 from .translate import AttemptDone, Translator, as_interrupted
@@ -243,7 +244,7 @@ async def _pump(
             # that dies in between (a window of a few writes) leaves it to the next claim,
             # which goes on from it instead of asking for it, and paying for it, again.
             await translator.on_interrupted()
-        if not translator.final_usage:
+        if not translator.final_usage and not _usage_comes_later(ctx, record, translator, interrupted):
             # The provider bills a broken stream too, yet its count never came (or only
             # message_start's): the attempt is stored with the engine's estimate, flagged.
             bound = translator.received_tokens(ctx.adapter.text_delta_is_token)
@@ -258,6 +259,19 @@ async def _pump(
             error_message=interrupted.message,
         )
         raise interrupted from exc
+
+
+def _usage_comes_later(
+    ctx: RunContext, record: AttemptRecord, translator: Translator, interrupted: StreamInterrupted
+) -> bool:
+    """True when the broken response goes on server-side and is re-attached (native resume):
+    the attempt that reaches its end reports the whole response's usage, this part included."""
+    if not resumes_natively(ctx.adapter) or interrupted.cause is InterruptCause.PROVIDER_ERROR_MID_STREAM:
+        return False
+    if record.kind == PlanKind.NATIVE_RESUME.value:
+        return True
+    parser = translator.parser
+    return follows_cursor(parser) and parser.resume_point() is not None
 
 
 _HEAD_BYTES = 256
