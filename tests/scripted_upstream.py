@@ -3,6 +3,7 @@ recorded. The built-in fake reports no prompt cache and no stop sequence; real p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,11 +13,13 @@ from typing import Any
 class ScriptedUpstream:
     """An HTTP server on a free loopback port: a POST to a path starting with a key of
     ``responses`` gets that body as an event stream (a list of bodies: one per POST, in turn, the
-    last one again after them); ``requests`` holds what each POST sent."""
+    last one again after them), with ``headers`` (a ``content-type`` there replaces the event
+    stream's); ``requests`` holds what each POST sent."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.responses: dict[str, bytes | list[bytes]] = {}
+        self.headers: dict[str, str] = {}
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -32,9 +35,11 @@ class ScriptedUpstream:
                 if isinstance(data, list):
                     data = data.pop(0) if len(data) > 1 else data[0]
                 self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
+                for name, value in {"content-type": "text/event-stream", **outer.headers}.items():
+                    self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(data)
+                with contextlib.suppress(ConnectionError):  # a client that stops reading a long body
+                    self.wfile.write(data)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, name="scripted-upstream", daemon=True).start()

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from .contentcoding import decoded
 from .errors import InterruptCause, StreamInterrupted
 from .netio import use_asyncio_backend
 
@@ -105,6 +106,10 @@ class HttpxTransport:
         # a GET (a native resume's re-attach) carries no body
         body = None if method == "GET" else json_body
         request = self._client.build_request(method, url, headers=dict(headers), json=body, timeout=timeout)
+        # httpx asks for gzip by default and inflates it without a limit; SSE from the real APIs
+        # is not compressed anyway. A server that compresses regardless is inflated in bounded
+        # slices (``contentcoding``).
+        request.headers["accept-encoding"] = "identity"
         try:
             response = await self._client.send(request, stream=True)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
@@ -114,7 +119,7 @@ class HttpxTransport:
 
         async def chunks() -> AsyncIterator[bytes]:
             try:
-                async for chunk in response.aiter_bytes():
+                async for chunk in decoded(response.aiter_raw(), response.headers.get("content-encoding")):
                     yield chunk
             except httpx.HTTPError as exc:
                 cause = classify_transport_error(exc)
