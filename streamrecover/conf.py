@@ -164,6 +164,9 @@ DEFAULTS: dict[str, Any] = {
     # The largest request body the healing endpoint reads (it ignores DATA_UPLOAD_MAX_MEMORY_SIZE,
     # made for form posts): Anthropic takes 32 MB, images included; a larger one is a 413.
     "PROXY_MAX_BODY_BYTES": 32 * 1024 * 1024,
+    # The largest answer of a non-streamed request the healing endpoint holds (decoded), from the
+    # provider to the client: a larger one is a 502 rather than a body held in memory whole.
+    "PROXY_MAX_RESPONSE_BYTES": 32 * 1024 * 1024,
     # format -> {"PROVIDER", "MODEL"}: where a proxied answer goes on when its provider gives up
     "PROXY_FAILOVER": None,
     # The dotted path of the tools every run offers, on every path that executes it (a thread, a
@@ -294,9 +297,10 @@ def validate(user: Any) -> list[str]:
         problems.append(
             f"{SETTINGS_NAME}['BACKOFF_SCHEDULE'] must be a non-empty list of non-negative numbers, not {schedule!r}."
         )
-    limit = merged["PROXY_MAX_BODY_BYTES"]
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        problems.append(f"{SETTINGS_NAME}['PROXY_MAX_BODY_BYTES'] must be a positive integer (bytes), not {limit!r}.")
+    for key in ("PROXY_MAX_BODY_BYTES", "PROXY_MAX_RESPONSE_BYTES"):
+        limit = merged[key]
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            problems.append(f"{SETTINGS_NAME}[{key!r}] must be a positive integer (bytes), not {limit!r}.")
     threshold = merged["GC_THRESHOLD"]
     if threshold is not None and (not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1):
         problems.append(f"{SETTINGS_NAME}['GC_THRESHOLD'] must be a positive integer or None, not {threshold!r}.")

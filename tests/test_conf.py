@@ -82,6 +82,8 @@ def test_unknown_key_raises_naming_it_and_the_valid_keys() -> None:
         ("DEFAULT_PROVIDER", "nope"),
         ("PROXY_MAX_BODY_BYTES", 0),
         ("PROXY_MAX_BODY_BYTES", "32MB"),
+        ("PROXY_MAX_RESPONSE_BYTES", 0),
+        ("PROXY_MAX_RESPONSE_BYTES", True),
         ("PROVIDERS", {"x": {"ADAPTER": "cohere", "BASE_URL": "https://x"}}),
         ("PROVIDERS", {"x": {"ADAPTER": "openai", "BASE_URL": "https://x", "TOKEN": "t"}}),
     ],

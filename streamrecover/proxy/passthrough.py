@@ -3,6 +3,11 @@
 Nothing streams, so there is nothing to continue: a 429, 529, 5xx or a connection error is
 retried (``MAX_REQUEST_RETRIES``, the pre-stream backoff, ``Retry-After`` honoured and capped),
 and the provider's answer, or its last error, is the client's.
+
+The answer is held whole before it is sent, so it is read with a cap (``PROXY_MAX_RESPONSE_BYTES``,
+counted after decoding): past it the client gets a 502 in its provider's shape. The provider is
+asked for ``Accept-Encoding: identity``; a compressed answer regardless is inflated in bounded
+slices (``engine.contentcoding``) and sent plain, so any client reads it, whatever it accepts.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import httpx
 from django.http import HttpResponse
 
 from ..conf import app_settings
+from ..engine.contentcoding import decoded
 from ..engine.contract import ModelRequest
+from ..engine.errors import StreamInterrupted
 from ..engine.retry import parse_retry_after
 from ..providers.registry import get_adapter
 from ..testing import fake_provider
@@ -30,7 +37,7 @@ async def forward(request: ProxyRequest, provider: str) -> HttpResponse:
         model=request.model, messages=request.messages, max_tokens=1, betas=tuple(request.betas)
     )
     built = adapter.build_request(model_request)
-    headers = {**built.headers, "accept": "application/json"}
+    headers = {**built.headers, "accept": "application/json", "accept-encoding": "identity"}
     body = dict(request.body)
     if not request.max_tokens_given:  # an OpenAI request without one: the default (or the key's limit)
         body[_limit_name(request, built.json)] = request.max_tokens
@@ -40,23 +47,41 @@ async def forward(request: ProxyRequest, provider: str) -> HttpResponse:
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                response = await client.post(built.url, json=body, headers=headers)
+                async with client.stream("POST", built.url, json=body, headers=headers) as response:
+                    if response.status_code in RETRIED and not last:
+                        retry_after = parse_retry_after(response.headers)
+                    else:
+                        return await _answer(request, response)
             except httpx.TransportError as exc:
                 if last:
                     return error_response(
                         request.format, 502, f"The provider could not be reached: {type(exc).__name__}"
                     )
-                await asyncio.sleep(_delay(attempt, None))
-                continue
-            if response.status_code in RETRIED and not last:
-                await asyncio.sleep(_delay(attempt, parse_retry_after(response.headers)))
-                continue
-            return HttpResponse(
-                response.content,
-                status=response.status_code,
-                content_type=response.headers.get("content-type", "application/json"),
-            )
+                retry_after = None
+            await asyncio.sleep(_delay(attempt, retry_after))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _answer(request: ProxyRequest, response: httpx.Response) -> HttpResponse:
+    """The provider's answer as the client's response, or a 502 past ``PROXY_MAX_RESPONSE_BYTES``."""
+    limit = int(app_settings.PROXY_MAX_RESPONSE_BYTES)
+    body = bytearray()
+    try:
+        async for piece in decoded(response.aiter_raw(), response.headers.get("content-encoding")):
+            body += piece
+            if len(body) > limit:  # stop reading: the rest is never asked for, the connection closed
+                return error_response(
+                    request.format,
+                    502,
+                    f"The provider's answer is larger than PROXY_MAX_RESPONSE_BYTES ({limit} bytes).",
+                )
+    except StreamInterrupted as exc:
+        return error_response(request.format, 502, f"The provider's answer could not be read: {exc.message}")
+    return HttpResponse(
+        bytes(body),
+        status=response.status_code,
+        content_type=response.headers.get("content-type", "application/json"),
+    )
 
 
 def _delay(attempt: int, retry_after: float | None) -> float:
