@@ -23,7 +23,10 @@ from .sink import BlockSummary
 NEVER_CONTINUE_STOPS = frozenset({"refusal", "content_filter", "context_overflow"})
 # Stop reasons of an answer that had ended: a stream cut after one of them lost only its
 # terminator (and perhaps the final usage), never any of the answer, so it is not continued.
-ENDED_STOPS = frozenset({"end_turn", "max_tokens", "stop_sequence", "tool_use"})
+# ``pause_turn`` (Anthropic paused a long server-tool turn) is one: the answer goes back to the
+# caller as it is, whose next request, with it, lets the model go on; continuing it here would
+# pay for a second request and drop the server tool call the paused answer ends with.
+ENDED_STOPS = frozenset({"end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn"})
 
 # (provider, model) pairs that refused a prefill with a 400 in this process: later
 # continuations go straight to ``continue_message`` instead of paying for a second refusal.
