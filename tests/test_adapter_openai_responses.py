@@ -139,6 +139,30 @@ def test_error_events_flat_and_nested():
     )
 
 
+SERVER_TROUBLE = (
+    "An error occurred while processing your request. You can retry your request, or contact us "
+    "through our help center at help.openai.com if the error persists."
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "error_class", "kind"),
+    [
+        (SERVER_TROUBLE, ErrorClass.RETRYABLE, "server_error"),  # names nothing: worth another try
+        ("Rate limit reached for gpt-4o", ErrorClass.RETRYABLE, "rate_limited"),
+        ("You exceeded your current quota, please check your plan", ErrorClass.PERMANENT, "spend_limit"),
+        ("This model's maximum context length is 128000 tokens", ErrorClass.PERMANENT, "context_overflow"),
+    ],
+)
+def test_an_error_event_with_a_null_code_is_classified_by_its_message(message, error_class, kind):
+    """The flat ``error`` event's ``code`` is nullable: its ``type`` is the event's own, never
+    the error's name, so an unnamed error is judged by its message, else retried."""
+    flat = {"type": "error", "code": None, "message": message, "param": None, "sequence_number": 4}
+    (error,) = parse([event(flat)])
+    classified = ADAPTER.classify_stream_error(error)
+    assert (classified.error_class, classified.kind) == (error_class, kind)
+
+
 def test_refusal_parts_stop_as_a_refusal():
     events = [
         {"type": "response.created", "response": {"id": "resp_r", "model": "gpt-4o"}, "sequence_number": 0},

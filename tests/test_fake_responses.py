@@ -133,6 +133,34 @@ async def test_engine_recovers_with_a_continue_message(fake_server, prompt, faul
         assert continued, "the break was not continued"
 
 
+async def test_an_error_event_with_a_null_code_is_continued_to_the_uninterrupted_answer(fake_server):
+    async def once(faults):
+        return await run(fake_server, PROMPT, faults=faults, wire="openai-responses", model="gpt-4o")
+
+    reference = await once([])
+    outcome = await once(["error:events=10,type=null"])
+    assert_invariants(outcome, reference)
+    assert len(outcome.log) == 2  # the error was worth one continuation, not the end of the run
+    (interrupted,) = outcome.events("llm_stream_interrupted")
+    assert interrupted["cause"] == "provider_error_mid_stream"
+
+
+def test_the_error_fault_can_send_a_null_code(fake_server):
+    scenario = uuid.uuid4().hex
+    fake_server.set_faults(scenario, ["error:events=3,type=null"])
+    body = {"model": "gpt-4o", "input": PROMPT, "stream": True}
+    headers = {"authorization": "Bearer k", "x-fake-scenario": scenario}
+    sent = events_of(httpx.post(f"{fake_server.base_url}/v1/responses", json=body, headers=headers).content)
+    assert sent[-1] == {
+        "type": "error",
+        "code": None,
+        "message": sent[-1]["message"],
+        "param": None,
+        "sequence_number": 3,
+    }
+    assert sent[-1]["message"]
+
+
 async def test_reasoning_items_go_back_verified(fake_server):
     """With reasoning on, the reasoning item is kept and sent back in the next turn (after the
     tool result) exactly as it came: the fake verifies its encrypted content."""

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from ..engine.blocks import REASONING
 from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, ResumePoint
-from ..engine.errors import ParseError, ProviderError
+from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
     BlockStart,
     BlockStop,
@@ -43,6 +43,8 @@ MIN_OUTPUT_TOKENS = 16  # the smallest ``max_output_tokens`` the API takes
 
 # incomplete_details.reason -> normalized stop reason
 INCOMPLETE_REASONS: dict[str, str] = {"max_output_tokens": "max_tokens", "content_filter": "content_filter"}
+# The name of an error event that names no error (the flat form's nullable ``code`` is null).
+UNNAMED_ERROR = "error"
 
 
 def _usage(raw: Any) -> Usage:
@@ -245,8 +247,9 @@ class ResponsesStreamParser:
 
 def _error_event(error: dict[str, Any]) -> ProviderErrorEvent:
     """``error`` (flat or nested) and ``response.failed``'s ``response.error``: the code is
-    the most specific name the provider gives."""
-    error_type = error.get("code") or error.get("type") or "error"
+    the most specific name the provider gives. The flat form's ``type`` is the event's own
+    (``"error"``), so a flat error whose nullable ``code`` is null is named ``UNNAMED_ERROR``."""
+    error_type = error.get("code") or error.get("type") or UNNAMED_ERROR
     return ProviderErrorEvent(error_type=str(error_type), message=str(error.get("message") or ""))
 
 
@@ -407,8 +410,14 @@ class OpenAIResponsesAdapter(ContinueMessageOnly):
         return replace(error, kind="not_found") if status == 404 else error
 
     def classify_stream_error(self, event: ProviderErrorEvent) -> ProviderError:
-        """As Chat Completions: server trouble and rate limits are worth another try, the rest is permanent."""
-        return self._chat.classify_stream_error(event)
+        """As Chat Completions: server trouble and rate limits are worth another try, the rest is
+        permanent. An error that names nothing (``code: null``) is judged by its message, else
+        retried: it is more likely server trouble than not, and the continuation budget bounds
+        the cost of being wrong (as for Anthropic's unknown error types)."""
+        error = self._chat.classify_stream_error(event)
+        if event.error_type == UNNAMED_ERROR and error.kind == "provider_error":
+            return replace(error, error_class=ErrorClass.RETRYABLE, kind="server_error")
+        return error
 
     @property
     def text_delta_is_token(self) -> bool:

@@ -23,6 +23,7 @@ from .wire import ErrorSpec, ResponseContext, WireEvent, compact
 
 ENCRYPTED_PREFIX = "gAAAAAB"  # what the real tokens start with; the rest is the fake's own
 _SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
+NULL_CODE = "null"  # an error fault's type that sends ``"code": null``
 
 
 def response_id(ctx: ResponseContext) -> str:
@@ -249,10 +250,11 @@ def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
 
 def error_event(error_type: str | None, message: str | None, *, after: WireEvent | None = None) -> WireEvent:
     """The documented flat ``error`` event, numbered as the next event of its stream: one
-    past the event it comes ``after`` (0 when it is the stream's first)."""
+    past the event it comes ``after`` (0 when it is the stream's first). Its ``code`` is
+    nullable: ``type=null`` sends ``"code": null``, an error that names nothing."""
     payload = {
         "type": "error",
-        "code": error_type or "server_error",
+        "code": None if error_type == NULL_CODE else error_type or "server_error",
         "message": message or _SERVER_ERROR,
         "param": None,
         "sequence_number": _sequence_number(after) + 1 if after is not None else 0,
