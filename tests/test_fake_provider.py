@@ -339,6 +339,56 @@ def test_thinking_block_comes_first_and_must_come_back_unmodified(server: FakePr
     assert "cannot be modified" in response.json()["error"]["message"]
 
 
+def _tool_loop(assistant_content: list[dict[str, Any]], thinking: dict[str, Any]) -> dict[str, Any]:
+    """A tool loop's second request: the call, then its result."""
+    result = {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "12:00"}
+    return anthropic_body(
+        user("What time is it? [[tool]]"),
+        {"role": "assistant", "content": assistant_content},
+        {"role": "user", "content": [result]},
+        tools=[TIME_TOOL],
+        thinking=thinking,
+    )
+
+
+CALL = {"type": "tool_use", "id": "toolu_01A", "name": "get_time", "input": {}}
+
+
+@pytest.mark.parametrize("first", [[CALL], [{"type": "text", "text": "Let me check."}, CALL]])
+def test_a_tool_loop_under_manual_thinking_needs_the_call_to_follow_its_thinking(
+    server: FakeProviderServer, first: list[dict[str, Any]]
+) -> None:
+    """As the real API: the assistant message a tool_result answers starts with its thinking."""
+    response = post_anthropic(server, _tool_loop(first, THINKING))
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert message.startswith(
+        f"messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first[0]['type']}`. "
+        "When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding "
+        "the lastmost set of `tool_use` and `tool_result` blocks)"
+    )
+    # adaptive thinking does not ask for it, and neither does a request without thinking
+    assert post_anthropic(server, _tool_loop(first, {"type": "adaptive"})).status_code == 200
+    assert post_anthropic(server, _tool_loop(first, {"type": "disabled"})).status_code == 200
+
+
+def test_a_tool_loop_whose_call_follows_its_thinking_is_accepted(server: FakeProviderServer) -> None:
+    body = anthropic_body(user("What time is it? [[tool=get_time]]"), tools=[TIME_TOOL], thinking=THINKING)
+    first = anthropic_message(post_anthropic(server, body))
+    assert first["content"][0]["type"] == "thinking"
+    calls = [b for b in first["content"] if b["type"] == "tool_use"]
+    answered = [{"type": "tool_result", "tool_use_id": c["id"], "content": "12:00"} for c in calls]
+    follow = {**body, "messages": [*body["messages"], {"role": "assistant", "content": first["content"]}]}
+    follow["messages"].append({"role": "user", "content": answered})
+    assert post_anthropic(server, follow).status_code == 200
+    # an earlier, finished tool loop may leave its thinking out: only the last one is checked
+    later = {**follow, "messages": [*follow["messages"], {"role": "assistant", "content": "It is noon."}]}
+    later["messages"].append(user("Thanks"))
+    earlier = later["messages"][1]
+    later["messages"][1] = {**earlier, "content": [b for b in earlier["content"] if b["type"] != "thinking"]}
+    assert post_anthropic(server, later).status_code == 200
+
+
 # -- continuation ---------------------------------------------------------------------------
 
 

@@ -2,7 +2,8 @@
 
 The rules enforced are the ones a recovery path can break: prefill
 without trailing whitespace, no prefill with thinking, no prefill on models that refuse
-it, thinking blocks sent back unmodified, tool_use/tool_result pairing, no empty blocks.
+it, thinking blocks sent back unmodified, a tool loop under manual thinking going on from
+an assistant message that starts with its thinking, tool_use/tool_result pairing, no empty blocks.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def interpret(body: Any, *, counting: bool = False) -> Interpretation:
 
     turns = tuple(_turn(i, m, thinking, final=i == len(messages) - 1) for i, m in enumerate(messages))
     _check_tool_pairing(messages)
+    if isinstance(body.get("thinking"), Mapping) and body["thinking"].get("type") == "enabled":
+        _check_thinking_leads_tool_loop(messages)
     if messages[-1].get("role") == "assistant":
         _check_prefill(len(messages) - 1, messages[-1], model, thinking)
     base, mode, prefix_text, prefix_calls, instructions = peel_continuation(
@@ -217,6 +220,39 @@ def _check_tool_pairing(messages: list[Any]) -> None:
                     )
 
 
+def _thinking_first(index: int, found: str) -> str:
+    """The real API's 400 when an assistant message that must start with thinking does not."""
+    return (
+        f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{found}`. "
+        "When `thinking` is enabled, a final `assistant` message must start with a thinking block"
+    )
+
+
+_THINKING_FIRST_ADVICE = (
+    "We recommend you include thinking blocks from previous turns. To avoid this requirement, "
+    f"disable `thinking`. Please consult our documentation at {_THINKING_DOCS}"
+)
+
+
+def _check_thinking_leads_tool_loop(messages: list[Any]) -> None:
+    """With manual thinking, a tool loop in progress (the last user message holds tool_results)
+    goes on from an assistant message that starts with its thinking: the API refuses one whose
+    thinking was left out or moved. Adaptive thinking relaxes this; earlier loops may omit it."""
+    last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    if not last_user or not any(b.get("type") == "tool_result" for b in _blocks(messages[last_user])):
+        return
+    assistant = messages[last_user - 1]
+    if assistant.get("role") != "assistant":
+        return
+    blocks = _blocks(assistant)
+    first = str(blocks[0].get("type")) if blocks else "text"
+    if first not in ("thinking", "redacted_thinking"):
+        raise RequestRejected(
+            f"{_thinking_first(last_user - 1, first)} (preceeding the lastmost set of `tool_use` and `tool_result` "
+            f"blocks). {_THINKING_FIRST_ADVICE}"
+        )
+
+
 def refuses_prefill(model: str) -> bool:
     """True for the models the real API answers a prefill with a 400: every model the
     product knows refuses it (its own list, so the two cannot drift apart) and, as the API
@@ -239,12 +275,7 @@ def _check_prefill(index: int, message: Mapping[str, Any], model: str, thinking:
     if thinking:
         first = blocks[0].get("type") if blocks else "text"
         if first not in ("thinking", "redacted_thinking"):
-            raise RequestRejected(
-                f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first}`. "
-                "When `thinking` is enabled, a final `assistant` message must start with a thinking block. "
-                "We recommend you include thinking blocks from previous turns. To avoid this requirement, "
-                f"disable `thinking`. Please consult our documentation at {_THINKING_DOCS}"
-            )
+            raise RequestRejected(f"{_thinking_first(index, first)}. {_THINKING_FIRST_ADVICE}")
         raise RequestRejected(f"messages.{index}: Prefilling the assistant response is not supported with thinking.")
     last_text = content if isinstance(content, str) else blocks[-1].get("text") if blocks else None
     if isinstance(last_text, str) and last_text and last_text != last_text.rstrip():
