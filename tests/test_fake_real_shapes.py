@@ -230,3 +230,49 @@ def test_a_reattached_streams_error_event_continues_from_the_cursor(server: Fake
     tail = _chunks(HTTP.get(url, headers={**OPENAI_HEADERS, "x-fake-scenario": scenario}).content)
     assert [(e["type"], e["sequence_number"]) for e in tail][-1] == ("error", 7)
     assert [e["sequence_number"] for e in tail] == [5, 6, 7]
+
+
+AZURE_CHAT_PATHS = (
+    "/openai/v1/chat/completions",
+    "/openai/deployments/prod-4o/chat/completions?api-version=2024-10-21",
+)
+
+
+def _azure_chat(server: FakeProviderServer, path: str, faults: list[str] | None = None) -> list[Any]:
+    scenario = uuid.uuid4().hex
+    server.set_faults(scenario, faults or [])
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "Hi [[words=8]]"}]}
+    headers = {"api-key": "azure-key", "x-fake-scenario": scenario}
+    response = HTTP.post(server.base_url + path, json=body, headers=headers)
+    assert response.status_code == 200
+    return [None if data == "[DONE]" else json.loads(data) for _, data in _payloads(response.content)]
+
+
+@pytest.mark.parametrize("path", AZURE_CHAT_PATHS)
+def test_an_azure_chat_stream_opens_with_its_empty_choices_chunk(server: FakeProviderServer, path: str) -> None:
+    """Azure OpenAI's first chunk carries the prompt's content-filter results and no choice: a
+    client that reads ``choices[0]`` of every chunk breaks on it at once."""
+    first, second, *_ = _azure_chat(server, path)
+    assert {k: first[k] for k in ("choices", "created", "id", "model", "object")} == {
+        "choices": [],
+        "created": 0,
+        "id": "",
+        "model": "",
+        "object": "",
+    }
+    (filtered,) = first["prompt_filter_results"]
+    assert filtered["prompt_index"] == 0
+    assert filtered["content_filter_results"]
+    assert second["choices"][0]["delta"]["role"] == "assistant"
+    # it is an event like any other: a fault's position counts it
+    assert _azure_chat(server, path, ["eof:events=1"]) == [first]
+
+
+def test_openai_chat_streams_have_no_empty_choices_chunk_first(server: FakeProviderServer) -> None:
+    scenario = uuid.uuid4().hex
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "Hi [[words=8]]"}]}
+    response = HTTP.post(
+        server.base_url + "/v1/chat/completions", json=body, headers={**OPENAI_HEADERS, "x-fake-scenario": scenario}
+    )
+    first = json.loads(_payloads(response.content)[0][1])
+    assert first["choices"][0]["delta"]["role"] == "assistant"

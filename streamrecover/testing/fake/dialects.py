@@ -81,8 +81,11 @@ RESPONSES = replace(
     error_event=wire_openai_responses.error_event,
 )
 
-# Azure OpenAI: the same formats, the key in an ``api-key`` header
-AZURE_OPENAI = replace(OPENAI, authenticate=wire_openai.authenticate_azure)
+# Azure OpenAI: the same formats, the key in an ``api-key`` header; a Chat stream opens with
+# Azure's empty-choices chunk (an event like any other, so fault positions count it)
+AZURE_OPENAI = replace(
+    OPENAI, authenticate=wire_openai.authenticate_azure, stream_events=wire_openai.stream_events_azure
+)
 AZURE_RESPONSES = replace(RESPONSES, authenticate=wire_openai.authenticate_azure)
 
 ROUTES = {

@@ -196,6 +196,23 @@ def authenticate_azure(headers: Mapping[str, str]) -> ErrorSpec | None:
     )
 
 
+# Azure's prompt content-filter verdict, as its first chunk carries it: nothing filtered.
+_SAFE = {"filtered": False, "severity": "safe"}
+_PROMPT_FILTER_RESULTS = [
+    {
+        "prompt_index": 0,
+        "content_filter_results": {"hate": _SAFE, "self_harm": _SAFE, "sexual": _SAFE, "violence": _SAFE},
+    }
+]
+
+
+def stream_events_azure(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
+    """Azure OpenAI's Chat stream: first a chunk with no choices and empty fields that carries
+    the prompt's content-filter results, then the answer's chunks as OpenAI sends them."""
+    opening = {"choices": [], "created": 0, "id": "", "model": "", "object": ""}
+    return [sse(compact({**opening, "prompt_filter_results": _PROMPT_FILTER_RESULTS})), *stream_events(plan, ctx)]
+
+
 def check_headers(headers: Mapping[str, str]) -> ErrorSpec | None:
     return None
 
