@@ -150,6 +150,17 @@ def test_cancel_stops_the_run(chat: ChatPage) -> None:
     assert chat.run_detail(run_id)["status"] == "cancelled"
 
 
+def test_a_new_threads_title_in_the_sidebar_is_the_stored_one_even_cut_at_an_emoji(chat: ChatPage) -> None:
+    chat.page.goto(f"{chat.base_url}/streamrecover/")  # a new thread, whatever the tests above left open
+    chat.send("x" * 79 + "\U0001f680 and more words after it [[words=5]]")  # the emoji spans code units 80 and 81
+    chat.wait_until_finished()
+    live = chat.page.locator("#sr-thread-list a").first.text_content()
+    assert live == "x" * 79 + "\U0001f680"  # never half a surrogate pair
+    chat.page.reload()
+    chat.wait_until_finished()
+    assert chat.page.locator("#sr-thread-list a").first.text_content() == live
+
+
 def test_the_demos_finished_runs_are_folded_into_the_analytics_rollup(chat: ChatPage, demo_db: Path) -> None:
     """Embedded mode (SQLite, runs in Daphne's threads): each finished run (this one, and any
     the tests above finished) was folded into the rollup as it settled, counted there once."""

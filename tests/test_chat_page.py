@@ -80,7 +80,8 @@ def test_the_post_needs_its_csrf_token_and_a_prompt_and_answers_json_to_the_scri
     )
     assert answer.status_code == 201
     body = answer.json()
-    assert set(body) == {"run_id", "thread_id", "status", "ws_url"}
+    assert set(body) == {"run_id", "thread_id", "title", "status", "ws_url"}
+    assert body["title"] == "Hi [[words=5]]"  # the thread's, for the sidebar
     wait_for(body["run_id"])
 
 

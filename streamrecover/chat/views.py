@@ -89,7 +89,14 @@ class ChatView(LoginRequiredMixin, View):
             error, status = str(_("This thread has a run in progress: wait for it or cancel it.")), 409
         else:
             if wants_json:
-                body = {"run_id": str(run.pk), "thread_id": run.thread_id, "status": run.status, "ws_url": ws_url(run)}
+                # the thread's stored title, for the sidebar: the script never cuts the prompt itself
+                body = {
+                    "run_id": str(run.pk),
+                    "thread_id": run.thread_id,
+                    "title": run.thread.title,
+                    "status": run.status,
+                    "ws_url": ws_url(run),
+                }
                 return JsonResponse(body, status=201)
             return redirect(self._url("chat-thread", run.thread_id))
         if wants_json:

@@ -219,7 +219,7 @@
         });
       })
       .then(function (data) {
-        if (!page.threadId) addThreadLink(data.thread_id, text.slice(0, 80));
+        if (!page.threadId) addThreadLink(data.thread_id, data.title);
         page.threadId = data.thread_id;
         el.form.action = config.urls.thread.replace("{id}", data.thread_id);
         window.history.replaceState(null, "", el.form.action);
