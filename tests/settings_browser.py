@@ -3,7 +3,8 @@
 Exactly what ``make demo`` runs (in-memory channel layer, runs executed in threads of the
 Daphne process, the fake provider) but on a throwaway SQLite file named by
 ``STREAMRECOVER_BROWSER_DB``, whatever ``DATABASE_URL``/``REDIS_URL`` say, and with short
-backoffs so a recovery takes a fraction of a second.
+backoffs so a recovery takes a fraction of a second (``STREAMRECOVER_BROWSER_BACKOFF_SCALE`` makes
+them long, for a test that acts during one).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 STREAMRECOVER = {
     "EXECUTION": "inprocess",
     "CHECKPOINT_STORE": "orm",
-    "BACKOFF_SCALE": 0.25,
+    "BACKOFF_SCALE": float(os.environ.get("STREAMRECOVER_BROWSER_BACKOFF_SCALE", "0.25")),
     "IDLE_TIMEOUT": 10,
 }
 CELERY_BROKER_URL = "memory://"

@@ -59,6 +59,8 @@ class ChatView(LoginRequiredMixin, View):
             "urls": {
                 "thread": self._url("chat-thread", 0).replace("/0/", "/{id}/"),
                 "run": reverse("streamrecover:api-run", args=[_ZERO_UUID]).replace(_ZERO_UUID, "{id}"),
+                # the page's way to cancel while its socket is reconnecting
+                "cancel": reverse("streamrecover:api-run-cancel", args=[_ZERO_UUID]).replace(_ZERO_UUID, "{id}"),
             },
         }
 

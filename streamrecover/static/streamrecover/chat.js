@@ -28,8 +28,10 @@
     recoveries: [],
     snapshots: [],
     errors: [],
+    cancelling: false, // Cancel was clicked and the run has not ended yet
   });
   var renderQueued = false;
+  var cancelLabel = el.cancel.textContent; // the template's own (translated) wording
 
   function node(tag, className, text) {
     var n = document.createElement(tag);
@@ -103,12 +105,23 @@
     (window.requestAnimationFrame || setTimeout)(render);
   }
 
+  function isActive(status) {
+    return status === "queued" || status === "running" || status === "recovering";
+  }
+
+  function setCancelling(on) {
+    page.cancelling = on;
+    el.cancel.textContent = on ? "Cancelling\u2026" : cancelLabel;
+    el.cancel.disabled = on || !isActive(page.status);
+  }
+
   function setStatus(status) {
     page.status = status;
     el.status.dataset.status = status || "";
     el.status.textContent = status || "idle";
-    var active = status === "queued" || status === "running" || status === "recovering";
-    el.cancel.disabled = !active;
+    var active = isActive(status);
+    if (!active && page.cancelling) setCancelling(false); // the run has ended: cancelled or not
+    el.cancel.disabled = !active || page.cancelling;
     el.send.disabled = active;
     if (!active && el.recovery.dataset.phase !== "exhausted" && el.recovery.dataset.phase !== "recovered") {
       el.recovery.hidden = true;
@@ -151,6 +164,9 @@
     } else if (state === "open" || state === "closed") {
       el.connection.hidden = true;
     }
+    // A cancel asked for while the socket was down (and the API out of reach) goes now; one sent
+    // on a socket that then dropped may have been lost, and asking twice cancels once.
+    if (state === "open" && page.cancelling) page.client.cancel();
   }
 
   function showError(message) {
@@ -161,6 +177,7 @@
 
   function follow(runId, wsPath) {
     if (page.client) page.client.close();
+    setCancelling(false);
     var url = new URL(wsPath, window.location.href);
     url.protocol = window.location.protocol === "https:" ? "wss:" : "ws:";
     page.runId = runId;
@@ -173,6 +190,9 @@
       onRecovery: showRecovery,
       onFrame: onFrame,
       onError: function (frame) {
+        // it ended before the cancel (perhaps one repeated after a reconnect): its status says how
+        if (frame.code === "not_cancellable" && (page.cancelling || client.isTerminal())) return;
+        if (frame.code === "forbidden") setCancelling(false);
         showError(frame.message || frame.code);
       },
       onConnection: showConnection,
@@ -233,8 +253,33 @@
       });
   });
 
+  /* The socket is down (reconnecting): the JSON API carries the cancel instead. */
+  function cancelOverApi(runId) {
+    fetch(config.urls.cancel.replace("{id}", runId), {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { Accept: "application/json", "X-CSRFToken": csrfToken() },
+    }).then(
+      function (response) {
+        if (response.ok || runId !== page.runId) return;
+        return response.json().then(
+          function (data) { return data.error || "HTTP " + response.status; },
+          function () { return "HTTP " + response.status; }
+        ).then(function (message) {
+          setCancelling(false);
+          showError(message);
+        });
+      },
+      function () {
+        // the server is out of reach too: the socket sends it once it is open again (showConnection)
+      }
+    );
+  }
+
   el.cancel.addEventListener("click", function () {
-    if (page.client) page.client.cancel();
+    if (!page.client || page.cancelling) return;
+    setCancelling(true);
+    if (!page.client.cancel()) cancelOverApi(page.runId);
   });
 
   if (config.runId) follow(config.runId, config.wsUrl);
