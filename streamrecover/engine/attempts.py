@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
@@ -33,6 +34,7 @@ from .translate import AttemptDone, Translator, as_interrupted
 from .transport import ConnectFailed, OpenedStream
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 async def open_attempt(
@@ -237,28 +239,51 @@ async def _pump(
         )
         raise
     except (StreamInterrupted, SSEError, BodyDecodeError, ParseError) as exc:
-        interrupted = as_interrupted(exc)
-        error = interrupted.provider_error
-        if translator.on_interrupted is not None and translator.received_bytes:
-            # What arrived is checkpointed before the attempt is recorded as ended: a worker
-            # that dies in between (a window of a few writes) leaves it to the next claim,
-            # which goes on from it instead of asking for it, and paying for it, again.
-            await translator.on_interrupted()
-        if not translator.final_usage and not _usage_comes_later(ctx, record, translator, interrupted):
-            # The provider bills a broken stream too, yet its count never came (or only
-            # message_start's): the attempt is stored with the engine's estimate, flagged.
-            bound = translator.received_tokens(ctx.adapter.text_delta_is_token)
-            record.usage = estimated_usage(record.usage, bound, http_request.json)
-            record.usage_estimated = True
-        await close_attempt(
-            ctx,
-            record,
-            AttemptOutcome.INTERRUPTED,
-            interrupt_cause=interrupted.cause.value,
-            error_kind=error.kind if error else interrupted.cause.error_kind,
-            error_message=interrupted.message,
+        await _interrupted(ctx, record, translator, http_request, as_interrupted(exc), exc)
+    except (NotAnEventStream, RunCancelled):
+        raise
+    except Exception as exc:
+        # A bug, or data no parser check foresaw, in parsing or translating: the attempt still
+        # ends (never left pending, never asked for and paid again by the next claim) and what
+        # arrived before it is kept, as for any break. (CancelledError and ClaimLost are
+        # BaseExceptions: they go on up.)
+        log.exception("stream_event_failed run_id=%s attempt=%s", ctx.run_id, record.index)
+        message = f"the stream could not be handled ({type(exc).__name__}: {exc})"
+        await _interrupted(
+            ctx, record, translator, http_request, StreamInterrupted(InterruptCause.UNKNOWN, message), exc
         )
-        raise interrupted from exc
+
+
+async def _interrupted(
+    ctx: RunContext,
+    record: AttemptRecord,
+    translator: Translator,
+    http_request: HTTPRequest,
+    interrupted: StreamInterrupted,
+    exc: BaseException,
+) -> None:
+    """Close the attempt as interrupted (what arrived checkpointed first) and raise ``interrupted``."""
+    error = interrupted.provider_error
+    if translator.on_interrupted is not None and translator.received_bytes:
+        # What arrived is checkpointed before the attempt is recorded as ended: a worker
+        # that dies in between (a window of a few writes) leaves it to the next claim,
+        # which goes on from it instead of asking for it, and paying for it, again.
+        await translator.on_interrupted()
+    if not translator.final_usage and not _usage_comes_later(ctx, record, translator, interrupted):
+        # The provider bills a broken stream too, yet its count never came (or only
+        # message_start's): the attempt is stored with the engine's estimate, flagged.
+        bound = translator.received_tokens(ctx.adapter.text_delta_is_token)
+        record.usage = estimated_usage(record.usage, bound, http_request.json)
+        record.usage_estimated = True
+    await close_attempt(
+        ctx,
+        record,
+        AttemptOutcome.INTERRUPTED,
+        interrupt_cause=interrupted.cause.value,
+        error_kind=error.kind if error else interrupted.cause.error_kind,
+        error_message=interrupted.message,
+    )
+    raise interrupted from exc
 
 
 def _usage_comes_later(

@@ -16,7 +16,7 @@ through ``on_thinking_dropped`` so it records ``discarded_thinking``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from typing import TypedDict
 
 from .blocks import REASONING, REDACTED_THINKING, TEXT, THINKING, TOOL_USE, Accumulator, Block
@@ -45,6 +45,31 @@ from .sink import AttemptRecord
 
 class AttemptDone(Exception):
     """The stream reached its terminator."""
+
+
+_Delta = TextDelta | ToolArgsDelta | ThinkingDelta | SignatureDelta | CitationDelta | FieldDelta
+
+
+class _AllBut:
+    """The block kinds other than ``kinds`` (a ``Container`` for ``Translator._target``)."""
+
+    __slots__ = ("kinds",)
+
+    def __init__(self, *kinds: str) -> None:
+        self.kinds = frozenset(kinds)
+
+    def __contains__(self, kind: object) -> bool:
+        return kind not in self.kinds
+
+
+# The blocks each delta may go into. Arguments stream into tool calls and into the server's
+# own tool calls (opaque kinds); a signature closes a thinking block or (Gemini) a tool call;
+# a streamed field fills an opaque block.
+_TEXT: Container[str] = frozenset({TEXT})
+_THINKING: Container[str] = frozenset({THINKING})
+_SIGNED: Container[str] = frozenset({THINKING, TOOL_USE})
+_ARGUMENTS: Container[str] = _AllBut(TEXT, THINKING, REDACTED_THINKING, REASONING)
+_FIELDS: Container[str] = _AllBut(TEXT, THINKING, TOOL_USE, REDACTED_THINKING, REASONING)
 
 
 class InFlightTool(TypedDict):
@@ -231,23 +256,23 @@ class Translator:
         frame = self.ctx.frame
         mapper, joiner = self.mapper, self.joiner
         match event:
-            case TextDelta(index=i, text=text):
+            case TextDelta(text=text):
                 self._count_output(text)
                 size = len(text.encode())
                 self.received_bytes += size
                 self.text_bytes += size
                 self.text_tokens += delta_token_bound(text, size) if text else 0
-                target = mapper.target(i, TEXT)
+                target = self._target(event, TEXT, _TEXT)
                 if joiner is not None and target == mapper.merge_index:
                     await self._joined(target, joiner.feed(text))
                     return
                 self.acc.apply(TextDelta(target, text))
                 await frame(FrameKind.TEXT_DELTA, block=target, text=text)
                 await self.on_progress(len(text))
-            case ToolArgsDelta(index=i, partial_json=part):
+            case ToolArgsDelta(partial_json=part):
                 self._count_output(part)
                 self.received_bytes += len(part.encode())
-                target = mapper.target(i, TOOL_USE)
+                target = self._target(event, TOOL_USE, _ARGUMENTS)
                 block = self.acc.apply(ToolArgsDelta(target, part))
                 assert block is not None
                 if self.in_flight_tool is None or self.in_flight_tool.get("id") != block.id:
@@ -255,21 +280,21 @@ class Translator:
                 self.in_flight_tool["partial_input_bytes"] += len(part.encode())
                 await frame(FrameKind.TOOL_CALL_DELTA, block=target, id=block.id, name=block.name, arguments_delta=part)
                 await self.on_progress(len(part))
-            case ThinkingDelta(index=i, thinking=text):
+            case ThinkingDelta(thinking=text):
                 self._count_output(text)
                 self.received_bytes += len(text.encode())
-                target = mapper.target(i, THINKING)
+                target = self._target(event, THINKING, _THINKING)
                 self.acc.apply(ThinkingDelta(target, text))
                 await frame(FrameKind.THINKING_DELTA, block=target, thinking=text)
-            case SignatureDelta(index=i, signature=sig):
-                self.acc.apply(SignatureDelta(mapper.target(i, THINKING), sig))
-            case CitationDelta(index=i, citation=citation):
-                target = mapper.target(i, TEXT)
+            case SignatureDelta(signature=sig):
+                self.acc.apply(SignatureDelta(self._target(event, THINKING, _SIGNED), sig))
+            case CitationDelta(citation=citation):
+                target = self._target(event, TEXT, _TEXT)
                 self.acc.apply(CitationDelta(target, citation))
                 await frame(FrameKind.CITATION, block=target, citation=citation)
-            case FieldDelta(index=i, field=name, text=text):
+            case FieldDelta(field=name, text=text):
                 # shown whole when the block closes (a compaction summary arrives in one piece)
-                self.acc.apply(FieldDelta(mapper.target(i, name), name, text))
+                self.acc.apply(FieldDelta(self._target(event, name, _FIELDS), name, text))
             case BlockStart(kind=kind):
                 if kind == TOOL_USE and not event.name:
                     # a call of no tool: it cannot be run, nor sent back (providers refuse it)
@@ -318,6 +343,17 @@ class Translator:
                 if joiner is not None and not joiner.decided and mapper.merge_index is not None:
                     await self._joined(mapper.merge_index, joiner.flush())
                 raise AttemptDone
+
+    def _target(self, event: _Delta, kind: str, fits: Container[str]) -> int:
+        """The turn's block for ``event``'s index (a block of ``kind`` when its start never
+        came). A delta that does not fit that block (thinking for a text block, text for a
+        tool call) is bad data: applied, it would be stored as something else than the client
+        is shown, so the stream is broken at the last good event instead."""
+        target = self.mapper.target(event.index, kind)
+        block = self.acc.block_at(target)
+        if block is not None and block.kind not in fits:
+            raise ParseError(f"a {type(event).__name__} for block {event.index}, which is a {block.kind} block")
+        return target
 
     async def _joined(self, target: int, text: str) -> None:
         """Apply what the joiner released for the continued block. When the continuation

@@ -219,7 +219,11 @@ class AnthropicStreamParser:
             return out_text
         if kind == "tool_use":
             # The start's "input": {} is a placeholder; the input arrives as input_json_delta.
-            return [BlockStart(index, "tool_use", id=block["id"], name=block["name"])]
+            call_id, name = block["id"], block["name"]
+            if type(name) is not str or (call_id is not None and type(call_id) is not str):
+                # the engine stores, shows and sends back both as strings
+                raise _ShapeError("tool_use name or id is not a string")
+            return [BlockStart(index, "tool_use", id=call_id, name=name)]
         if kind == "thinking":
             out: list[StreamEvent] = [BlockStart(index, "thinking")]
             if block.get("thinking"):
@@ -232,7 +236,10 @@ class AnthropicStreamParser:
         # redacted_thinking (arrives whole) and every other type, kept opaquely as sent.
         # server_tool_use streams its input like a tool_use but keeps its own kind: the API
         # runs it, so it must never look like a tool call to run locally.
-        return [BlockStart(index, kind, id=block.get("id"), name=block.get("name"), data=block)]
+        block_id, name = block.get("id"), block.get("name")
+        if (block_id is not None and type(block_id) is not str) or (name is not None and type(name) is not str):
+            raise _ShapeError(f"{kind} id or name is not a string")
+        return [BlockStart(index, kind, id=block_id, name=name, data=block)]
 
     def _block_delta(self, obj: dict[str, Any]) -> list[StreamEvent]:
         index = obj["index"]

@@ -242,6 +242,8 @@ class GeminiStreamParser:
             raise TypeError("functionCall.args is not an object")
         arguments = json.dumps(args, ensure_ascii=False)
         call_id = call.get("id")
+        if call_id is not None and type(call_id) is not str:
+            raise TypeError("functionCall.id is not a string")
         if not call_id:
             ordinal = self._calls.get((name, arguments), 0)
             self._calls[(name, arguments)] = ordinal + 1

@@ -203,8 +203,9 @@ class OpenAIChatStreamParser:
         if tool_calls:
             for position, call in enumerate(tool_calls):
                 index = call.get("index", position)
-                if type(index) is not int:
-                    raise TypeError("tool_calls[].index is not an integer")
+                if type(index) is not int or index < 0:
+                    # a negative index would land on the text block (block 1 + index)
+                    raise TypeError("tool_calls[].index is not a non-negative integer")
                 self._tool(index, call.get("id"), call.get("function") or {}, out)
         function_call = delta.get("function_call")  # deprecated single-call form
         if function_call:
@@ -221,8 +222,11 @@ class OpenAIChatStreamParser:
     def _tool(self, index: int, call_id: str | None, function: dict[str, Any], out: list[StreamEvent]) -> None:
         block = self._open_tools.get(index)
         if block is None:  # id and name come only on a call's first chunk
+            name = function.get("name")
+            if (name is not None and type(name) is not str) or (call_id is not None and type(call_id) is not str):
+                raise TypeError("a tool call's name or id is not a string")
             block = self._open_tools[index] = 1 + index
-            out.append(BlockStart(block, "tool_use", id=call_id, name=function.get("name")))
+            out.append(BlockStart(block, "tool_use", id=call_id, name=name))
         arguments = function.get("arguments")
         if arguments:
             if type(arguments) is not str:

@@ -204,9 +204,12 @@ class ResponsesStreamParser:
         if item.get("type") != "function_call":
             return []
         item_id = item["id"]
+        call_id, name = item.get("call_id"), item.get("name")
+        if (name is not None and type(name) is not str) or (call_id is not None and type(call_id) is not str):
+            raise TypeError("a function call's name or call_id is not a string")
         self._calls_open.add(item_id)
         block = self._blocks[(item_id, -1)] = self._new_block()
-        out: list[StreamEvent] = [BlockStart(block, "tool_use", id=item.get("call_id"), name=item.get("name"))]
+        out: list[StreamEvent] = [BlockStart(block, "tool_use", id=call_id, name=name)]
         if item.get("arguments"):
             out.append(ToolArgsDelta(block, item["arguments"]))
         return out

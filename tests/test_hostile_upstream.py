@@ -1,0 +1,180 @@
+"""Provider data that is well-formed JSON and well-formed SSE but wrong inside: a tool call named
+with a number, a delta for a block of another kind, a bad byte after good events in the same
+read. Each is a classified break at the last good event, continued; nothing raises out of the
+engine, nothing shown is stored differently, nothing received before the break is asked for
+again."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from streamrecover.engine.contract import ProviderConfig
+from streamrecover.engine.errors import ParseError
+from streamrecover.engine.sse import SSEEvent
+from streamrecover.engine.translate import IndexMapper
+from streamrecover.providers.anthropic import AnthropicAdapter
+from streamrecover.providers.gemini import GeminiAdapter
+from streamrecover.providers.openai_chat import OpenAIChatAdapter
+from streamrecover.providers.openai_responses import OpenAIResponsesAdapter
+from streamrecover.providers.registry import get_adapter
+
+from .scripted import chat_chunk, chat_usage, run_scripted, sse
+
+MODEL = "claude-3-7-sonnet"
+
+
+def _anthropic(*blocks: tuple[dict[str, Any], list[dict[str, Any]], bool], ended: bool = False) -> bytes:
+    """An Anthropic stream of (content_block_start, deltas, closed) blocks; ``ended``: with its end."""
+    start = {"id": "msg_scripted", "type": "message", "role": "assistant", "model": MODEL}
+    events = [{"type": "message_start", "message": {**start, "content": [], "stop_reason": None, "usage": {}}}]
+    for index, (block, deltas, closed) in enumerate(blocks):
+        events.append({"type": "content_block_start", "index": index, "content_block": block})
+        events.extend({"type": "content_block_delta", "index": index, "delta": d} for d in deltas)
+        if closed:
+            events.append({"type": "content_block_stop", "index": index})
+    if ended:
+        events.append({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}})
+        events.append({"type": "message_stop"})
+    return sse(events, named=True)
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text_delta", "text": text}
+
+
+TEXT_BLOCK = {"type": "text", "text": ""}
+REST = _anthropic((TEXT_BLOCK, [_text("It is sunny.")], True), ended=True)
+
+
+def _answer_text(out: Any) -> str:
+    return "".join(block.get("text", "") for block in out.answer if block["type"] == "text")
+
+
+# -- a tool call whose name or id is not a string ------------------------------------------------
+
+_BAD_CALLS = [({"name": 123}, "name"), ({"id": {"x": 1}}, "id"), ({"id": ["call_1"]}, "id")]
+
+
+def _parse_all(adapter_cls: Any, payloads: list[dict[str, Any]]) -> None:
+    parser = get_adapter(ProviderConfig(name=adapter_cls.name, base_url="https://x.invalid/v1")).new_parser()
+    for payload in payloads:
+        parser.feed(SSEEvent(payload.get("type", "message"), json.dumps(payload)))
+
+
+def _anthropic_call(**bad: Any) -> list[dict[str, Any]]:
+    call = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}, **bad}
+    return [{"type": "content_block_start", "index": 0, "content_block": call}]
+
+
+def _chat_call(**bad: Any) -> list[dict[str, Any]]:
+    fields = {"id": "call_1", "name": "get_weather", **bad}
+    call = {"index": 0, "id": fields["id"], "type": "function", "function": {"name": fields["name"], "arguments": ""}}
+    return [{"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}]
+
+
+def _responses_call(**bad: Any) -> list[dict[str, Any]]:
+    fields = {"id": "call_1", "name": "get_weather", **bad}
+    item = {"type": "function_call", "id": "fc_1", "call_id": fields["id"], "name": fields["name"], "arguments": ""}
+    return [{"type": "response.output_item.added", "output_index": 0, "item": item}]
+
+
+def _gemini_call(**bad: Any) -> list[dict[str, Any]]:
+    call = {"name": "get_weather", "args": {}, "id": "call_1", **bad}
+    return [{"candidates": [{"content": {"role": "model", "parts": [{"functionCall": call}]}}]}]
+
+
+@pytest.mark.parametrize(
+    ("adapter_cls", "payloads"),
+    [
+        (AnthropicAdapter, _anthropic_call),
+        (OpenAIChatAdapter, _chat_call),
+        (OpenAIResponsesAdapter, _responses_call),
+        (GeminiAdapter, _gemini_call),
+    ],
+)
+@pytest.mark.parametrize(("bad", "field"), _BAD_CALLS)
+def test_every_parser_refuses_a_tool_call_whose_name_or_id_is_not_a_string(adapter_cls, payloads, bad, field):
+    with pytest.raises(ParseError, match=field):
+        _parse_all(adapter_cls, payloads(**bad))
+
+
+@pytest.mark.parametrize("bad", [{"name": 123}, {"id": {"x": 1}}])
+async def test_a_tool_call_named_with_a_number_is_a_break_continued_not_a_crash(bad):
+    call = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}, **bad}
+    broken = _anthropic((TEXT_BLOCK, [_text("Let me check. ")], True), (call, [], False))
+    out = await run_scripted("anthropic", [(200, {}, broken), (200, {}, REST)], model=MODEL)
+    assert out.result.status == "completed", out.result.error
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["cause"] == "sse_parse"
+    assert interrupted["kept_text_chars"] == len("Let me check. ")
+    assert [a.outcome for a in out.sink.attempts] == ["interrupted", "completed"]
+    assert _answer_text(out).startswith("Let me check. ")
+    assert [shown for shown, _ in out.view.turns] == [out.answer]
+
+
+async def test_a_failure_no_check_foresaw_closes_the_attempt_and_keeps_the_text(monkeypatch, caplog):
+    """A bug in translating an event (here: making a tool call's id unique) must not leave the
+    attempt open and the run stuck: it is an ``unknown`` break, logged with its traceback, and
+    what arrived before it is kept and continued."""
+
+    def broken(self: IndexMapper, event: object) -> str:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(IndexMapper, "_unique_tool_id", broken)
+    call = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
+    stream = _anthropic((TEXT_BLOCK, [_text("Let me check. ")], True), (call, [], False))
+    with caplog.at_level(logging.ERROR, logger="streamrecover.engine.attempts"):
+        out = await run_scripted("anthropic", [(200, {}, stream), (200, {}, REST)], model=MODEL)
+    assert out.result.status == "completed", out.result.error
+    first = out.sink.attempts[0]
+    assert (first.outcome, first.interrupt_cause) == ("interrupted", "unknown")
+    assert "RuntimeError: a bug" in (first.error_message or "")
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["kept_text_chars"] == len("Let me check. ")
+    assert _answer_text(out).startswith("Let me check. ")
+    assert any(record.exc_info for record in caplog.records)
+
+
+# -- a delta that does not fit its block --------------------------------------------------------
+
+
+async def test_a_thinking_delta_on_a_text_block_is_never_stored_as_the_answer():
+    thinking = {"type": "thinking_delta", "thinking": "SECRET-REASONING"}
+    broken = _anthropic((TEXT_BLOCK, [_text("Hi. "), thinking, _text("never applied")], True), ended=True)
+    out = await run_scripted("anthropic", [(200, {}, broken), (200, {}, REST)], model=MODEL)
+    assert out.result.status == "completed", out.result.error
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["cause"] == "sse_parse"
+    assert interrupted["kept_text_chars"] == len("Hi. ")
+    assert "SECRET-REASONING" not in json.dumps(out.result.messages)
+    assert [shown for shown, _ in out.view.turns] == [out.answer]  # stored = streamed
+
+
+async def test_a_text_delta_on_a_tool_call_is_neither_shown_nor_lost():
+    call = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
+    args = {"type": "input_json_delta", "partial_json": "{}"}
+    broken = _anthropic((call, [args, _text("VISIBLE-TEXT")], True), ended=True)
+    out = await run_scripted("anthropic", [(200, {}, broken), (200, {}, REST)], model=MODEL)
+    assert out.result.status == "completed", out.result.error
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["cause"] == "sse_parse"
+    assert "VISIBLE-TEXT" not in json.dumps(out.sink.frames)
+    assert [shown for shown, _ in out.view.turns] == [out.answer]
+
+
+async def test_an_openai_tool_call_with_a_negative_index_never_lands_on_the_text():
+    call = {"index": -1, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    tool_chunk = chat_chunk()
+    tool_chunk["choices"][0]["delta"] = {"tool_calls": [call]}
+    broken = sse([chat_chunk("Checking. "), tool_chunk, chat_chunk(None, "tool_calls"), None])
+    rest = sse([chat_chunk("It is sunny."), chat_chunk(None, "stop"), chat_usage(10, 5), None])
+    out = await run_scripted("openai", [(200, {}, broken), (200, {}, rest)])
+    assert out.result.status == "completed", out.result.error
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["cause"] == "sse_parse"
+    assert not [f for f in out.sink.frames if f["type"] == "tool_call_delta"]  # no call shown that is stored nowhere
+    assert [shown for shown, _ in out.view.turns] == [out.answer]
