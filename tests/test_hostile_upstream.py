@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from streamrecover.engine.contract import ProviderConfig
-from streamrecover.engine.errors import ParseError
-from streamrecover.engine.sse import SSEEvent
+from streamrecover.engine.errors import BodyDecodeError, ParseError, SSEError
+from streamrecover.engine.sse import SSEDecoder, SSEEvent
 from streamrecover.engine.translate import IndexMapper
 from streamrecover.providers.anthropic import AnthropicAdapter
 from streamrecover.providers.gemini import GeminiAdapter
@@ -22,6 +22,7 @@ from streamrecover.providers.openai_chat import OpenAIChatAdapter
 from streamrecover.providers.openai_responses import OpenAIResponsesAdapter
 from streamrecover.providers.registry import get_adapter
 
+from .harness import with_config
 from .scripted import chat_chunk, chat_usage, run_scripted, sse
 
 MODEL = "claude-3-7-sonnet"
@@ -178,3 +179,53 @@ async def test_an_openai_tool_call_with_a_negative_index_never_lands_on_the_text
     assert interrupted["cause"] == "sse_parse"
     assert not [f for f in out.sink.frames if f["type"] == "tool_call_delta"]  # no call shown that is stored nowhere
     assert [shown for shown, _ in out.view.turns] == [out.answer]
+
+
+# -- good events in the same read as a bad line -------------------------------------------------
+
+GOOD = _anthropic((TEXT_BLOCK, [_text("Hello "), _text("brave world. ")], False))
+
+
+@pytest.mark.parametrize(
+    ("bad", "cause", "config"),
+    [
+        (b"event: content_block_delta\ndata: \xff\xfe\n\n", "body_decode", {}),
+        (b"data: " + b"a" * 5000, "sse_parse", {"max_line_bytes": 4096}),  # the line's end not here yet
+        (b"data: " + b"a" * 5000 + b"\n\n", "sse_parse", {"max_line_bytes": 4096}),
+    ],
+    ids=["bad-utf8", "long-partial-line", "long-line"],
+)
+async def test_good_events_read_with_a_bad_line_are_kept_not_asked_for_again(bad, cause, config):
+    """One read brings good deltas and then a bad line: the stream breaks at the last good
+    event (docs/security.md), so the deltas before it are applied, kept and not paid for twice."""
+    out = await run_scripted(
+        "anthropic", [(200, {}, GOOD + bad), (200, {}, REST)], model=MODEL, config=with_config(**config)
+    )
+    assert out.result.status == "completed", out.result.error
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["cause"] == cause
+    assert interrupted["kept_text_chars"] == len("Hello brave world. ")
+    assert _answer_text(out).startswith("Hello brave world. ")
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (b"data: \xc3\x28\n\n", BodyDecodeError),
+        (b"data: ok\r\ndata: \x80\r\n\r\n", BodyDecodeError),
+        (b"data: " + b"x" * 200 + b"\n\n", SSEError),
+        (b"data: " + b"x" * 200, SSEError),
+        (b"data: x\n" * 30, SSEError),  # an event's data too long
+    ],
+    ids=["bad-utf8", "bad-utf8-crlf", "long-line", "long-partial-line", "long-event"],
+)
+def test_the_decoder_returns_the_events_before_a_bad_line_then_fails(bad, error):
+    decoder = SSEDecoder(max_line_bytes=100)
+    events = decoder.feed(b"data: one\n\nevent: e\ndata: two\n\n" + bad)
+    assert [(e.event, e.data) for e in events] == [("message", "one"), ("e", "two")]
+    assert isinstance(decoder.error, error)
+    with pytest.raises(error):
+        decoder.feed(b"data: three\n\n")
+    # nothing good before it: raised at once, as before
+    with pytest.raises(error):
+        SSEDecoder(max_line_bytes=100).feed(bad)

@@ -92,6 +92,8 @@ def decode(*chunks: bytes, max_line_bytes: int = 1_048_576) -> list[SSEEvent]:
     events: list[SSEEvent] = []
     for chunk in chunks:
         events += decoder.feed(chunk)
+        if decoder.error is not None:  # the events before a bad line come back, then its error
+            raise decoder.error
     assert decoder.close() == []
     return events
 

@@ -218,6 +218,8 @@ async def _pump(
                         events += 1
                         for event in parser.feed(sse):
                             await translator.on_event(event, record)
+                    if decoder.error is not None:  # a bad line after the events just applied
+                        raise decoder.error
         except TimeoutError:
             if not deadline.expired():
                 raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import BodyDecodeError, SSEError
+from .errors import BodyDecodeError, SSEError, StreamRecoverError
 
 _BOM = b"\xef\xbb\xbf"
 _DEFAULT_EVENT = "message"
@@ -49,6 +49,7 @@ class SSEDecoder:
         "_pending_fields",
         "_skip_lf",
         "_text_offset",
+        "error",
         "retry",
     )
 
@@ -71,6 +72,8 @@ class SSEDecoder:
         self._pending_fields = False  # a field line arrived since the last blank line
         self._last_event_id: str | None = None
         self.retry: int | None = None
+        # the error that ended the stream after the events ``feed`` returned with it (see feed)
+        self.error: StreamRecoverError | None = None
 
     @property
     def bytes_received(self) -> int:
@@ -90,15 +93,16 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Events completed by this chunk, in order.
 
-        Raises ``SSEError`` for a line, or an event's data, longer than ``max_line_bytes``
-        (a stream of short ``data:`` lines without a blank line is as unbounded as one long
-        line) and ``BodyDecodeError``
-        for bytes that are not UTF-8. The decoder is then finished, and events completed
-        earlier in the same chunk are not returned: the stream is broken either way and the
-        runner treats it as cut at its last applied event.
+        A line, or an event's data, longer than ``max_line_bytes`` (a stream of short ``data:``
+        lines without a blank line is as unbounded as one long line) is an ``SSEError``; bytes
+        that are not UTF-8 are a ``BodyDecodeError``. The stream is broken there, at its last
+        good event: the events completed before the bad line in the same chunk are returned,
+        the error is set on ``self.error`` for the caller to raise once it has applied them,
+        and the decoder is finished (the next ``feed`` raises it). With nothing good before
+        it, the error is raised at once.
         """
         if self._closed:
-            raise SSEError("SSEDecoder.feed() called after close() or after a decoding error")
+            raise self.error or SSEError("SSEDecoder.feed() called after close() or after a decoding error")
         if not chunk:
             return []
         self._bytes_received += len(chunk)
@@ -126,32 +130,28 @@ class SSEDecoder:
             end = data.rfind(b"\r")
         if end < 0:
             if len(data) > self._max_line_bytes:
-                self._fail_long_line()
+                return self._fail([], self._long("line"))  # (raises: nothing good before it)
             self._partial = data
             return []
         cut = end + 1
+        offset = self._text_offset
+        self._text_offset = offset + cut
         if cut == len(data):
             complete = data
             self._partial = b""
         else:
             complete = data[:cut]
             rest = data[cut:]
-            if len(rest) > self._max_line_bytes:
-                self._fail_long_line()
             self._partial = rest
+            if len(rest) > self._max_line_bytes:
+                return self._feed_broken(complete, offset, self._long("line"))
+        # (the fast path: one length test and one decode per chunk; the slow one only on failure)
         if len(complete) > self._max_line_bytes and max(map(len, complete.splitlines())) > self._max_line_bytes:
-            self._fail_long_line()
-
-        offset = self._text_offset
-        self._text_offset = offset + cut
+            return self._feed_broken(complete, offset, None)
         try:
             text = complete.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            self._partial = b""
-            self._closed = True
-            raise BodyDecodeError(
-                f"SSE body is not valid UTF-8 at byte offset {offset + exc.start}: {exc.reason}"
-            ) from None
+        except UnicodeDecodeError:
+            return self._feed_broken(complete, offset, None)
         if "\r" in text:
             if not self._partial and text[-1] == "\r":
                 self._skip_lf = True  # the LF of a CRLF may start the next chunk
@@ -159,6 +159,37 @@ class SSEDecoder:
         lines = text.split("\n")
         lines.pop()  # the empty string after the final line end
         return self._process(lines)
+
+    def _feed_broken(self, complete: bytes, offset: int, error: StreamRecoverError | None) -> list[SSEEvent]:
+        """The complete lines ``complete`` (from stream offset ``offset``) hold a line too long or
+        bytes that are not UTF-8, or the partial line after them is too long (``error``): the
+        events of the good lines before the first bad one, the decoder finished with the
+        first error set (see ``feed``)."""
+        limit = self._max_line_bytes
+        if len(complete) > limit:
+            good = 0
+            for line in complete.splitlines(keepends=True):
+                if len(line.rstrip(b"\r\n")) > limit:
+                    complete = complete[:good]
+                    error = self._long("line")
+                    break
+                good += len(line)
+        try:
+            text = complete.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # the lines that end before the bad byte are whole UTF-8: kept
+            good = max(complete.rfind(b"\n", 0, exc.start), complete.rfind(b"\r", 0, exc.start)) + 1
+            text = complete[:good].decode("utf-8")
+            error = BodyDecodeError(f"SSE body is not valid UTF-8 at byte offset {offset + exc.start}: {exc.reason}")
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        lines = text.split("\n")
+        lines.pop()
+        events = self._process(lines)
+        if self.error is None:  # (not an event too long before it: that one came first)
+            assert error is not None, "called for a broken stream"
+            self._fail(events, error)
+        return events
 
     def close(self) -> list[SSEEvent]:
         """End of body. An unterminated event is discarded, as the spec says; see
@@ -174,13 +205,22 @@ class SSEDecoder:
             self._pending_fields = False
         return []
 
-    def _fail_long_line(self, what: str = "line") -> None:
-        self._partial = b""
-        self._data = []
-        self._closed = True
+    def _long(self, what: str) -> SSEError:
         # an event's data is counted in characters (no second encode in the hot loop)
         unit = "characters" if what == "event" else "bytes"
-        raise SSEError(f"SSE {what} exceeds {self._max_line_bytes} {unit}")
+        return SSEError(f"SSE {what} exceeds {self._max_line_bytes} {unit}")
+
+    def _fail(self, events: list[SSEEvent], error: StreamRecoverError) -> list[SSEEvent]:
+        """Finish the decoder with ``error`` set: ``events`` (those before it) go back to the
+        caller, or with none, ``error`` is raised."""
+        self._partial = b""
+        self._data = []
+        self._data_bytes = 0
+        self._closed = True
+        self.error = error
+        if not events:
+            raise error
+        return events
 
     def _process(self, lines: list[str]) -> list[SSEEvent]:
         """Interpret complete lines. The hot loop: common lines first, kept flat."""
@@ -210,7 +250,7 @@ class SSEDecoder:
                 pending = True
                 size += len(line)
                 if size > limit:
-                    self._fail_long_line("event")
+                    return self._fail(out, self._long("event"))
             elif line[:7] == "event: ":
                 event_type = line[7:]
                 pending = True
@@ -225,7 +265,7 @@ class SSEDecoder:
                     data.append(value)
                     size += len(line)
                     if size > limit:
-                        self._fail_long_line("event")
+                        return self._fail(out, self._long("event"))
                 elif name == "event":
                     event_type = value
                 elif name == "id":
