@@ -229,3 +229,14 @@ def test_the_decoder_returns_the_events_before_a_bad_line_then_fails(bad, error)
     # nothing good before it: raised at once, as before
     with pytest.raises(error):
         SSEDecoder(max_line_bytes=100).feed(bad)
+
+
+# -- the content type ---------------------------------------------------------------------------
+
+
+async def test_an_event_stream_content_type_in_any_case_is_a_stream():
+    whole = _anthropic((TEXT_BLOCK, [_text("Hello")], True), ended=True)
+    headers = {"content-type": "Text/Event-Stream; charset=UTF-8"}
+    out = await run_scripted("anthropic", [(200, headers, whole)], model=MODEL)
+    assert out.result.status == "completed", out.result.error
+    assert out.answer == [{"type": "text", "text": "Hello"}]

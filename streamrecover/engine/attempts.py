@@ -113,7 +113,7 @@ async def _open_and_stream(
             body = await _unless_cancelled(ctx, record, opened.read_error_body())
             return ctx.adapter.classify_http_error(opened.status, opened.headers, body)
         content_type = opened.headers.get("content-type", "")
-        if "text/event-stream" not in content_type:
+        if not _is_event_stream(content_type):
             body = await _unless_cancelled(ctx, record, opened.read_error_body())
             excerpt = body[:200].decode("utf-8", "replace")
             return ProviderError(
@@ -309,6 +309,12 @@ def _starts_like_sse(head: bytes) -> bool:
     """True for an empty body (a plain cut) and for one whose first line is an SSE field or comment."""
     first = head.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
     return not first or first.startswith(_SSE_STARTS)
+
+
+def _is_event_stream(content_type: str) -> bool:
+    """True for ``text/event-stream`` with or without parameters, in any case (media types
+    are case-insensitive: ``Text/Event-Stream; charset=UTF-8`` is a stream)."""
+    return content_type.partition(";")[0].strip().lower() == "text/event-stream"
 
 
 def _request_id(headers: Mapping[str, str]) -> str | None:
