@@ -119,6 +119,7 @@ ATTEMPT_COLUMNS = [
     "stop_reason",
     "outcome",
     "request",
+    "usage_estimated",
 ]
 EVENT_COLUMNS = [
     "run_id",
@@ -221,6 +222,7 @@ class RunBuilder:
                 "end_turn" if outcome == "completed" else "",
                 outcome,
                 "{}",
+                outcome == "interrupted",  # a broken attempt's usage is the engine's estimate
             )
         )
         self.totals[0] += input_tokens or 0

@@ -66,3 +66,13 @@ def make_checkpoint(run_id: str, **fields: Any) -> Checkpoint:
     fields.setdefault("blocks", [{"type": "text", "text": "Partial answ"}])
     fields.setdefault("updated_at", time.time())
     return Checkpoint(run_id=run_id, **fields)
+
+
+def tool_results(run: Run) -> list[dict[str, Any]]:
+    """The tool_result blocks of the run's thread, in order."""
+    return [
+        block
+        for message in Message.objects.of_thread(run.thread_id).canonical()
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]

@@ -45,6 +45,23 @@ def sse(events: list[dict[str, Any] | None], *, named: bool = False) -> bytes:
     return "".join(out).encode()
 
 
+def anthropic_blocks(
+    *blocks: tuple[dict[str, Any], list[dict[str, Any]], bool], ended: bool = False, model: str = "claude-3-7-sonnet"
+) -> bytes:
+    """An Anthropic stream of (content_block_start, deltas, closed) blocks; ``ended``: with its end."""
+    start = {"id": "msg_scripted", "type": "message", "role": "assistant", "model": model}
+    events = [{"type": "message_start", "message": {**start, "content": [], "stop_reason": None, "usage": {}}}]
+    for index, (block, deltas, closed) in enumerate(blocks):
+        events.append({"type": "content_block_start", "index": index, "content_block": block})
+        events.extend({"type": "content_block_delta", "index": index, "delta": d} for d in deltas)
+        if closed:
+            events.append({"type": "content_block_stop", "index": index})
+    if ended:
+        events.append({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}})
+        events.append({"type": "message_stop"})
+    return sse(events, named=True)
+
+
 def chat_chunk(content: str | None = None, finish: str | None = None) -> dict[str, Any]:
     """One Chat Completions chunk: a text delta, or the ``finish_reason`` chunk (an empty delta)."""
     delta = {} if content is None else {"content": content}

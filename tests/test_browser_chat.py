@@ -18,7 +18,8 @@ import pytest
 from streamrecover.testing.client import ClientView
 from streamrecover.testing.tools import demo_registry
 
-from .e2e_helpers import ChatPage, base_env, chromium, daphne, free_port, manage
+from . import browser_fixtures
+from .e2e_helpers import ChatPage, base_env, daphne, free_port, manage
 
 pytestmark = pytest.mark.browser
 
@@ -45,20 +46,8 @@ def demo_site(demo_db: Path) -> Iterator[str]:
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as browser:
-        yield browser
-
-
-@pytest.fixture
-def chat(browser: Any, demo_site: str) -> Iterator[ChatPage]:
-    context = browser.new_context()
-    chat = ChatPage(context.new_page(), demo_site)
-    chat.login()
-    yield chat
-    context.close()
-    assert chat.errors == []
+browser = browser_fixtures.browser
+chat = browser_fixtures.chat
 
 
 def assert_page_shows_the_committed_answer(chat: ChatPage, run_id: str) -> dict[str, Any]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from .e2e_helpers import ChatPage, base_env, chromium, daphne, free_port, manage
+from . import browser_fixtures
+from .e2e_helpers import ChatPage, base_env, daphne, free_port, manage
 
 pytestmark = pytest.mark.browser
 
@@ -32,20 +32,8 @@ def demo_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as browser:
-        yield browser
-
-
-@pytest.fixture
-def chat(browser: Any, demo_site: str) -> Iterator[ChatPage]:
-    context = browser.new_context()
-    chat = ChatPage(context.new_page(), demo_site)
-    chat.login()
-    yield chat
-    context.close()
-    assert chat.errors == []
+browser = browser_fixtures.browser
+chat = browser_fixtures.chat
 
 
 def start_a_run_in_backoff(chat: ChatPage) -> str:

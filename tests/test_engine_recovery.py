@@ -14,7 +14,7 @@ from streamrecover.engine.checkpoint import Checkpoint, InMemoryCheckpointStore
 from streamrecover.testing.tools import demo_registry
 
 from .harness import assert_invariants, events_until, run, with_config
-from .scripted import chat_chunk, chat_usage, run_scripted, sse
+from .scripted import anthropic_blocks, chat_chunk, chat_usage, run_scripted, sse
 
 STORY = "Tell me a story about the sea [[words=120]]"
 WEATHER = "What is the weather in Paris? [[tool=get_weather]]"
@@ -184,21 +184,6 @@ async def test_prefill_refused_falls_back_to_continue_message(fake_server):
 CITED = {"type": "web_search_result_location", "url": "https://example.org/apple", "cited_text": "Apple said so."}
 
 
-def _anthropic_blocks(*blocks: tuple[dict, list[dict], bool], ended: bool = False) -> bytes:
-    """An Anthropic stream of (content_block_start, deltas, closed) blocks; ``ended``: with its end."""
-    start = {"id": "msg_scripted", "type": "message", "role": "assistant", "model": "claude-3-7-sonnet"}
-    events = [{"type": "message_start", "message": {**start, "content": [], "stop_reason": None, "usage": {}}}]
-    for index, (block, deltas, closed) in enumerate(blocks):
-        events.append({"type": "content_block_start", "index": index, "content_block": block})
-        events.extend({"type": "content_block_delta", "index": index, "delta": d} for d in deltas)
-        if closed:
-            events.append({"type": "content_block_stop", "index": index})
-    if ended:
-        events.append({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}})
-        events.append({"type": "message_stop"})
-    return sse(events, named=True)
-
-
 def _text(text: str) -> dict:
     return {"type": "text_delta", "text": text}
 
@@ -233,12 +218,12 @@ async def test_a_prefill_after_a_blank_block_that_follows_trailing_whitespace_co
     """Kept: a cited span ending in a space, then a block of one space, cut there. The prefill
     may end in no whitespace: the blank block is left out and the span's space too, while
     what the client was shown (and what is stored) keeps both, once; the answer goes on."""
-    broken = _anthropic_blocks(
+    broken = anthropic_blocks(
         ({"type": "text", "text": ""}, [_text("Intro: ")], True),
         ({"type": "text", "text": "", "citations": []}, [_cite(CITED), _text("Apple said so. ")], True),
         ({"type": "text", "text": ""}, [_text(" ")], False),
     )  # fmt: skip
-    rest = _anthropic_blocks(({"type": "text", "text": ""}, [_text(" And that"), _text(" is all.")], True), ended=True)
+    rest = anthropic_blocks(({"type": "text", "text": ""}, [_text(" And that"), _text(" is all.")], True), ended=True)
     out = await run_scripted("anthropic", [(200, {}, broken), _like_anthropic(rest)], model="claude-3-7-sonnet")
     assert out.result.status == "completed", out.result.error
     assert out.answer == [

@@ -27,6 +27,8 @@ from streamrecover.models import Attempt, Message, Run
 from streamrecover.runs import execution, lifecycle
 from streamrecover.tasks import execute_run_task
 
+from .factories import tool_results
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BOOK = "Book a table for two [[words=12]] [[tool=book_table]]"
@@ -89,21 +91,12 @@ def _died_during_the_tool() -> Run:
     return run
 
 
-def _tool_results(run: Run) -> list[dict[str, Any]]:
-    return [
-        block
-        for message in Message.objects.of_thread(run.thread_id).canonical()
-        for block in message["content"]
-        if block.get("type") == "tool_result"
-    ]
-
-
 def _booked(run: Run) -> None:
     """The host's tool was called once more and its result stored and sent on: the run completed."""
     run.refresh_from_db()
     assert run.status == Run.Status.COMPLETED, (run.error_kind, run.error_message)
     assert BOOKINGS.made == 1
-    (result,) = _tool_results(run)
+    (result,) = tool_results(run)
     assert result["is_error"] is False, result
     assert '"booked": true' in result["content"]
     roles = [m["role"] for m in Message.objects.of_thread(run.thread_id).canonical()]
@@ -146,7 +139,7 @@ def test_a_resumed_run_whose_tool_is_gone_fails_naming_it_before_asking_the_mode
     assert run.status == Run.Status.FAILED
     assert run.error_kind == "tool_unavailable"
     assert "'book_table'" in run.error_message
-    assert _tool_results(run) == []  # the model was never told the tool is unknown
+    assert tool_results(run) == []  # the model was never told the tool is unknown
     assert Message.objects.filter(thread=run.thread).count() == messages
     assert Attempt.objects.filter(run=run).count() == attempts  # no provider call
     assert BOOKINGS.made == 0
@@ -170,7 +163,7 @@ def test_a_tool_the_model_made_up_is_still_told_unknown() -> None:
     _release_orm_thread()
     assert result is not None
     assert result.status == Run.Status.COMPLETED
-    (told,) = _tool_results(run)
+    (told,) = tool_results(run)
     assert told["is_error"] is True
     assert "unknown tool 'book_table'" in told["content"]
 
@@ -181,7 +174,7 @@ def test_the_default_offers_the_sample_tools_to_a_demo_tools_run() -> None:
     _release_orm_thread()
     assert result is not None
     assert result.status == Run.Status.COMPLETED
-    (told,) = _tool_results(run)
+    (told,) = tool_results(run)
     assert told["is_error"] is False, told
 
 

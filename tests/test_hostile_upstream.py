@@ -23,24 +23,9 @@ from streamrecover.providers.openai_responses import OpenAIResponsesAdapter
 from streamrecover.providers.registry import get_adapter
 
 from .harness import with_config
-from .scripted import chat_chunk, chat_usage, run_scripted, sse
+from .scripted import anthropic_blocks, chat_chunk, chat_usage, run_scripted, sse
 
 MODEL = "claude-3-7-sonnet"
-
-
-def _anthropic(*blocks: tuple[dict[str, Any], list[dict[str, Any]], bool], ended: bool = False) -> bytes:
-    """An Anthropic stream of (content_block_start, deltas, closed) blocks; ``ended``: with its end."""
-    start = {"id": "msg_scripted", "type": "message", "role": "assistant", "model": MODEL}
-    events = [{"type": "message_start", "message": {**start, "content": [], "stop_reason": None, "usage": {}}}]
-    for index, (block, deltas, closed) in enumerate(blocks):
-        events.append({"type": "content_block_start", "index": index, "content_block": block})
-        events.extend({"type": "content_block_delta", "index": index, "delta": d} for d in deltas)
-        if closed:
-            events.append({"type": "content_block_stop", "index": index})
-    if ended:
-        events.append({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}})
-        events.append({"type": "message_stop"})
-    return sse(events, named=True)
 
 
 def _text(text: str) -> dict[str, Any]:
@@ -48,7 +33,7 @@ def _text(text: str) -> dict[str, Any]:
 
 
 TEXT_BLOCK = {"type": "text", "text": ""}
-REST = _anthropic((TEXT_BLOCK, [_text("It is sunny.")], True), ended=True)
+REST = anthropic_blocks((TEXT_BLOCK, [_text("It is sunny.")], True), ended=True)
 
 
 def _answer_text(out: Any) -> str:
@@ -106,7 +91,7 @@ def test_every_parser_refuses_a_tool_call_whose_name_or_id_is_not_a_string(adapt
 @pytest.mark.parametrize("bad", [{"name": 123}, {"id": {"x": 1}}])
 async def test_a_tool_call_named_with_a_number_is_a_break_continued_not_a_crash(bad):
     call = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}, **bad}
-    broken = _anthropic((TEXT_BLOCK, [_text("Let me check. ")], True), (call, [], False))
+    broken = anthropic_blocks((TEXT_BLOCK, [_text("Let me check. ")], True), (call, [], False))
     out = await run_scripted("anthropic", [(200, {}, broken), (200, {}, REST)], model=MODEL)
     assert out.result.status == "completed", out.result.error
     (interrupted,) = out.events("llm_stream_interrupted")
@@ -127,7 +112,7 @@ async def test_a_failure_no_check_foresaw_closes_the_attempt_and_keeps_the_text(
 
     monkeypatch.setattr(IndexMapper, "_unique_tool_id", broken)
     call = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
-    stream = _anthropic((TEXT_BLOCK, [_text("Let me check. ")], True), (call, [], False))
+    stream = anthropic_blocks((TEXT_BLOCK, [_text("Let me check. ")], True), (call, [], False))
     with caplog.at_level(logging.ERROR, logger="streamrecover.engine.attempts"):
         out = await run_scripted("anthropic", [(200, {}, stream), (200, {}, REST)], model=MODEL)
     assert out.result.status == "completed", out.result.error
@@ -145,7 +130,7 @@ async def test_a_failure_no_check_foresaw_closes_the_attempt_and_keeps_the_text(
 
 async def test_a_thinking_delta_on_a_text_block_is_never_stored_as_the_answer():
     thinking = {"type": "thinking_delta", "thinking": "SECRET-REASONING"}
-    broken = _anthropic((TEXT_BLOCK, [_text("Hi. "), thinking, _text("never applied")], True), ended=True)
+    broken = anthropic_blocks((TEXT_BLOCK, [_text("Hi. "), thinking, _text("never applied")], True), ended=True)
     out = await run_scripted("anthropic", [(200, {}, broken), (200, {}, REST)], model=MODEL)
     assert out.result.status == "completed", out.result.error
     (interrupted,) = out.events("llm_stream_interrupted")
@@ -158,7 +143,7 @@ async def test_a_thinking_delta_on_a_text_block_is_never_stored_as_the_answer():
 async def test_a_text_delta_on_a_tool_call_is_neither_shown_nor_lost():
     call = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
     args = {"type": "input_json_delta", "partial_json": "{}"}
-    broken = _anthropic((call, [args, _text("VISIBLE-TEXT")], True), ended=True)
+    broken = anthropic_blocks((call, [args, _text("VISIBLE-TEXT")], True), ended=True)
     out = await run_scripted("anthropic", [(200, {}, broken), (200, {}, REST)], model=MODEL)
     assert out.result.status == "completed", out.result.error
     (interrupted,) = out.events("llm_stream_interrupted")
@@ -183,7 +168,7 @@ async def test_an_openai_tool_call_with_a_negative_index_never_lands_on_the_text
 
 # -- good events in the same read as a bad line -------------------------------------------------
 
-GOOD = _anthropic((TEXT_BLOCK, [_text("Hello "), _text("brave world. ")], False))
+GOOD = anthropic_blocks((TEXT_BLOCK, [_text("Hello "), _text("brave world. ")], False))
 
 
 @pytest.mark.parametrize(
@@ -235,7 +220,7 @@ def test_the_decoder_returns_the_events_before_a_bad_line_then_fails(bad, error)
 
 
 async def test_an_event_stream_content_type_in_any_case_is_a_stream():
-    whole = _anthropic((TEXT_BLOCK, [_text("Hello")], True), ended=True)
+    whole = anthropic_blocks((TEXT_BLOCK, [_text("Hello")], True), ended=True)
     headers = {"content-type": "Text/Event-Stream; charset=UTF-8"}
     out = await run_scripted("anthropic", [(200, headers, whole)], model=MODEL)
     assert out.result.status == "completed", out.result.error

@@ -26,6 +26,8 @@ from streamrecover.runs import execution, lifecycle
 from streamrecover.runs.toolresults import DjangoToolResultStore
 from streamrecover.testing.tools import WEATHER_SCHEMA, get_weather
 
+from .factories import tool_results
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MODELS = {"openai": "gpt-4o", "anthropic": "claude-3-7-sonnet"}
@@ -66,15 +68,6 @@ class _Booking:
         return ToolRegistry([Tool("get_weather", "Get the current weather for a city.", WEATHER_SCHEMA, self)])
 
 
-def _tool_results(run: Run) -> list[dict[str, Any]]:
-    return [
-        block
-        for message in Message.objects.of_thread(run.thread_id).canonical()
-        for block in message["content"]
-        if block.get("type") == "tool_result"
-    ]
-
-
 @pytest.mark.parametrize("wire", sorted(MODELS))
 def test_a_worker_dying_after_the_tool_ran_leaves_its_result_to_the_next_one(wire, monkeypatch):
     class DiesOnceStored(DjangoToolResultStore):
@@ -89,7 +82,7 @@ def test_a_worker_dying_after_the_tool_ran_leaves_its_result_to_the_next_one(wir
         asyncio.run(execution.execute_run(str(run.pk), worker="first:1", tools=tool.registry()))
     _release_orm_thread()
     assert tool.bookings == 1
-    assert _tool_results(run) == []  # the results message was never committed
+    assert tool_results(run) == []  # the results message was never committed
     stored = list(ToolCallResult.objects.filter(run=run).values_list("result", flat=True))
     assert len(stored) == 1
     monkeypatch.setattr(execution, "DjangoToolResultStore", DjangoToolResultStore)
@@ -102,7 +95,7 @@ def test_a_worker_dying_after_the_tool_ran_leaves_its_result_to_the_next_one(wir
     assert result.status == Run.Status.COMPLETED
     assert tool.bookings == 1  # booked once, not twice
     assert len(tool.keys) == 1
-    assert _tool_results(run) == stored  # the stored result, committed as it was
+    assert tool_results(run) == stored  # the stored result, committed as it was
     assert [m["role"] for m in Message.objects.of_thread(run.thread_id).canonical()] == [
         "user",
         "assistant",
@@ -129,7 +122,7 @@ def test_a_call_cut_off_by_the_workers_death_is_made_again_with_the_same_idempot
     assert tool.bookings == 1
     assert len(tool.keys) == 2
     assert tool.keys[0] == tool.keys[1]
-    call_id = _tool_results(run)[0]["tool_use_id"]
+    call_id = tool_results(run)[0]["tool_use_id"]
     assert tool.keys[0] == f"{run.pk}:1:{call_id}"  # run, the calling message's position, the call
 
 
@@ -182,5 +175,5 @@ def test_a_worker_whose_run_was_taken_before_it_called_the_tool_never_calls_it(s
     assert "error" not in first, first.get("error")
     assert first["result"] is None  # fenced out
     assert tool.bookings == 1  # the first worker never made the call
-    assert len(_tool_results(run)) == 1
+    assert len(tool_results(run)) == 1
     assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
