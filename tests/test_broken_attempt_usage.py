@@ -83,3 +83,36 @@ def test_the_input_estimate_counts_the_text_not_an_images_base64() -> None:
     assert usage.input_tokens == sum(len(t.encode()) for t in strings)
     assert usage.output_tokens == 7
     assert estimated_usage(Usage(input_tokens=40, output_tokens=9), 7, body) == Usage(input_tokens=40, output_tokens=9)
+
+
+async def test_a_response_gone_before_its_re_attach_keeps_the_broken_attempts_estimate(fake_server) -> None:
+    # The estimate waited for the re-attached end, which reports the whole response; the
+    # response was gone (404), so nothing came and the billed broken part was stored as nothing.
+    out = await run(
+        fake_server,
+        STORY,
+        wire="openai-responses",
+        model="gpt-4o",
+        faults=[CUT, "status:404"],
+        provider_kw={"native_resume": True},
+    )
+    assert out.status == "completed", out.result.error
+    broken = out.sink.attempts[0]
+    assert (broken.outcome, broken.usage_estimated) == ("interrupted", True)
+    # what streamed before the cut; the background response went on generating server-side
+    # after it, which no count reports (docs/analytics.md)
+    assert broken.usage.output_tokens
+    assert broken.usage.input_tokens
+
+
+async def test_a_re_attached_response_is_counted_once(fake_server) -> None:
+    # the re-attached end reports the whole response's usage: the broken part's estimate is withdrawn
+    out = await run(
+        fake_server, STORY, wire="openai-responses", model="gpt-4o", faults=[CUT], provider_kw={"native_resume": True}
+    )
+    assert out.status == "completed", out.result.error
+    broken, resumed = out.sink.attempts
+    assert resumed.kind == "native_resume"
+    assert not broken.usage_estimated
+    assert not broken.usage.output_tokens
+    assert resumed.usage.output_tokens == sum(e.billed_output_tokens for e in out.log)

@@ -239,6 +239,8 @@ async def _pump(
         await close_attempt(
             ctx, record, AttemptOutcome.COMPLETED, stop_reason=acc.stop_reason, stop_sequence=acc.stop_sequence
         )
+        if record.kind == PlanKind.NATIVE_RESUME.value:
+            await _withdraw_estimates(ctx, translator)
         raise
     except (StreamInterrupted, SSEError, BodyDecodeError, ParseError) as exc:
         await _interrupted(ctx, record, translator, http_request, as_interrupted(exc), exc)
@@ -271,12 +273,17 @@ async def _interrupted(
         # that dies in between (a window of a few writes) leaves it to the next claim,
         # which goes on from it instead of asking for it, and paying for it, again.
         await translator.on_interrupted()
-    if not translator.final_usage and not _usage_comes_later(ctx, record, translator, interrupted):
+    if not translator.final_usage:
         # The provider bills a broken stream too, yet its count never came (or only
         # message_start's): the attempt is stored with the engine's estimate, flagged.
+        reported = record.usage
         bound = translator.received_tokens(ctx.adapter.text_delta_is_token)
-        record.usage = estimated_usage(record.usage, bound, http_request.json)
+        record.usage = estimated_usage(reported, bound, http_request.json)
         record.usage_estimated = True
+        if _usage_comes_later(ctx, record, translator, interrupted):
+            # a re-attached response that reaches its end reports its whole usage, this part
+            # included: the estimate is withdrawn then (and stays if the response is gone)
+            translator.estimated_before_resume.append((record, reported))
     await close_attempt(
         ctx,
         record,
@@ -286,6 +293,15 @@ async def _interrupted(
         error_message=interrupted.message,
     )
     raise interrupted from exc
+
+
+async def _withdraw_estimates(ctx: RunContext, translator: Translator) -> None:
+    """The re-attached response ended with its whole usage: the estimates of its broken parts
+    would count it twice, so they go back to what the provider reported of them."""
+    for earlier, reported in translator.estimated_before_resume:
+        earlier.usage, earlier.usage_estimated = reported, False
+        await ctx.sink.on_attempt(earlier)
+    translator.estimated_before_resume.clear()
 
 
 def _usage_comes_later(

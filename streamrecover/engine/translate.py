@@ -36,6 +36,7 @@ from .events import (
     TextDelta,
     ThinkingDelta,
     ToolArgsDelta,
+    Usage,
     UsageUpdate,
 )
 from .join import ContinuationJoiner, JoinResult
@@ -196,6 +197,9 @@ class Translator:
         self.joiner: ContinuationJoiner | None = None
         self.parser: object | None = None  # the response's parser (its cursor, for a native resume)
         self.final_usage = False  # the response's closing usage arrived (not just message_start's)
+        # Broken attempts of a response to be re-attached, estimated, with the usage they had
+        # reported: the re-attached end reports the whole response, and the estimates are withdrawn
+        self.estimated_before_resume: list[tuple[AttemptRecord, Usage]] = []
         # UTF-8 bytes of the output received in this response (text, thinking, tool names and
         # arguments): every output token streams at least one byte, so this over-counts tokens
         self.received_bytes = 0
