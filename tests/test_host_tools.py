@@ -25,6 +25,7 @@ from streamrecover.engine.agent import Tool, ToolRegistry
 from streamrecover.engine.toolresults import ToolCallContext
 from streamrecover.models import Attempt, Message, Run
 from streamrecover.runs import execution, lifecycle
+from streamrecover.runs.tools import tools_for_run
 from streamrecover.tasks import execute_run_task
 
 from .factories import tool_results
@@ -199,3 +200,34 @@ def test_a_tools_setting_that_is_no_path_is_refused() -> None:
 def test_a_tools_setting_that_names_tools_passes_the_check(path: str | None) -> None:
     with override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "TOOLS": path}):
         assert check_tools() == []
+
+
+def failing_tools(run: Run) -> ToolRegistry:
+    raise RuntimeError("the tools database is down")
+
+
+def listed_tools(run: Run) -> list[ToolRegistry]:
+    """A host's mistake: a list holding the registry, not the registry."""
+    return [host_tools(run)]
+
+
+def test_a_proxied_run_is_never_given_the_hosts_tools() -> None:
+    # its tools are its client's: the host's were sent upstream with every proxied request, and
+    # a host function that raised failed every proxied request
+    run = lifecycle.create_run(prompt=BOOK, provider="fake", model="fake-claude")
+    Run.objects.filter(pk=run.pk).update(options={**run.options, "proxy": {"format": "anthropic"}})
+    run.refresh_from_db()
+    with override_settings(STREAMRECOVER=HOST):
+        assert not tools_for_run(run).specs()
+    with override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "TOOLS": "tests.test_host_tools.failing_tools"}):
+        assert not tools_for_run(run).specs()
+
+
+def test_a_tools_function_that_gives_no_registry_fails_its_run_clearly() -> None:
+    # it raised out of the worker and left the run running until the sweep, which crashed again
+    with override_settings(STREAMRECOVER={**settings.STREAMRECOVER, "TOOLS": "tests.test_host_tools.listed_tools"}):
+        run = lifecycle.create_run(prompt=BOOK, provider="fake", model="fake-claude")
+        assert execute_run_task(str(run.pk)) == "failed"
+    run.refresh_from_db()
+    assert run.error_kind == "tool_unavailable"
+    assert "not a ToolRegistry" in run.error_message

@@ -15,13 +15,19 @@ TOOL_UNAVAILABLE = "tool_unavailable"
 def tools_for_run(run: Run) -> ToolRegistry:
     """The registry ``TOOLS`` gives this run (none: an empty one). Called in the ORM's thread, so
     a host's function may read the run's owner or thread; it raises ``ImproperlyConfigured`` when
-    the setting does not import."""
+    the setting does not import, and ``TypeError`` when the function gives something else than a
+    registry. A proxied run offers only what its client sent: the host's tools are never added
+    to it (nor asked for, so a failing function never fails it)."""
     path = app_settings.TOOLS
-    if path is None:
+    if path is None or run.options.get("proxy"):
         return ToolRegistry()
     source = import_tools(path)
     registry = source if isinstance(source, ToolRegistry) else source(run)
-    return registry if registry is not None else ToolRegistry()
+    if registry is None:
+        return ToolRegistry()
+    if not isinstance(registry, ToolRegistry):
+        raise TypeError(f"STREAMRECOVER['TOOLS'] ({path}) gave a {type(registry).__name__}, not a ToolRegistry")
+    return registry
 
 
 def tools_in_use(run: Run, thread: Sequence[Message]) -> frozenset[str]:
