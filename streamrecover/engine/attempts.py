@@ -29,7 +29,7 @@ from .errors import (
 from .estimate import estimated_usage
 from .plan import PlanKind
 from .sink import AttemptOutcome, AttemptRecord
-from .sse import SSEDecoder
+from .sse import SSEDecoder, is_event_stream
 from .translate import AttemptDone, Translator, as_interrupted
 from .transport import ConnectFailed, OpenedStream
 
@@ -113,7 +113,7 @@ async def _open_and_stream(
             body = await _unless_cancelled(ctx, record, opened.read_error_body())
             return ctx.adapter.classify_http_error(opened.status, opened.headers, body)
         content_type = opened.headers.get("content-type", "")
-        if not _is_event_stream(content_type):
+        if not is_event_stream(content_type):
             body = await _unless_cancelled(ctx, record, opened.read_error_body())
             excerpt = body[:200].decode("utf-8", "replace")
             return ProviderError(
@@ -325,12 +325,6 @@ def _starts_like_sse(head: bytes) -> bool:
     """True for an empty body (a plain cut) and for one whose first line is an SSE field or comment."""
     first = head.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
     return not first or first.startswith(_SSE_STARTS)
-
-
-def _is_event_stream(content_type: str) -> bool:
-    """True for ``text/event-stream`` with or without parameters, in any case (media types
-    are case-insensitive: ``Text/Event-Stream; charset=UTF-8`` is a stream)."""
-    return content_type.partition(";")[0].strip().lower() == "text/event-stream"
 
 
 def _request_id(headers: Mapping[str, str]) -> str | None:

@@ -16,6 +16,12 @@ _BOM = b"\xef\xbb\xbf"
 _DEFAULT_EVENT = "message"
 
 
+def is_event_stream(content_type: str) -> bool:
+    """True for ``text/event-stream`` with or without parameters, in any case (media types
+    are case-insensitive: ``Text/Event-Stream; charset=UTF-8`` is a stream)."""
+    return content_type.partition(";")[0].strip().lower() == "text/event-stream"
+
+
 @dataclass(frozen=True, slots=True)
 class SSEEvent:
     """One dispatched SSE event. ``event`` is "message" when no ``event:`` field was sent."""

@@ -43,6 +43,7 @@ from typing import Any
 
 import httpx
 
+from ..engine.sse import is_event_stream
 from .fake.dialects import ANTHROPIC, Dialect, route
 from .fake.faults import Fault, FaultKind, as_fault
 from .fake.http11 import Request, Responder
@@ -277,8 +278,9 @@ class _Relay:
         self.status = response.status_code
         headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in HOP_BY_HOP]
         content_type = response.headers.get("content-type", "")
-        streaming = content_type.split(";")[0].strip().lower() == "text/event-stream"
-        if not streaming:  # a JSON answer or an error: whole, untouched (stream faults are for streams)
+        if not is_event_stream(
+            content_type
+        ):  # a JSON answer or an error: whole, untouched (stream faults are for streams)
             body = await response.aread()
             headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
             self.bytes = len(body)
