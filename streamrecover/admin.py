@@ -14,7 +14,6 @@ import uuid
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.auth import get_permission_codename
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -54,6 +53,7 @@ from .models import (
     StreamCheckpoint,
     Thread,
 )
+from .querysets import has_model_permission
 from .runs import lifecycle
 
 JSON_STYLE = "white-space: pre-wrap; word-break: break-word; margin: 0; max-width: 70rem; font-size: 12px"
@@ -321,8 +321,7 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """Re-queue and cancel need the right to change runs (the admin still edits nothing)."""
-        codename = get_permission_codename("change", Run._meta)
-        return request.user.has_perm(f"{Run._meta.app_label}.{codename}")
+        return has_model_permission(request.user, "change", Run._meta)
 
     @admin.action(description=_("Re-queue failed runs"), permissions=["operate"])
     def requeue_failed_runs(self, request: HttpRequest, queryset: QuerySet) -> None:

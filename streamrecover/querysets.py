@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from django.db.models.options import Options
 
 
-def _has_permission(user: AbstractBaseUser | AnonymousUser | None, action: str, opts: Options[Any]) -> bool:
+def has_model_permission(user: AbstractBaseUser | AnonymousUser | None, action: str, opts: Options[Any]) -> bool:
     """Whether ``user`` holds ``<app>.<action>_<model>`` for the model of ``opts`` (``is_staff``
     alone grants nothing: the admin's rule)."""
     if user is None or not user.is_authenticated:
@@ -72,7 +72,7 @@ class RunQuerySet(models.QuerySet):
         """Whether ``user`` may read runs (and their threads) that are not theirs: with the
         permission the admin asks for, ``view_run`` or ``change_run`` (superusers have both)."""
         opts = self.model._meta
-        return _has_permission(user, "view", opts) or _has_permission(user, "change", opts)
+        return has_model_permission(user, "view", opts) or has_model_permission(user, "change", opts)
 
     def visible_to(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
         """What ``user`` may watch and read: their own runs, or every run (``may_view_all``)."""
@@ -83,7 +83,7 @@ class RunQuerySet(models.QuerySet):
     def cancellable_by(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
         """What ``user`` may cancel: their own runs, or every run with ``change_run`` (what the
         admin's cancel action asks for)."""
-        if _has_permission(user, "change", self.model._meta):
+        if has_model_permission(user, "change", self.model._meta):
             return self.all()
         return self.for_owner(user)
 
