@@ -751,23 +751,17 @@ class TurnRunner:
         shown = self.held if self.held is not None else list(self.acc.snapshot().blocks)
         self.held = None
         cut = cut_short(shown)
+        tools: list[tuple[Block, str]] = []
         for block in cut.discarded_tools:
             complete = block.status() is BlockStatus.COMPLETE
             # a call cut off is lost as at a break; a whole one was simply never run
             await self._tool_discarded(block, "not_executed" if complete else _discard_reason(block), lost=not complete)
-            await self.ctx.frame(
-                FrameKind.TOOL_CALL_CANCEL,
-                block=block.index,
-                id=block.id,
-                name=block.name,
-                reason="not_executed" if complete else "partial",
-            )
+            tools.append((block, "not_executed" if complete else "partial"))
         for block in cut.discarded_thinking:
             await self._emit(
                 ev.DISCARDED_THINKING, kind=block.kind, partial_bytes=len(block.text.encode()), reason="cut_short"
             )
-        for block in [*cut.discarded_thinking, *cut.discarded_other]:
-            await self.ctx.frame(FrameKind.BLOCK_CANCEL, block=block.index, kind=block.kind, reason="partial")
+        await self._send_drops(tools, [*cut.discarded_thinking, *cut.discarded_other])
         return [b.to_content() for b in cut.keep]
 
     # ---- helpers ------------------------------------------------------------------------
@@ -788,11 +782,19 @@ class TurnRunner:
             if self.acc.blocks:
                 await self.ctx.frame(FrameKind.STREAM_RESET, reason="whole_restart")
             return
-        for block in recovery.discarded_tools:
+        await self._send_drops(
+            [(block, "partial") for block in recovery.discarded_tools],
+            [*recovery.discarded_thinking, *recovery.discarded_other],
+        )
+
+    async def _send_drops(self, tools: list[tuple[Block, str]], others: list[Block]) -> None:
+        """The frames that tell the client to drop blocks it was shown and that will not be
+        stored: each tool call (with why) first, then the other blocks."""
+        for block, reason in tools:
             await self.ctx.frame(
-                FrameKind.TOOL_CALL_CANCEL, block=block.index, id=block.id, name=block.name, reason="partial"
+                FrameKind.TOOL_CALL_CANCEL, block=block.index, id=block.id, name=block.name, reason=reason
             )
-        for block in [*recovery.discarded_thinking, *recovery.discarded_other]:
+        for block in others:
             await self.ctx.frame(FrameKind.BLOCK_CANCEL, block=block.index, kind=block.kind, reason="partial")
 
     async def _tool_discarded(self, block: Block, reason: str, *, lost: bool = True) -> None:
@@ -812,9 +814,7 @@ class TurnRunner:
         """A tool call a completed answer ends with, unusable: recorded as at a break, and the
         client, which saw it stream, drops it, so it shows what is committed."""
         await self._tool_discarded(block, reason)
-        await self.ctx.frame(
-            FrameKind.TOOL_CALL_CANCEL, block=block.index, id=block.id, name=block.name, reason="partial"
-        )
+        await self._send_drops([(block, "partial")], [])
 
     async def _unsigned_thinking_dropped(self, block: Block) -> None:
         """Reasoning that ended without a signature (DeepSeek's ``reasoning_content``, a Gemini
