@@ -37,6 +37,7 @@ from .common import (
     SplitPairs,
     as_int,
     excerpt,
+    optional_strings,
     read_error_body,
     status_policy,
     strategy_override,
@@ -220,7 +221,7 @@ class AnthropicStreamParser:
         if kind == "tool_use":
             # The start's "input": {} is a placeholder; the input arrives as input_json_delta.
             call_id, name = block["id"], block["name"]
-            if type(name) is not str or (call_id is not None and type(call_id) is not str):
+            if type(name) is not str or not optional_strings(call_id):
                 # the engine stores, shows and sends back both as strings
                 raise _ShapeError("tool_use name or id is not a string")
             return [BlockStart(index, "tool_use", id=call_id, name=name)]
@@ -237,7 +238,7 @@ class AnthropicStreamParser:
         # server_tool_use streams its input like a tool_use but keeps its own kind: the API
         # runs it, so it must never look like a tool call to run locally.
         block_id, name = block.get("id"), block.get("name")
-        if (block_id is not None and type(block_id) is not str) or (name is not None and type(name) is not str):
+        if not optional_strings(block_id, name):
             raise _ShapeError(f"{kind} id or name is not a string")
         return [BlockStart(index, kind, id=block_id, name=name, data=block)]
 

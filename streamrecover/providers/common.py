@@ -209,6 +209,12 @@ def excerpt(text: str) -> str:
     return repr(text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…")
 
 
+def optional_strings(*values: object) -> bool:
+    """True when each of ``values`` is a ``str`` or None: a tool call's name and id, which the
+    engine stores, shows and sends back as strings (another type is bad data, not a crash)."""
+    return all(value is None or type(value) is str for value in values)
+
+
 def as_int(value: Any) -> int | None:
     return value if type(value) is int else None
 

@@ -44,6 +44,7 @@ from .common import (
     SplitPairs,
     as_int,
     excerpt,
+    optional_strings,
     read_error_body,
     status_policy,
     with_should_retry,
@@ -242,7 +243,7 @@ class GeminiStreamParser:
             raise TypeError("functionCall.args is not an object")
         arguments = json.dumps(args, ensure_ascii=False)
         call_id = call.get("id")
-        if call_id is not None and type(call_id) is not str:
+        if not optional_strings(call_id):
             raise TypeError("functionCall.id is not a string")
         if not call_id:
             ordinal = self._calls.get((name, arguments), 0)

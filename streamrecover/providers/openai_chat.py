@@ -39,6 +39,7 @@ from .common import (
     SplitPairs,
     as_int,
     excerpt,
+    optional_strings,
     read_error_body,
     status_policy,
     strategy_override,
@@ -223,7 +224,7 @@ class OpenAIChatStreamParser:
         block = self._open_tools.get(index)
         if block is None:  # id and name come only on a call's first chunk
             name = function.get("name")
-            if (name is not None and type(name) is not str) or (call_id is not None and type(call_id) is not str):
+            if not optional_strings(name, call_id):
                 raise TypeError("a tool call's name or id is not a string")
             block = self._open_tools[index] = 1 + index
             out.append(BlockStart(block, "tool_use", id=call_id, name=name))

@@ -34,7 +34,7 @@ from ..engine.events import (
 )
 from ..engine.sse import SSEEvent
 from .azure import azure_headers, azure_url, deployment
-from .common import ContinueMessageOnly, SplitPairs, as_int, excerpt, text_of
+from .common import ContinueMessageOnly, SplitPairs, as_int, excerpt, optional_strings, text_of
 from .openai_chat import OpenAIChatAdapter
 
 __all__ = ["INCOMPLETE_REASONS", "REASONING", "OpenAIResponsesAdapter", "ResponsesStreamParser", "ResumePoint"]
@@ -205,7 +205,7 @@ class ResponsesStreamParser:
             return []
         item_id = item["id"]
         call_id, name = item.get("call_id"), item.get("name")
-        if (name is not None and type(name) is not str) or (call_id is not None and type(call_id) is not str):
+        if not optional_strings(name, call_id):
             raise TypeError("a function call's name or call_id is not a string")
         self._calls_open.add(item_id)
         block = self._blocks[(item_id, -1)] = self._new_block()
