@@ -19,6 +19,7 @@ from django.utils.module_loading import import_string
 from .engine.agent import ToolRegistry
 from .engine.config import EngineConfig
 from .engine.contract import ProviderConfig
+from .providers.openai_chat import MAX_TOKENS_FIELDS  # what ``MAX_TOKENS_FIELD`` may name
 from .providers.registry import adapter_problem
 
 SETTINGS_NAME = "STREAMRECOVER"
@@ -112,9 +113,6 @@ PROVIDER_KEYS = (
     "AZURE_DEPLOYMENT",
     "MAX_TOKENS_FIELD",
 )
-# what ``MAX_TOKENS_FIELD`` may name (Chat Completions' two names of the output limit)
-MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
-
 DEFAULTS: dict[str, Any] = {
     # Engine (EngineConfig).
     "MAX_CONTINUATIONS": 5,
