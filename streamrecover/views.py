@@ -229,7 +229,7 @@ def cancel_run(request: HttpRequest, run_id: Any) -> JsonResponse:
     if not Run.objects.cancellable_by(request.user).filter(pk=run.pk).exists():
         # seen (the view permission) but not the change permission the admin's cancel needs
         return error(403, "You may not cancel someone else's run (it needs the permission to change runs).")
-    cancelled = lifecycle.request_cancel(run.pk, "cancelled by user")
+    cancelled = lifecycle.request_cancel(run.pk)
     run.refresh_from_db(fields=["status"])
     return JsonResponse({"run_id": str(run.pk), "cancel_requested": cancelled, "status": run.status}, status=202)
 

@@ -310,4 +310,4 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             return "unseen"
         if not Run.objects.cancellable_by(user).filter(pk=self.run_id).exists():
             return "forbidden"
-        return None if lifecycle.request_cancel(self.run_id, "cancelled by user") else "ended"
+        return None if lifecycle.request_cancel(self.run_id) else "ended"
