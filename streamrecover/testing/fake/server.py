@@ -243,8 +243,7 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             body = json_bytes({"id": response, "object": "response", "status": "cancelled", "background": True})
             outcome.status = 200
         outcome.bytes_sent, outcome.finished = len(body), True
-        entry = _log_entry(seq, request_id, dialect, request, scenario_of(request), None)
-        self._append_log(_with_outcome(entry, outcome))
+        self._append_log(_log_entry(seq, request_id, dialect, request, scenario_of(request), None, outcome))
         await writer.full(outcome.status, dialect.response_headers(request_id), body, JSON_TYPE)
 
     async def _reattach(
@@ -355,9 +354,16 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
 
 
 def _log_entry(
-    seq: int, request_id: str, dialect: Dialect, request: Request, scenario: str, fault: Fault | None
+    seq: int,
+    request_id: str,
+    dialect: Dialect,
+    request: Request,
+    scenario: str,
+    fault: Fault | None,
+    outcome: _Outcome | None = None,
 ) -> LogEntry:
-    """The entry of a request just accepted: what was asked, nothing answered yet."""
+    """The entry of a request: what was asked, and the answer as ``outcome`` stands (none yet:
+    a request just accepted)."""
     try:
         body: Any = json.loads(request.body)
     except ValueError:
@@ -372,38 +378,31 @@ def _log_entry(
         headers={k: v for k, v in request.headers.items() if k not in SECRET_HEADERS},
         request=body,
         fault=fault.to_dict() if fault else None,
-        fault_triggered=False,
-        status=0,
-        bytes_sent=0,
-        understood_as=None,
-        prefix_chars=0,
-        prefix_matched=None,
-        output_tokens=0,
-        billed_output_tokens=0,
-        billed_text="",
-        completed=False,
-        error=None,
-        finished=False,
+        **_answered(outcome or _Outcome()),
     )
 
 
 def _with_outcome(entry: LogEntry, outcome: _Outcome) -> LogEntry:
     """``entry`` as the answer stands now."""
-    return replace(
-        entry,
-        fault_triggered=outcome.fault_triggered,
-        status=outcome.status,
-        bytes_sent=outcome.bytes_sent,
-        understood_as=outcome.understood_as,
-        prefix_chars=outcome.prefix_chars,
-        prefix_matched=outcome.prefix_matched,
-        output_tokens=outcome.output_tokens,
-        billed_output_tokens=outcome.billed_output_tokens,
-        billed_text="".join(outcome.billed_text),
-        completed=outcome.completed,
-        error=outcome.error,
-        finished=outcome.finished,
-    )
+    return replace(entry, **_answered(outcome))
+
+
+def _answered(outcome: _Outcome) -> dict[str, Any]:
+    """The log entry's fields that tell of the answer."""
+    return {
+        "fault_triggered": outcome.fault_triggered,
+        "status": outcome.status,
+        "bytes_sent": outcome.bytes_sent,
+        "understood_as": outcome.understood_as,
+        "prefix_chars": outcome.prefix_chars,
+        "prefix_matched": outcome.prefix_matched,
+        "output_tokens": outcome.output_tokens,
+        "billed_output_tokens": outcome.billed_output_tokens,
+        "billed_text": "".join(outcome.billed_text),
+        "completed": outcome.completed,
+        "error": outcome.error,
+        "finished": outcome.finished,
+    }
 
 
 _PARTIAL_TOOL_WIRES = ("anthropic", "openai")  # where ``[[partial_tool_at_limit]]`` applies
