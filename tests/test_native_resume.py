@@ -95,6 +95,73 @@ async def test_without_the_setting_a_break_is_continued(fake_server):
     assert [a.kind for a in outcome.sink.attempts] == ["initial", "continuation"]
 
 
+async def fail_over(server, prompt, faults, **kw):
+    """A re-attached response that breaks again spends the one continuation: the turn fails
+    over to a Chat Completions provider (the same fake)."""
+    config = kw.pop("config", with_config(max_continuations=1))
+    return await once(server, prompt, faults, config=config, failover=("openai", "gpt-4o"), **kw)
+
+
+async def test_a_spent_budget_fails_over_to_a_continuation_not_a_reattach(fake_server):
+    """The resume point is the first provider's: the fallback continues the kept text the
+    ordinary way (it crashed trying to re-attach there), and the answer is the uninterrupted one."""
+    reference = await once(fake_server, TEXT)
+    outcome = await fail_over(fake_server, TEXT, ["cut:events=12", "cut:events=6"])
+    assert_invariants(outcome, reference)  # completed, streamed == stored == the reference, byte for byte
+    assert [a.kind for a in outcome.sink.attempts] == ["initial", "native_resume", "continuation"]
+    assert [(e.method, e.understood_as) for e in outcome.log] == [
+        ("POST", "fresh"),
+        ("GET", "resume"),
+        ("POST", "continue_message"),
+    ]
+    assert outcome.log[2].path == "/v1/chat/completions"
+    (failover,) = outcome.events("llm_stream_failover")
+    assert (failover["reason"], failover["from_provider"], failover["to_provider"], failover["plan"]) == (
+        "exhausted",
+        "openai-responses",
+        "fake-openai",
+        "native_resume",
+    )
+    started = outcome.events("llm_stream_continuation_started")
+    assert [(e["strategy"], e["plan"]) for e in started] == [
+        ("native_resume", "native_resume"),
+        ("continue_message", "continue_text"),
+    ]
+    assert outcome.events("llm_stream_continuation_completed")
+    # the re-attach billed nothing, and the fallback only the rest of the answer: not the text shown
+    text = reference.assistant[0]["content"][0]["text"]
+    kept = started[-1]["committed"]["text_chars"]
+    assert 0 < kept < len(text)
+    assert outcome.log[1].billed_output_tokens == 0
+    assert outcome.log[2].billed_text == text[kept:]
+
+
+async def test_a_structured_answer_fails_over_as_a_restart(fake_server):
+    """A fallback that can only continue with a continue message would break the JSON: it starts over."""
+    reference = await once(fake_server, TEXT, structured=True)
+    outcome = await fail_over(fake_server, TEXT, ["cut:events=12", "cut:events=6"], structured=True)
+    assert_invariants(outcome, reference)
+    assert [a.kind for a in outcome.sink.attempts] == ["initial", "native_resume", "restart"]
+    assert outcome.log[2].understood_as == "fresh"
+    assert outcome.events("llm_stream_continuation_started")[-1]["plan"] == "whole_restart"
+    assert len(outcome.frames("stream_reset")) == 1
+
+
+async def test_a_tool_call_cut_off_when_failing_over_is_lost_not_resent(fake_server):
+    """The native plan dropped the half call as one the re-attach sends again; the fallback
+    will not: it is a discarded call the model is told about, as at any other break."""
+    reference = await once(fake_server, TOOL)
+    config = with_config(max_continuations=1, notify_model_of_discarded_tools=True)
+    outcome = await fail_over(fake_server, TOOL, ["cut:events=22", "cut:events=2"], config=config)
+    assert outcome.status == "completed", outcome.result.error
+    assert [a.kind for a in outcome.sink.attempts][:3] == ["initial", "native_resume", "continuation"]
+    assert outcome.assistant[0] == reference.assistant[0]  # the fallback wrote the call again, whole
+    assert [f["reason"] for f in outcome.frames("tool_call_cancel")] == ["partial", "partial"]
+    notices = [b for b in outcome.result.messages[2]["content"] if b["type"] == "text"]
+    assert len(notices) == 1
+    assert "was not executed" in notices[0]["text"]
+
+
 async def test_a_checkpoint_whose_response_is_gone_is_continued(fake_server):
     """Another worker picks up a checkpoint whose background response expired: the re-attach
     gets a 404 and the checkpoint's blocks are continued instead, without spending the budget."""
