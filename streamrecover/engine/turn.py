@@ -352,8 +352,20 @@ class TurnRunner:
         cfg = self.ctx.config
         self.held = recovery.keep
         await self._write_checkpoint(force=True)
-        if self.continuation - self.budget_from >= cfg.max_continuations:
-            await self._fail_over("exhausted", recovery)  # a fallback brings a budget of its own
+        if (
+            self.continuation - self.budget_from >= cfg.max_continuations
+            and await self._fail_over("exhausted", recovery)  # a fallback brings a budget of its own
+            and recovery.kind is PlanKind.NATIVE_RESUME
+        ):
+            # The resume point belongs to the provider that issued it: the fallback cannot
+            # re-attach to that response, so it carries on the ordinary way from the blocks
+            # the native plan kept, as when a re-attach fails (``_native_failed``).
+            point = None
+            recovery = await self._off_native(recovery)
+            if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
+                result = await self._finish_with(recovery.keep, "tool_use")
+                result.recovered = True
+                return result
         if self.continuation - self.budget_from >= cfg.max_continuations:
             await self._emit(
                 ev.LLM_STREAM_CONTINUATION_EXHAUSTED,
@@ -421,10 +433,7 @@ class TurnRunner:
         """Re-attaching failed before its stream started: the same break is recovered the
         ordinary way, from the blocks the turn holds, without spending another continuation."""
         self.native = None
-        snapshot = self.acc.snapshot()
-        recovery = plan(snapshot)
-        if recovery.continues and self.request.structured and self._strategy() is not Strategy.PREFILL:
-            recovery = as_restart(recovery)
+        recovery = self._ordinary_plan(self.acc.snapshot())
         await self._emit(
             ev.LLM_STREAM_CONTINUATION_FAILED,
             continuation_attempt=self.continuation,
@@ -445,6 +454,25 @@ class TurnRunner:
                 return await self._out_of_budget(recovery)
         self._set_prefix(recovery)
         return None
+
+    def _ordinary_plan(self, snapshot: Snapshot) -> RecoveryPlan:
+        """The plan of blocks a native resume kept, for a provider that continues instead: a
+        structured answer goes on only by prefill (``ModelRequest.structured``), else starts over."""
+        recovery = plan(snapshot)
+        if recovery.continues and self.request.structured and self._strategy() is not Strategy.PREFILL:
+            recovery = as_restart(recovery)
+        return recovery
+
+    async def _off_native(self, native: RecoveryPlan) -> RecoveryPlan:
+        """The turn failed over from a native plan: the fallback's ordinary plan of the blocks it
+        kept, its drops sent to the client. A tool call the native plan dropped while it was
+        still arriving is lost now: no re-attached stream will send it again."""
+        for block in native.discarded_tools:
+            self.discarded_tools.append(DiscardedTool(block.id, block.name, _discard_reason(block)).as_dict())
+        recovery = self._ordinary_plan(Snapshot(tuple(native.keep)))
+        await self._publish_discards(recovery)
+        self.held = recovery.keep
+        return recovery
 
     def _resume_point(self) -> ResumePoint | None:
         """Where the broken response can be re-attached, when the provider's setting allows it
