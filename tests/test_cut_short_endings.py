@@ -4,13 +4,21 @@ client was shown, exactly as shown, and a follow-up turn in the thread goes on f
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
 
+from streamrecover.engine.agent import run_agent
 from streamrecover.engine.cancel import CancelToken
+from streamrecover.engine.checkpoint import Checkpoint, InMemoryCheckpointStore
+from streamrecover.engine.context import RunContext
+from streamrecover.engine.contract import ModelRequest
+from streamrecover.engine.sink import CollectingSink
+from streamrecover.providers.registry import get_adapter
+from streamrecover.testing.client import ClientView
 
-from .harness import Outcome, run, user, with_config
+from .harness import FAST, Outcome, provider, run, user, with_config
 
 STORY = "Tell me a story about the sea [[words=120]]"
 FOLLOW_UP = "And then? [[words=20]]"
@@ -123,3 +131,75 @@ async def test_nothing_is_committed_when_no_text_was_shown(fake_server):
     assert shown_text(out) == ""
     assert out.result.messages[-1]["role"] == "user"
     assert out.frames("message_committed") == []
+
+
+class WorkerDied(BaseException):
+    """Where the test kills the worker: nothing after it runs."""
+
+
+class StopsThenDiesAtTheCommit(CollectingSink):
+    """A client whose user presses stop once text is shown; the worker dies as it commits."""
+
+    def __init__(self, cancel: CancelToken) -> None:
+        super().__init__()
+        self.cancel = cancel
+
+    async def on_frame(self, frame: Any) -> None:
+        await super().on_frame(frame)
+        if frame["type"] == "text_delta":
+            self.cancel.cancel("user pressed stop")
+
+    async def on_message(self, message: dict[str, Any], position: int) -> None:
+        raise WorkerDied("the worker died as it committed the cut-short answer")
+
+
+def _context(server: Any, scenario: str, run_id: str, store: InMemoryCheckpointStore, sink: Any, cancel: Any) -> Any:
+    adapter = get_adapter(provider(server, scenario))
+    return RunContext(run_id=run_id, adapter=adapter, config=FAST, sink=sink, checkpoints=store, cancel=cancel)
+
+
+async def test_a_worker_dying_as_it_commits_a_cancelled_turn_leaves_the_shown_text_to_the_next(fake_server):
+    scenario, run_id = uuid.uuid4().hex, uuid.uuid4().hex
+    fake_server.set_faults(scenario, ["stall:events=20,seconds=5"])
+    store = InMemoryCheckpointStore()
+    request = ModelRequest(model="claude-3-7-sonnet", messages=[user(STORY)], max_tokens=4096)
+    cancel = CancelToken()
+    dying = StopsThenDiesAtTheCommit(cancel)
+    with pytest.raises(WorkerDied):
+        await run_agent(_context(fake_server, scenario, run_id, store, dying, cancel), request)
+    view = ClientView([user(STORY)]).apply_all(dying.frames)
+    shown = view.reconstructed()
+    assert [b["type"] for b in shown] == ["text"]
+    assert shown[0]["text"].strip()  # the client was shown text
+    assert await store.get(run_id) is not None  # kept until what the turn ended with is committed
+
+    sink = CollectingSink()
+    result = await run_agent(_context(fake_server, scenario, run_id, store, sink, CancelToken()), request, resume=True)
+    assert result.status == "cancelled"
+    assert result.error == {"kind": "cancel", "message": "user pressed stop"}
+    assert len(fake_server.log_for(scenario)) == 1  # neither continued nor asked for again
+    assert result.new_messages == [{"role": "assistant", "content": shown}]
+    view.apply_all(sink.frames)
+    assert view.turns == [(shown, shown)]
+    assert await store.get(run_id) is None
+
+
+async def test_a_run_cancelled_while_no_worker_held_it_commits_the_text_its_checkpoint_kept(fake_server):
+    # Its worker died mid-answer and its user pressed stop before another worker claimed it: that
+    # one ended the run without the text the client had been shown, its checkpoint left behind.
+    scenario, run_id = uuid.uuid4().hex, uuid.uuid4().hex
+    store = InMemoryCheckpointStore()
+    text = "It was a dark night on the sea, and the"
+    await store.put(Checkpoint(run_id=run_id, turn=0, history_len=1, blocks=[{"type": "text", "text": text}], seq=40))
+    request = ModelRequest(model="claude-3-7-sonnet", messages=[user(STORY)], max_tokens=4096)
+    cancel = CancelToken()
+    cancel.cancel("user pressed stop")  # the worker that claims it knows (``runs.execution``)
+
+    sink = CollectingSink()
+    result = await run_agent(_context(fake_server, scenario, run_id, store, sink, cancel), request, resume=True)
+    assert result.status == "cancelled"
+    assert fake_server.log_for(scenario) == []  # nothing asked for
+    assert result.new_messages == [{"role": "assistant", "content": [{"type": "text", "text": text}]}]
+    view = ClientView([user(STORY)]).apply_all(sink.frames)
+    assert view.turns == [([{"type": "text", "text": text}], [{"type": "text", "text": text}])]
+    assert await store.get(run_id) is None

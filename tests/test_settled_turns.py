@@ -323,3 +323,79 @@ def test_each_committed_message_is_written_once_and_the_answer_with_the_runs_end
     committed = _thread(run)
     assert [m["role"] for m in committed] == roles
     assert written == [(role, position) for position, role in enumerate(roles) if position > 0]
+
+
+class CancelsOnceTextArrives(CollectingSink):
+    """The client that watches the run, and its user, who presses stop once text is shown."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.asked = False
+
+    async def on_frame(self, frame: Any) -> None:
+        await super().on_frame(frame)
+        if frame["type"] == "text_delta" and not self.asked:
+            self.asked = True
+            await sync_to_async(lifecycle.request_cancel)(self.run_id, "user pressed stop")
+
+
+STOPPED = "Tell me a story about the sea [[words=120]]"
+CUT_SHORT = {
+    # ending: (faults, engine settings, the run's status left by the dying worker)
+    "exhausted": (["cut:bytes=1500", "cut:events=6", "cut:events=6"], {"max_continuations": 2}, Run.Status.QUEUED),
+    "failed": (["error:events=15,type=invalid_request_error"], {}, Run.Status.QUEUED),
+    "cancelled": (["stall:events=20,seconds=5"], {}, Run.Status.RUNNING),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(CUT_SHORT))
+def test_a_worker_dying_before_a_cut_short_answer_is_stored_leaves_it_to_the_next_worker(ending, monkeypatch):
+    """A turn cut short (exhausted, failed, cancelled by its user) ends with the text its client
+    was shown; the worker dies as that is settled. The checkpoint was deleted first, so the next
+    worker asked the provider again (or, cancelled, ended the run without the text): now the
+    checkpoint holds what the turn ends with until it is stored, and the next worker stores it."""
+    faults, engine, left = CUT_SHORT[ending]
+    real_write = lifecycle.write_messages
+
+    def dies_after_writing(*args: Any) -> None:
+        real_write(*args)
+        raise WorkerDied("the worker died between the cut-short answer and the run's end")
+
+    run = lifecycle.create_run(prompt=STOPPED, model=MODELS["anthropic"], faults=faults, engine=engine)
+    watching = CancelsOnceTextArrives(str(run.pk)) if ending == "cancelled" else CollectingSink()
+    monkeypatch.setattr(lifecycle, "write_messages", dies_after_writing)
+    with pytest.raises(WorkerDied):
+        asyncio.run(execution.execute_run(str(run.pk), extra_sinks=[watching]))
+    _release_orm_thread()
+    monkeypatch.setattr(lifecycle, "write_messages", real_write)
+
+    assert not Run.objects.get(pk=run.pk).is_terminal  # nothing settled
+    assert [m["role"] for m in _thread(run)] == ["user"]
+    view = ClientView(_thread(run)).apply_all(watching.frames)
+    shown = view.reconstructed()
+    assert [b["type"] for b in shown] == ["text"]
+    assert shown[0]["text"].strip()  # the client was shown text
+    assert asyncio.run(execution.checkpoint_store_from_settings().get(str(run.pk))) is not None
+    _release_orm_thread()
+
+    _put_back(run, left)
+    calls = _provider_calls()
+    again = CollectingSink()
+    result = asyncio.run(execution.execute_run(str(run.pk), worker="next:2", extra_sinks=[again]))
+    _release_orm_thread()
+
+    assert result is not None
+    assert result.status == ending
+    assert _provider_calls() == calls  # neither continued nor asked for again
+    stored = _thread(run)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[1]["content"] == shown  # exactly the text the client was shown
+    view.apply_all(again.frames)  # the client that went on watching
+    assert view.turns == [(shown, shown)]
+    final = Run.objects.get(pk=run.pk)
+    assert final.status == ending
+    if ending == "cancelled":
+        assert (final.error_kind, final.error_message) == ("cancel", "user pressed stop")
+    assert asyncio.run(execution.checkpoint_store_from_settings().get(str(run.pk))) is None
+    _release_orm_thread()

@@ -169,7 +169,7 @@ async def run_agent(
 
     notices: list[dict[str, Any]] = []
     final: dict[str, Any] | None = None  # the final answer, committed with the run's end (ctx.settle)
-    settling: TurnRunner | None = None  # the turn whose checkpoint goes once its answer is stored
+    settling: TurnRunner | None = None  # the turn whose checkpoint goes once what it ended with is stored
     try:
         reclaimed = ctx.seq > 0 and resume_checkpoint is None
         await ctx.frame(FrameKind.RUN_STATUS, status=RunStatus.RUNNING)
@@ -182,7 +182,8 @@ async def run_agent(
             result.status = RunStatus.FAILED
             result.error = dict(refusal)
         while refusal is None:
-            if cancel.stopped:
+            if cancel.stopped and resume_checkpoint is None:
+                # (a turn left in a checkpoint ends with what its client was shown: ``TurnRunner``)
                 result.status = RunStatus.CANCELLED
                 result.error = {"kind": cancel.kind or "cancel", "message": cancel.reason}
                 break
@@ -209,14 +210,16 @@ async def run_agent(
             if outcome.status != RunStatus.COMPLETED:
                 result.status = outcome.status
                 result.error = outcome.error
-                if outcome.blocks:
-                    # What the client was shown of an answer cut short (exhausted, cancelled,
-                    # failed) is committed as it was shown: the run's end says it was cut short.
-                    cut = {"role": "assistant", "content": outcome.blocks}
-                    if ctx.settle is not None:
-                        final = cut
-                    else:
+                # What the client was shown of an answer cut short (exhausted, cancelled, failed) is
+                # committed as it was shown: the run's end says it was cut short. As for an answer,
+                # the turn's checkpoint goes only once that is committed.
+                cut = {"role": "assistant", "content": outcome.blocks} if outcome.blocks else None
+                if ctx.settle is not None:
+                    final, settling = cut, runner
+                else:
+                    if cut is not None:
                         await commit(cut)
+                    await runner.settled()
                 break
             if config.notify_model_of_discarded_tools:
                 notices.extend(outcome.discarded_tools)

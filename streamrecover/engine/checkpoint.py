@@ -58,6 +58,10 @@ class Checkpoint:
     # ``blocks`` as the answer, asking the provider nothing
     stop_reason: str | None = None
     discarded_tools: list[dict[str, Any]] = field(default_factory=list)  # cut-off calls: the model's notices
+    # set once the turn ended before its answer did: ``{"status", "error"}`` (cancelled, failed,
+    # exhausted), ``blocks`` then what it commits (the text its client was shown); a resume
+    # ends the turn so, asking the provider nothing
+    ending: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,6 +83,9 @@ class Checkpoint:
             value = getattr(checkpoint, name)
             if not isinstance(value, types) or isinstance(value, bool):
                 raise UnreadableCheckpoint(f"checkpoint field {name!r} is a {type(value).__name__}")
+        ending = checkpoint.ending
+        if ending is not None and not (isinstance(ending, dict) and isinstance(ending.get("status"), str)):
+            raise UnreadableCheckpoint("checkpoint field 'ending' is not an ending")
         return checkpoint
 
     @classmethod

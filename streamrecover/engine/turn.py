@@ -124,12 +124,8 @@ class TurnRunner:
             return await self._loop()
         except RunCancelled:
             await self._cancel_response()
-            await self.writer.delete(self.ctx.run_id)
-            return TurnResult(
-                RunStatus.CANCELLED,
-                blocks=await self._cut_short(),
-                error={"kind": self.ctx.cancel.kind or "cancel", "message": self.ctx.cancel.reason},
-                continuations=self.continuation,
+            return await self._end_short(
+                RunStatus.CANCELLED, {"kind": self.ctx.cancel.kind or "cancel", "message": self.ctx.cancel.reason}
             )
 
     # ---- the loop -----------------------------------------------------------------------
@@ -375,15 +371,12 @@ class TurnRunner:
             await self.ctx.frame(
                 FrameKind.RECOVERY, phase="exhausted", attempt=self.continuation, plan=recovery.kind.value
             )
-            await self.writer.delete(self.ctx.run_id)
-            return TurnResult(
+            return await self._end_short(
                 RunStatus.EXHAUSTED,
-                blocks=await self._cut_short(),
-                error={
+                {
                     "kind": "exhausted",
                     "message": f"gave up after {self.continuation} continuation attempts ({self._last_error_kind()})",
                 },
-                continuations=self.continuation,
             )
         self.continuation += 1
         delay = backoff_delay(
@@ -671,12 +664,27 @@ class TurnRunner:
         )
         self.continuation = checkpoint.continuation  # a resume spends no continuation
         self.discarded_tools = list(checkpoint.discarded_tools)
+        ending = checkpoint.ending
+        if ending is not None:
+            # The turn had ended cut short (the worker died before committing it): it ends so,
+            # with the text its client was shown, just replayed.
+            return TurnResult(
+                ending["status"],
+                blocks=[b.to_content() for b in blocks],
+                error=ending.get("error"),
+                continuations=self.continuation,
+            )
         if checkpoint.stop_reason is not None:
             # The answer was complete (the worker died before it was committed): it is the answer.
             self.acc.restore(blocks)
             result = await self._finish_with(blocks, checkpoint.stop_reason)
             result.recovered = True
             return result
+        if self.ctx.cancel.stopped:
+            # Cancelled while no worker held the run: it ends with what its client was just shown,
+            # neither continued nor asked for again.
+            self.held = blocks
+            raise RunCancelled
         if native is not None:
             # the response went on generating while no worker read it: re-attach where the
             # checkpoint's blocks end (a failure falls back to continuing from them)
@@ -746,9 +754,10 @@ class TurnRunner:
         return result
 
     async def settled(self) -> None:
-        """The completed turn's answer is committed (or there was none to commit): only now may
-        its checkpoint go. Deleted before the commit, a worker dying in between would lose an
-        answer that was paid for, and the next one would ask for all of it again."""
+        """What the turn ended with is committed (or there was none to commit): only now may its
+        checkpoint go. Deleted before the commit, a worker dying in between would lose an answer
+        that was paid for (or the text a turn cut short had shown), and the next one would ask
+        for it again."""
         await self.writer.delete(self.ctx.run_id)
 
     async def _finish_with(self, blocks: list[Block], stop_reason: str | None) -> TurnResult:
@@ -764,15 +773,18 @@ class TurnRunner:
         )
 
     async def _fail(self, kind: str, message: str) -> TurnResult:
-        await self.writer.delete(self.ctx.run_id)
-        return TurnResult(
-            RunStatus.FAILED,
-            blocks=await self._cut_short(),
-            error={"kind": kind, "message": message},
-            continuations=self.continuation,
-        )
+        return await self._end_short(RunStatus.FAILED, {"kind": kind, "message": message})
 
-    async def _cut_short(self) -> list[dict[str, Any]]:
+    async def _end_short(self, status: str, error: dict[str, str]) -> TurnResult:
+        """End the turn before its answer did (cancelled, failed, exhausted) with what its client
+        was shown (``_cut_short``). Like a completed answer, that is checkpointed with how the turn
+        ended and the checkpoint stays until the caller has committed it (``settled``): a worker
+        dying in between leaves it to the next one, which ends the turn the same way."""
+        keep = await self._cut_short()
+        await self._write_checkpoint(force=True, blocks=keep, ending={"status": status, "error": error})
+        return TurnResult(status, blocks=[b.to_content() for b in keep], error=error, continuations=self.continuation)
+
+    async def _cut_short(self) -> list[Block]:
         """The content a turn ending before its answer did commits (``plan.cut_short``): the text
         the client was shown, as it was shown. What else it shows is dropped first, with the
         frames a break sends, so the client rebuilds exactly the committed message."""
@@ -790,7 +802,7 @@ class TurnRunner:
                 ev.DISCARDED_THINKING, kind=block.kind, partial_bytes=len(block.text.encode()), reason="cut_short"
             )
         await self._send_drops(tools, [*cut.discarded_thinking, *cut.discarded_other])
-        return [b.to_content() for b in cut.keep]
+        return cut.keep
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -870,14 +882,19 @@ class TurnRunner:
         await self._write_checkpoint(force=True)
 
     async def _write_checkpoint(
-        self, force: bool = False, blocks: list[Block] | None = None, stop_reason: str | None = None
+        self,
+        force: bool = False,
+        blocks: list[Block] | None = None,
+        stop_reason: str | None = None,
+        ending: dict[str, Any] | None = None,
     ) -> None:
-        point = self._resume_point() if stop_reason is None else None
+        ended = stop_reason is not None or ending is not None
+        point = self._resume_point() if not ended else None
         if blocks is not None:
             keep = blocks
         else:
             keep = native_plan(self.acc.snapshot()).keep if point is not None else plan(self.acc.snapshot()).keep
-        in_flight = self.translator.in_flight_tool if stop_reason is None else None
+        in_flight = self.translator.in_flight_tool if not ended else None
         checkpoint = Checkpoint(
             run_id=self.ctx.run_id,
             turn=self.turn,
@@ -890,6 +907,7 @@ class TurnRunner:
             native={**point.as_dict(), "open_text": _open_text(keep)} if point is not None else None,
             stop_reason=stop_reason,
             discarded_tools=list(self.discarded_tools),
+            ending=ending,
         )
         await self.writer.write(checkpoint)
 

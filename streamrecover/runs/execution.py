@@ -42,6 +42,7 @@ from ..engine.sink import (
 from ..models import Attempt
 from ..providers.registry import get_adapter
 from . import claims, deferred, lifecycle
+from .cancels import cancel_message
 from .checkpoints import FencedCheckpointStore, checkpoint_store_from_settings
 from .fence import Fence, FencedSink, again_on_a_fresh_connection
 from .loop import on_shared_loop
@@ -208,6 +209,8 @@ async def _execute_claimed(
     existing = await checkpoints.get(str(run.pk))
     cancel = CancelToken()
     cancel.bind()
+    if run.cancel_requested:  # asked while no worker held it: the run only ends (``lifecycle``)
+        cancel.cancel(cancel_message(run.cancel_reason))
     try:
         async with (live or _no_live)(str(run.pk)) as channel:
             delivering: list[RunSink] = [channel] if channel is not None else []

@@ -180,7 +180,7 @@ def claim_runs(run_ids: Sequence[str], worker: str | None = None) -> list[Run | 
 
 def _claim_locked(run: Run | None, worker: str, now: datetime) -> Run | None:
     """One claim of a locked run, or None: not claimable, or ended here (too many claims, a
-    cancel requested). A claimed run's row is written by the caller, for the whole batch."""
+    cancel requested before it started). A claimed run's row is written by the caller, for the whole batch."""
     if run is None or run.is_terminal:
         return None
     stale_after = timedelta(seconds=app_settings.STALE_AFTER_SECONDS)
@@ -202,7 +202,10 @@ def _claim_locked(run: Run | None, worker: str, now: datetime) -> Run | None:
         _settled_on_commit(run)
         log.error("run_claims_exceeded", run_id=str(run.pk), claims=run.claims)
         return None
-    if run.cancel_requested:
+    if run.cancel_requested and run.started_at is None:
+        # Never streamed: cancelled here. One a worker started is claimed, cancelled from the
+        # start (``execution``): its checkpoint may hold text its client was shown, which only a
+        # worker can commit (``engine.turn``).
         run.status = Run.Status.CANCELLED
         _cancel_error_on(run)
         run.finished_at = now
