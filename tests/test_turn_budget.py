@@ -4,9 +4,19 @@ a thinking turn whose prefix the provider counts. Real HTTP against the fake pro
 
 from __future__ import annotations
 
+import json
+import uuid
+
 import pytest
 
-from .harness import run, with_config
+from streamrecover.engine.agent import run_agent
+from streamrecover.engine.checkpoint import Checkpoint, InMemoryCheckpointStore, UnreadableCheckpoint
+from streamrecover.engine.context import RunContext
+from streamrecover.engine.contract import ModelRequest
+from streamrecover.engine.sink import AttemptOutcome, AttemptRecord, CollectingSink
+from streamrecover.providers.registry import get_adapter
+
+from .harness import FAST, provider, run, user, with_config
 
 STORY = "A story [[words=60]]"
 LONG = "A story [[words=3000]]"
@@ -14,7 +24,11 @@ THINKING_MODEL = "claude-sonnet-4-5"
 
 
 def _asked(out, field: str) -> list[int | None]:
-    return [a.request["json"].get(field) for a in out.sink.attempts]
+    return _asked_of(out.sink, field)
+
+
+def _asked_of(sink: CollectingSink, field: str) -> list[int | None]:
+    return [a.request["json"].get(field) for a in sink.attempts]
 
 
 # Cut where 13 to 19 tokens of 40 arrived: 21 to 27 left in the bound, and the minimum a
@@ -137,3 +151,63 @@ async def test_no_failover_to_a_provider_that_cannot_be_asked_for_what_is_left(f
     assert not out.events("llm_stream_failover")
     assert [a.kind for a in out.sink.attempts] == ["initial", "continuation"]
     assert out.result.new_messages[-1]["content"]  # what was shown is kept
+
+
+class WorkerDied(BaseException):
+    """Where the test kills the worker: nothing after it runs."""
+
+
+class DiesAt(CollectingSink):
+    """The worker dies as the turn's ``index``th attempt is recorded ``outcome``."""
+
+    def __init__(self, index: int, outcome: str) -> None:
+        super().__init__()
+        self.index, self.outcome = index, outcome
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        await super().on_attempt(attempt)
+        if attempt.index == self.index and attempt.outcome == self.outcome:
+            raise WorkerDied(f"killed as attempt {attempt.index} was recorded {attempt.outcome}")
+
+
+@pytest.mark.parametrize(
+    ("restart_faults", "dies_as"),
+    [([], AttemptOutcome.PENDING), (["cut:events=5"], AttemptOutcome.INTERRUPTED)],
+    ids=["the_restart_starts", "the_restart_breaks"],
+)
+async def test_a_resumed_turn_still_counts_the_answer_it_dropped_against_max_tokens(
+    fake_server, restart_faults, dies_as
+):
+    # The first answer is cut inside its thinking and dropped to start over (billed all the
+    # same); the worker dies as the restart starts, or as it breaks too before keeping anything.
+    # The next worker resumed from the checkpoint without the dropped answer's cost, asked for the
+    # whole max_tokens again, and the turn was billed past it.
+    scenario, run_id = uuid.uuid4().hex, uuid.uuid4().hex
+    fake_server.set_faults(scenario, ["cut:events=12", *restart_faults])
+    store = InMemoryCheckpointStore()
+    request = ModelRequest(model=THINKING_MODEL, messages=[user(LONG)], max_tokens=1500, thinking_budget=1024)
+
+    def context(sink: CollectingSink) -> RunContext:
+        adapter = get_adapter(provider(fake_server, scenario))
+        return RunContext(run_id=run_id, adapter=adapter, config=FAST, sink=sink, checkpoints=store)
+
+    dying = DiesAt(1, dies_as)
+    with pytest.raises(WorkerDied):
+        await run_agent(context(dying), request)
+    assert [a.kind for a in dying.attempts][-1] == "restart"
+    assert await store.get(run_id) is not None
+
+    sink = CollectingSink()
+    result = await run_agent(context(sink), request, resume=True)
+    assert result.status == "completed", result.error
+    assert [a.kind for a in sink.attempts] == ["restart"]
+    assert _asked_of(sink, "max_tokens")[0] < 1500
+    assert sum(e.billed_output_tokens for e in fake_server.log_for(scenario)) <= 1500
+
+
+def test_a_checkpoint_from_before_reads_as_having_dropped_nothing():
+    older = {"run_id": "r", "turn": 0, "history_len": 1, "blocks": [{"type": "text", "text": "It"}], "seq": 3}
+    checkpoint = Checkpoint.from_json(json.dumps(older))
+    assert (checkpoint.dropped_output, checkpoint.ending) == (0, None)
+    with pytest.raises(UnreadableCheckpoint):
+        Checkpoint.from_dict({**older, "dropped_output": "12"})

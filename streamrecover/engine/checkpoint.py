@@ -35,6 +35,7 @@ _CHECKED_TYPES: dict[str, type | tuple[type, ...]] = {
     "blocks": list,
     "seq": int,
     "updated_at": (int, float),
+    "dropped_output": int,
 }
 
 
@@ -58,6 +59,9 @@ class Checkpoint:
     # ``blocks`` as the answer, asking the provider nothing
     stop_reason: str | None = None
     discarded_tools: list[dict[str, Any]] = field(default_factory=list)  # cut-off calls: the model's notices
+    # output tokens of answers the turn dropped to start over: billed, so a resumed turn's
+    # max_tokens still counts them (0 in a checkpoint from before this field)
+    dropped_output: int = 0
     # set once the turn ended before its answer did: ``{"status", "error"}`` (cancelled, failed,
     # exhausted), ``blocks`` then what it commits (the text its client was shown); a resume
     # ends the turn so, asking the provider nothing

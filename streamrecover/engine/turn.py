@@ -664,6 +664,7 @@ class TurnRunner:
         )
         self.continuation = checkpoint.continuation  # a resume spends no continuation
         self.discarded_tools = list(checkpoint.discarded_tools)
+        self.dropped_output = checkpoint.dropped_output  # billed: still counted against max_tokens
         ending = checkpoint.ending
         if ending is not None:
             # The turn had ended cut short (the worker died before committing it): it ends so,
@@ -907,6 +908,8 @@ class TurnRunner:
             native={**point.as_dict(), "open_text": _open_text(keep)} if point is not None else None,
             stop_reason=stop_reason,
             discarded_tools=list(self.discarded_tools),
+            # with nothing kept a resume starts the answer over: what it cost so far is dropped too
+            dropped_output=self.dropped_output + (0 if keep else self.output_used),
             ending=ending,
         )
         await self.writer.write(checkpoint)
