@@ -131,6 +131,47 @@ def test_model_output_is_shown_as_text_never_run_as_html(chat: ChatPage) -> None
     assert chat.page.evaluate("typeof window.__pwned") == "undefined"
 
 
+# Marks what a reader holds on the page mid-stream: the earlier answer's text (selected, as a
+# reader copying it would) and the streaming answer's first text block.
+MARK = """() => {
+  const earlier = document.querySelector('#sr-transcript li[data-committed=true][data-role=assistant] .sr-text');
+  const range = document.createRange();
+  range.setStart(earlier.firstChild, 0);
+  range.setEnd(earlier.firstChild, 20);
+  getSelection().removeAllRanges();
+  getSelection().addRange(range);
+  window.__held = {earlier, streaming: document.querySelector('#sr-transcript [data-streaming=true] .sr-text')};
+  return getSelection().toString();
+}"""
+STILL_HELD = """() => ({
+  earlier: window.__held.earlier.isConnected,
+  streaming: window.__held.streaming.isConnected
+    && window.__held.streaming === document.querySelector('#sr-transcript [data-streaming=true] .sr-text'),
+  selected: getSelection().toString(),
+})"""
+
+
+def test_a_streaming_answer_leaves_earlier_messages_and_a_selection_in_them_in_place(chat: ChatPage) -> None:
+    chat.page.goto(f"{chat.base_url}/streamrecover/")  # a new thread
+    chat.send("Hello there. [[words=30]]")
+    chat.wait_until_finished()
+    run_id = chat.send("A long story about the harbour. [[words=900]]")
+    chat.wait_for_streamed_text(100)
+    selected = chat.page.evaluate(MARK)
+    assert len(selected) == 20
+    chat.wait_for_streamed_text(1500)  # many deltas later, still streaming
+    assert chat.page.evaluate(STILL_HELD) == {"earlier": True, "streaming": True, "selected": selected}
+    chat.page.evaluate("window.__streamrecover.client.lastSeq -= 1")  # a gap: the resync's snapshot
+    chat.page.wait_for_function("window.__streamrecover.snapshots.length >= 2")
+    chat.wait_for_streamed_text(2500)
+    assert chat.page.evaluate(STILL_HELD) == {"earlier": True, "streaming": True, "selected": selected}
+    assert chat.wait_until_finished() == "completed"
+    assert_page_shows_the_committed_answer(chat, run_id)
+    assert len(chat.shown_assistant_texts()) == 2
+    assert chat.page.evaluate("window.__held.earlier.isConnected")  # the commit rebuilt only the new answer
+    assert chat.page.evaluate("getSelection().toString()") == selected
+
+
 def test_cancel_stops_the_run(chat: ChatPage) -> None:
     run_id = chat.send("A very long story. [[words=2000]]")
     chat.wait_for_streamed_text(50)
@@ -310,3 +351,116 @@ def test_client_js_shows_server_tools_citations_and_compaction_like_the_referenc
     result = client_page.evaluate(JS_TRACE, [snapshot, *frames[cut:]])
     assert result["messages"] == ClientView(messages=[user]).apply_all(frames).messages
     assert result["stats"]["mismatches"] == 0
+
+
+# ---- chat.js renders each frame in place: the transcript follows the reference client ---------------
+
+CHAT_JS = CLIENT_JS.with_name("chat.js")
+CHAT_PAGE = """<!doctype html><title>chat.js</title>
+<span id="sr-status"></span><span id="sr-recovery" hidden></span><span id="sr-connection" hidden></span>
+<ol id="sr-transcript"><li id="server-rendered">rendered by the server</li></ol><p id="sr-error" hidden></p>
+<form id="sr-form" action="/chat/"><textarea id="sr-prompt"></textarea>
+<button id="sr-send">Send</button><button type="button" id="sr-cancel">Cancel</button></form>
+<ul id="sr-thread-list"></ul>
+<script id="sr-config" type="application/json">{"runId": "r", "threadId": 1, "wsUrl": "ws://unused/ws/",
+ "urls": {"thread": "/chat/threads/{id}/", "run": "/api/runs/{id}/", "cancel": "/api/runs/{id}/cancel/"}}</script>
+<script>
+  window.requestAnimationFrame = render => { render(); return 0; };  // one render per frame, at once
+  window.WebSocket = function () { this.readyState = 1; window.__socket = this; };
+  window.WebSocket.prototype.send = () => {};
+  window.WebSocket.prototype.close = () => {};
+</script>"""
+# Each <li> of the transcript: its node's number (given on first sight), whether it is committed,
+# its role, and its blocks (a text's or a thinking's text; other blocks by their class).
+JS_SHOWN_TRACE = """frames => {
+  let next = 0;
+  const shown = () => Array.from(document.querySelectorAll('#sr-transcript > li')).map(li => {
+    li.__n = li.__n || ++next;
+    const blocks = Array.from(li.children).slice(1).map(b =>
+      b.matches('.sr-text') ? ['text', b.textContent]
+        : b.matches('details.sr-thinking') ? ['thinking', b.lastChild.textContent] : [b.className, null]);
+    return [li.__n, li.dataset.committed === 'true', li.dataset.role, blocks];
+  });
+  return frames.map(frame => {
+    window.__socket.onmessage({data: JSON.stringify(frame)});
+    return shown();
+  });
+}"""
+
+
+def _shown_blocks(content: list[dict[str, Any]]) -> list[list[Any]]:
+    shown: list[list[Any]] = []
+    for block in content:
+        kind = block.get("type")
+        if kind == "text":
+            shown.append(["text", block["text"]])
+        elif kind == "thinking":
+            shown.append(["thinking", block["thinking"]])
+        else:
+            shown.append([{"tool_use": "sr-tool", "tool_result": "sr-tool-result"}.get(kind, "sr-thinking"), None])
+    return shown
+
+
+def _expected_transcripts(frames: list[dict[str, Any]]) -> list[list[list[Any]]]:
+    """What the transcript should show after each frame (the reference client's view), without node numbers."""
+    view = ClientView()
+    expected = []
+    for frame in frames:
+        view.apply(frame)
+        items = [[True, m["role"], _shown_blocks(m["content"])] for m in view.messages]
+        if view.blocks:
+            items.append([False, "assistant", _shown_blocks(view.reconstructed())])
+        expected.append(items)
+    return expected
+
+
+@pytest.mark.parametrize(
+    ("prompt", "kwargs", "notice"),
+    [
+        (
+            "R3 [[text=Let me check the weather for you.]] [[tool=get_weather]]",
+            {"faults": ["cut:events=15"]},
+            "tool_call_cancel",
+        ),
+        ("R4 [[words=40]]", {"faults": ["cut:events=6"], "thinking_budget": 2048}, "stream_reset"),
+        ("Tools [[tools=2]]", {"faults": ["error:events=40,type=overloaded_error"]}, "tool_call_cancel"),
+    ],
+)
+def test_chat_js_renders_each_frame_in_place_and_shows_what_the_reference_client_rebuilds(
+    browser: Any, fake_server: Any, prompt: str, kwargs: dict[str, Any], notice: str
+) -> None:
+    """Each frame, live or a snapshot taken halfway (as after a reconnect), leaves the page
+    showing exactly the reference client's messages and in-flight blocks; a message once shown
+    keeps its node to the end."""
+    from streamrecover.live.snapshot import RunRecord, build_snapshot
+    from streamrecover.live.state import RunState
+
+    frames = _engine_frames(fake_server, prompt, tools=demo_registry(), **kwargs)
+    assert notice in {f["type"] for f in frames}
+    user = {"role": "user", "content": [{"type": "text", "text": prompt}]}
+    run_id = frames[0]["run_id"]
+    cut = len(frames) // 2
+    state = RunState()
+    for frame in frames[:cut]:
+        state.apply(frame)
+    frames = [
+        build_snapshot(RunRecord(run_id, "running", None, {0: user}), None),  # what the page gets on connect
+        *frames[:cut],
+        build_snapshot(RunRecord(run_id, "running", None, {0: user}), state),
+        *frames[cut:],
+    ]
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.set_content(CHAT_PAGE)
+    page.add_script_tag(path=str(CLIENT_JS))
+    page.add_script_tag(path=str(CHAT_JS))
+    trace = page.evaluate(JS_SHOWN_TRACE, frames)
+    page.close()
+    assert errors == []
+    assert [[item[1:] for item in shown] for shown in trace] == _expected_transcripts(frames)
+    nodes: dict[int, int] = {}  # a committed message's position: its <li>'s number
+    for shown in trace:
+        for position, item in enumerate(shown):
+            if item[1]:
+                assert nodes.setdefault(position, item[0]) == item[0], (position, shown)

@@ -1,7 +1,9 @@
 /*
  * The chat page (streamrecover.chat): posts its form (asking for JSON: the view answers with the
- * new run) and renders what StreamRecoverClient rebuilds from the run's WebSocket. Without
- * JavaScript the same form posts as a page and the view redirects to the thread. Model output and user text go in as textContent only.
+ * new run) and renders what StreamRecoverClient rebuilds from the run's WebSocket, incrementally:
+ * a delta appends to its block, so earlier messages (and a reader's selection in them) stay put.
+ * Without JavaScript the same form posts as a page and the view redirects to the thread. Model
+ * output and user text go in as textContent (or text nodes) only.
  * window.__streamrecover exposes the client and what happened, for people and tests.
  */
 (function () {
@@ -63,20 +65,32 @@
     return node("div", "sr-thinking", "[" + kind + "]");
   }
 
-  /* state: "committed", "streaming", or the run's final status for blocks never committed. */
-  function messageNode(message, state) {
+  /* A message's <li> with its role line; the blocks go after it. */
+  function messageItem(role) {
     var li = node("li", "sr-msg");
-    li.dataset.role = message.role;
-    li.dataset.streaming = state === "streaming" ? "true" : "false";
-    li.dataset.committed = state === "committed" ? "true" : "false";
-    var label = message.role;
+    li.dataset.role = role;
+    var label = node("div", "sr-role", role);
+    li.appendChild(label);
+    return { li: li, label: label };
+  }
+
+  /* state: "committed", "streaming", or the run's final status for blocks never committed. */
+  function setItemState(item, role, state) {
+    item.li.dataset.streaming = state === "streaming" ? "true" : "false";
+    item.li.dataset.committed = state === "committed" ? "true" : "false";
+    var label = role;
     if (state === "streaming") label += " \u00b7 streaming";
     else if (state !== "committed") label += " \u00b7 " + state + " (not kept)";
-    li.appendChild(node("div", "sr-role", label));
+    item.label.textContent = label;
+  }
+
+  function messageNode(message, state) {
+    var item = messageItem(message.role);
+    setItemState(item, message.role, state);
     (message.content || []).forEach(function (block) {
-      li.appendChild(blockNode(block));
+      item.li.appendChild(blockNode(block));
     });
-    return li;
+    return item.li;
   }
 
   function partialBlock(block) {
@@ -84,19 +98,136 @@
     return StreamRecoverClient.blockToContent(block);
   }
 
+  /*
+   * What the transcript shows, kept so that a frame changes only what it touches: a delta
+   * appends to its block's text node; a new or replaced block, a dropped one (tool_call_cancel,
+   * block_cancel, stream_reset), a committed message or a snapshot rebuild only the <li> or
+   * block that differs. committed[i] is {message, key, li} for client.messages[i]; streaming
+   * is the in-flight turn's <li> with its blocks by index.
+   */
+  var view = { client: null, committed: [], streaming: null, committedChanged: false };
+
+  /* The string of an in-flight block that its deltas make grow (null: a block shown whole). */
+  function growingText(block) {
+    if (block.kind === "text" || block.kind === "thinking") return block.text;
+    if (block.kind === "tool_use") return block.arguments;
+    return null;
+  }
+
+  function streamingBlock(block) {
+    var grows = growingText(block);
+    var shown = { kind: block.kind, name: block.name, ref: block, args: block.arguments, text: grows, tail: null };
+    if (grows === null) {
+      shown.node = blockNode(partialBlock(block));
+      return shown;
+    }
+    shown.tail = document.createTextNode(grows);
+    if (block.kind === "text") {
+      shown.node = node("div", "sr-text");
+      shown.node.appendChild(shown.tail);
+    } else if (block.kind === "thinking") {
+      shown.node = node("details", "sr-thinking");
+      shown.node.appendChild(node("summary", "", "thinking"));
+      var body = node("div", "");
+      body.appendChild(shown.tail);
+      shown.node.appendChild(body);
+    } else {
+      shown.node = node("div", "sr-tool", "\u{1F527} " + (block.name || "tool") + "(");
+      shown.node.appendChild(shown.tail);
+      shown.node.appendChild(document.createTextNode(")"));
+    }
+    return shown;
+  }
+
+  /* The shown block brought up to date in place, or null when it must be built again. */
+  function updatedBlock(shown, block) {
+    if (!shown || shown.kind !== block.kind || shown.name !== block.name) return null;
+    var grows = growingText(block);
+    if (grows === null) return shown.ref === block && shown.args === block.arguments ? shown : null;
+    // the same entry only ever grows; another one (from a snapshot) is kept if it goes on from it
+    if (grows.length < shown.text.length || (shown.ref !== block && !grows.startsWith(shown.text))) return null;
+    if (grows.length > shown.text.length) shown.tail.appendData(grows.slice(shown.text.length));
+    shown.text = grows;
+    shown.ref = block;
+    return shown;
+  }
+
+  function renderCommitted(messages) {
+    var before = view.streaming ? view.streaming.li : null;
+    for (var i = 0; i < messages.length; i++) {
+      var message = messages[i];
+      var shown = view.committed[i];
+      if (shown && shown.message === message) continue;
+      // a snapshot (or a commit confirming a message it read) sends an equal copy: keep its node
+      var key = StreamRecoverClient.canonical(message);
+      if (shown && shown.key === key) {
+        shown.message = message;
+        continue;
+      }
+      var li = messageNode(message, "committed");
+      if (shown) el.transcript.replaceChild(li, shown.li);
+      else el.transcript.insertBefore(li, before);
+      view.committed[i] = { message: message, key: key, li: li };
+    }
+    view.committed.splice(messages.length).forEach(function (gone) {
+      gone.li.remove();
+    });
+  }
+
+  function renderStreaming(client) {
+    var entries = client.partialBlocks();
+    var item = view.streaming;
+    if (!entries.length) {
+      if (item) item.li.remove();
+      view.streaming = null;
+      return;
+    }
+    if (!item) {
+      item = view.streaming = messageItem("assistant");
+      item.state = null;
+      item.blocks = new Map();
+      el.transcript.appendChild(item.li);
+    }
+    var state = client.isTerminal() ? client.status : "streaming";
+    if (item.state !== state) setItemState(item, "assistant", state);
+    item.state = state;
+    var present = new Set(entries.map(function (e) { return e[0]; }));
+    item.blocks.forEach(function (shown, index) {
+      if (!present.has(index)) {
+        shown.node.remove();
+        item.blocks.delete(index);
+      }
+    });
+    var previous = item.label;
+    entries.forEach(function (entry) {
+      var old = item.blocks.get(entry[0]);
+      var shown = updatedBlock(old, entry[1]);
+      if (!shown) {
+        shown = streamingBlock(entry[1]);
+        if (old) old.node.remove();
+        item.blocks.set(entry[0], shown);
+      }
+      if (previous.nextSibling !== shown.node) item.li.insertBefore(shown.node, previous.nextSibling);
+      previous = shown.node;
+    });
+  }
+
   function render() {
     renderQueued = false;
     var client = page.client;
     if (!client) return;
-    var items = client.messages.map(function (m) {
-      return messageNode(m, "committed");
-    });
-    var partial = client.partialBlocks();
-    if (partial.length) {
-      var content = partial.map(function (e) { return partialBlock(e[1]); });
-      items.push(messageNode({ role: "assistant", content: content }, client.isTerminal() ? client.status : "streaming"));
+    if (view.client !== client) {
+      // the page's first client replaces the server-rendered transcript; a later one (the next
+      // run in the thread) keeps every message its snapshot still holds
+      if (view.client === null) el.transcript.replaceChildren();
+      view.client = client;
+      view.committedChanged = true;
     }
-    el.transcript.replaceChildren.apply(el.transcript, items);
+    if (view.committedChanged) {
+      view.committedChanged = false;
+      renderCommitted(client.messages);
+    }
+    renderStreaming(client);
   }
 
   function scheduleRender() {
@@ -147,6 +278,7 @@
   }
 
   function onFrame(frame) {
+    if (frame.type === "snapshot" || frame.type === "message_committed") view.committedChanged = true;
     if (frame.type === "snapshot") {
       page.snapshots.push({ seq: frame.seq, status: frame.status, partial: (frame.partial || []).length });
     }

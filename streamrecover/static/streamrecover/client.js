@@ -303,6 +303,7 @@
 
   StreamRecoverClient.blockToContent = blockToContent;
   StreamRecoverClient.blockFromContent = blockFromContent;
+  StreamRecoverClient.canonical = canonical;
   StreamRecoverClient.TERMINAL = TERMINAL;
 
   root.StreamRecoverClient = StreamRecoverClient;
