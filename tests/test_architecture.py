@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runs",),
     ("live", "analytics"),  # both read what runs leave behind; the Celery tasks fold analytics
     ("starter", "tasks", "dispatch"),
-    ("views", "urls", "routing", "admin", "cli", "management", "receivers", "apps", "chat", "proxy"),
+    ("views", "urls", "routing", "admin", "cli", "management", "receivers", "apps", "chat", "proxy", "templatetags"),
 )
 EDGE = "testing"  # the fake provider and the reference client: imported only through its package
 

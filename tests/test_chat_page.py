@@ -4,6 +4,7 @@ JavaScript shows the committed answer, and a host's template overrides the app's
 
 from __future__ import annotations
 
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from django.urls import include, path, reverse
 from streamrecover.models import Run
 from streamrecover.testing.host import wait_for
 
-from .factories import make_thread, make_user
+from .factories import make_message, make_thread, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,3 +106,56 @@ def test_a_hosts_template_overrides_the_apps_base():
     assert 'class="host-layout"' in html
     assert 'id="sr-form"' in html  # the app's chat inside the host's layout
     assert "streamrecover/chat.js" in html
+
+
+class _ShownText(HTMLParser):
+    """The text a reader sees in each element of one class."""
+
+    def __init__(self, css_class: str) -> None:
+        super().__init__()
+        self.css_class = css_class
+        self.found: list[str] = []
+        self._depth = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._depth:
+            self._depth += 1
+        elif self.css_class in (dict(attrs).get("class") or "").split():
+            self._depth = 1
+            self.found.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._depth = max(self._depth - 1, 0)
+
+    def handle_data(self, data: str) -> None:
+        if self._depth:
+            self.found[-1] += data
+
+
+def shown(html: str, css_class: str) -> list[str]:
+    parser = _ShownText(css_class)
+    parser.feed(html)
+    return parser.found
+
+
+@HOST
+def test_without_javascript_a_tool_calls_input_and_result_are_shown_as_json_like_the_script_shows_them():
+    user = make_user()
+    thread = make_thread(owner=user)
+    make_message(thread, role="user", content=[{"type": "text", "text": "Weather in Zürich?"}])
+    tool_call = {
+        "type": "tool_use",
+        "id": "toolu_01",
+        "name": "get_weather",
+        "input": {"city": "Zürich <b>&", "unit": "°C"},
+    }
+    make_message(thread, role="assistant", content=[{"type": "text", "text": "Let me check."}, tool_call])
+    result = [{"text": "Sunny, 22 °C", "type": "text"}]  # in jsonb's key order: PostgreSQL keeps it so
+    make_message(thread, role="user", content=[{"type": "tool_result", "tool_use_id": "toolu_01", "content": result}])
+
+    html = logged_in(user).get(f"/chat/threads/{thread.pk}/").content.decode()
+
+    assert shown(html, "sr-tool") == ['\U0001f527 get_weather({"city":"Zürich <b>&","unit":"°C"})']
+    assert shown(html, "sr-tool-result") == ['\u21b3 [{"text":"Sunny, 22 °C","type":"text"}]']
+    assert "&lt;b&gt;&amp;" in html  # escaped by the template, never markup
+    assert "{'city'" not in html
