@@ -172,6 +172,25 @@ def test_a_streaming_answer_leaves_earlier_messages_and_a_selection_in_them_in_p
     assert chat.page.evaluate("getSelection().toString()") == selected
 
 
+def test_without_javascript_a_thread_shows_its_messages_and_tool_calls_as_the_script_does(
+    chat: ChatPage, browser: Any
+) -> None:
+    chat.page.goto(f"{chat.base_url}/streamrecover/")  # a new thread
+    chat.send("Weather in Zürich? [[words=20]]", "r3")
+    assert chat.wait_until_finished() == "completed"
+    shown = "#sr-transcript .sr-role, #sr-transcript .sr-text, #sr-transcript .sr-tool, #sr-transcript .sr-tool-result"
+    scripted = chat.page.locator(shown).all_text_contents()
+    plain_context = browser.new_context(java_script_enabled=False, storage_state=chat.page.context.storage_state())
+    plain = plain_context.new_page()
+    plain.goto(chat.page.url)  # the thread's page, rendered by the server
+    rendered = plain.locator(shown).all_text_contents()
+    plain_context.close()
+    tool_calls = [text for text in scripted if text.startswith("\U0001f527")]
+    assert tool_calls
+    assert all('({"' in text and text.endswith("})") for text in tool_calls)  # the input as JSON
+    assert rendered == scripted
+
+
 def test_cancel_stops_the_run(chat: ChatPage) -> None:
     run_id = chat.send("A very long story. [[words=2000]]")
     chat.wait_for_streamed_text(50)
