@@ -87,6 +87,23 @@ def test_the_post_needs_its_csrf_token_and_a_prompt_and_answers_json_to_the_scri
 
 
 @HOST
+def test_the_form_stores_the_prompt_as_written_whitespace_and_all():
+    user = make_user()
+    client = logged_in(user)
+    client.get("/chat/")
+    token = client.cookies["csrftoken"].value
+    written = "  indented code:\n    x = 1\n\n"
+    response = client.post("/chat/", {"prompt": written, "csrfmiddlewaretoken": token})
+    assert response.status_code == 302
+    run = Run.objects.get(thread__owner=user)
+    wait_for(run.pk)
+    stored = run.thread.messages.get(role="user").content
+    text = stored if isinstance(stored, str) else "".join(block["text"] for block in stored)
+    assert text == written
+    assert run.thread.title == "indented code: x = 1"  # the sidebar's label is on one line
+
+
+@HOST
 def test_the_page_needs_a_login_and_shows_only_the_users_threads():
     assert Client().get("/chat/")["Location"].startswith("/accounts/login/")
     user = make_user()

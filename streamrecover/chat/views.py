@@ -23,10 +23,18 @@ _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 class ChatForm(forms.Form):
-    prompt = forms.CharField(label=_("Message"), strip=True, widget=forms.Textarea)
+    # stored as the user wrote it, leading and trailing whitespace included (the JSON API does
+    # the same); a message of whitespace alone is still no message
+    prompt = forms.CharField(label=_("Message"), strip=False, widget=forms.Textarea)
     # any name in STREAMRECOVER["PROVIDERS"] (empty: DEFAULT_PROVIDER); checked as the JSON API checks it
     provider = forms.CharField(label=_("Provider"), required=False, strip=True)
     model = forms.CharField(label=_("Model"), required=False, strip=True)
+
+    def clean_prompt(self) -> str:
+        prompt: str = self.cleaned_data["prompt"]
+        if not prompt.strip():
+            raise forms.ValidationError(self.fields["prompt"].error_messages["required"], code="required")
+        return prompt
 
 
 class ChatView(LoginRequiredMixin, View):

@@ -89,7 +89,8 @@ def create_run(
     with transaction.atomic():
         notices: list[dict[str, Any]] = []
         if thread is None:
-            thread = Thread.objects.create(owner=owner, title=prompt[:80])
+            # a label for the sidebar: the prompt's words on one line (the message keeps them as written)
+            thread = Thread.objects.create(owner=owner, title=" ".join(prompt.split())[:80])
         else:
             thread = Thread.objects.select_for_update().get(pk=thread.pk)
             if Run.objects.filter(thread=thread).active().exists():
