@@ -102,6 +102,22 @@ def test_reattach_serves_the_events_after_the_cursor_and_bills_nothing(fake_serv
     assert "not found" in gone.json()["error"]["message"]
 
 
+def test_a_background_response_is_billed_as_generated_until_cancelled():
+    """The model goes on whether anyone reads or not; a cancel stops it where it is (billed up to
+    there, not re-attachable), and a response that had ended is answered as it is."""
+    from streamrecover.testing.fake.background import BackgroundResponse
+    from streamrecover.testing.fake.wire import WireEvent
+
+    events = [WireEvent(b"e", 1, word) for word in ("one ", "two ", "three")]
+    slow = BackgroundResponse(events, pace=60.0)  # one event a minute: the second is not made yet
+    assert (slow.status(), slow.billed()) == ("in_progress", (1, ["one "]))
+    assert slow.cancel() == "cancelled"
+    assert slow.generated(slow.started + 600) == 1  # nothing made after the cancel
+    assert (slow.cancel(), slow.billed()) == ("cancelled", (1, ["one "]))
+    made = BackgroundResponse(events)  # no pace: generated whole at once
+    assert (made.cancel(), made.billed()) == ("completed", (3, ["one ", "two ", "three"]))
+
+
 def test_background_needs_store(fake_server):
     body = {"model": "gpt-4o", "input": "x", "stream": True, "background": True, "store": False}
     response = httpx.post(f"{fake_server.base_url}/v1/responses", json=body, headers={"authorization": "Bearer k"})

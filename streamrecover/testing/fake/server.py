@@ -30,6 +30,7 @@ from typing import Any
 
 from ...engine.contract import CONTINUE_INSTRUCTION, SECRET_HEADERS
 from . import read_anthropic
+from .background import CANCELLED, IN_PROGRESS, BackgroundResponse
 from .dialects import ROUTES, Dialect, route
 from .faults import Delivery, Fault, FaultKind, plan_delivery
 from .hostile import HTML_PAGE
@@ -66,6 +67,8 @@ class _Outcome:
     completed: bool = False
     error: str | None = None
     finished: bool = False
+    # a background response this request created: billed as it is generated, not as it is sent
+    generation: BackgroundResponse | None = None
 
 
 class FakeProviderServer(ScriptedServer[LogEntry]):
@@ -87,9 +90,9 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         self.count_requests = 0  # token-count calls (free: not in the billing log)
         self._seq = itertools.count(1)
         self.http2_connections = 0  # connections that spoke HTTP/2 (prior knowledge)
-        # Responses background mode: (scenario, response id) -> every event of the response,
-        # generated (and billed) once, served again from any sequence number
-        self._background: dict[tuple[str, str], list[WireEvent]] = {}
+        # Responses background mode: (scenario, response id) -> the response, generated (and
+        # billed) once, at the model's pace, served again from any sequence number
+        self._background: dict[tuple[str, str], BackgroundResponse] = {}
 
     def _on_http2(self) -> None:
         self.http2_connections += 1
@@ -166,7 +169,10 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             await self._answer(dialect, request, fault, request_id, writer, outcome, recording)
         finally:
             outcome.finished = True
-            self._settle_log(slot)
+            generation = outcome.generation
+            if generation is None or generation.status() != IN_PROGRESS:
+                self._settle_log(slot)
+            # else the entry stays live: the response goes on being generated (and billed)
 
     async def _answer(
         self,
@@ -217,30 +223,35 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         outcome.fault_triggered = delivery.triggered
         background = ctx.options.get("background") is True and not (fault and fault.kind in _BREAKS_RESPONSE)
         if background:
-            # generated to the end whatever happens to this connection: billed once, here
-            self._background[(scenario_of(request), response_id(ctx))] = events
-            outcome.billed_output_tokens = sum(e.tokens for e in events)
-            outcome.billed_text = [e.text for e in events]
+            # generated to the end whatever happens to this connection (unless cancelled), and
+            # billed as it is generated: once, on this request
+            outcome.generation = BackgroundResponse(events, self.event_delay)
+            self._background[(scenario_of(request), response_id(ctx))] = outcome.generation
         content_type = SSE_TYPE
         if fault is not None and fault.kind is FaultKind.MISLABEL:
             content_type, outcome.fault_triggered = fault.content_type or JSON_TYPE, True
         await self._send_stream(writer, dialect, request_id, delivery, outcome, content_type, billed=background)
 
     async def _cancel_background(self, dialect: Dialect, request: Request, response: str, writer: Responder) -> None:
-        """``POST .../responses/{id}/cancel``: the background response stops; it cannot be
-        re-attached afterwards. Logged (``understood_as`` ``cancel``), never billed."""
+        """``POST .../responses/{id}/cancel``: a background response still being generated stops
+        there (status ``cancelled``; what was generated stays billed, on the request that made
+        it) and cannot be re-attached afterwards; one that had ended is answered as it is
+        (``completed``, billed whole), as the real API does. Logged (``understood_as``
+        ``cancel``), never billed itself."""
         seq = next(self._seq)
         request_id = f"req_fake{seq:018d}"
         outcome = _Outcome(understood_as="cancel")
         problem = dialect.authenticate(request.headers)
-        stored = self._background.pop((scenario_of(request), response), None) if problem is None else None
+        stored = self._background.get((scenario_of(request), response)) if problem is None else None
         if problem is None and stored is None:
             problem = not_found(response)
-        if problem is not None:
+        if problem is not None or stored is None:
+            assert problem is not None
             body = dialect.error_body(problem, request_id)
             outcome.status, outcome.error = problem.status, problem.message
         else:
-            body = json_bytes({"id": response, "object": "response", "status": "cancelled", "background": True})
+            status = stored.cancel()
+            body = json_bytes({"id": response, "object": "response", "status": status, "background": True})
             outcome.status = 200
         outcome.bytes_sent, outcome.finished = len(body), True
         self._append_log(_log_entry(seq, request_id, dialect, request, scenario_of(request), None, outcome))
@@ -257,9 +268,12 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         outcome: _Outcome,
     ) -> None:
         """``GET .../responses/{id}?stream=true&starting_after=N``: a background response's
-        events after sequence number N, nothing generated (or billed) again."""
+        events after sequence number N, nothing generated (or billed) again, none sent before
+        it is generated. A cancelled response is not there to re-attach to."""
         problem = _check_reattach(dialect, request)
         stored = self._background.get((scenario_of(request), resumed))
+        if stored is not None and stored.status() == CANCELLED:
+            stored = None
         if problem is None and stored is None:
             problem = not_found(resumed)
         if problem is None and fault is not None and fault.kind is FaultKind.STATUS:
@@ -277,9 +291,11 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
             return
         outcome.understood_as = "resume"
         after = int(request.query.get("starting_after", "-1"))
-        delivery = plan_delivery(stored[after + 1 :], fault, _injected_error(dialect, fault, stored, after + 1))
+        events = stored.events
+        delivery = plan_delivery(events[after + 1 :], fault, _injected_error(dialect, fault, events, after + 1))
         outcome.fault_triggered = delivery.triggered
-        await self._send_stream(writer, dialect, request_id, delivery, outcome, billed=True)
+        first_due = stored.due(after + 1)
+        await self._send_stream(writer, dialect, request_id, delivery, outcome, billed=True, first_due=first_due)
 
     async def _send_stream(
         self,
@@ -291,9 +307,11 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         content_type: str = SSE_TYPE,
         *,
         billed: bool = False,
+        first_due: float | None = None,
     ) -> None:
         """Write the stream; what it carries is billed as it is written, unless ``billed``
-        (a background response's generation was billed when it was made)."""
+        (a background response's generation is billed as it is made). ``first_due``: when the
+        first event may go (a re-attach: when the model generates it), the rest paced after it."""
         headers = [
             ("content-type", content_type),
             ("cache-control", "no-cache"),
@@ -313,6 +331,9 @@ class FakeProviderServer(ScriptedServer[LogEntry]):
         last = len(pieces) - 1 if delivery.stall_before != len(pieces) else -1
         loop = asyncio.get_running_loop()
         due = loop.time()  # when the next event is due: paced on a schedule, not by sleeps
+        if first_due is not None and first_due > due:
+            due = first_due
+            await asyncio.sleep(due - loop.time())
         for index, piece in enumerate(pieces):
             if index == delivery.stall_before:
                 await asyncio.sleep(delivery.stall_seconds)
@@ -388,7 +409,11 @@ def _with_outcome(entry: LogEntry, outcome: _Outcome) -> LogEntry:
 
 
 def _answered(outcome: _Outcome) -> dict[str, Any]:
-    """The log entry's fields that tell of the answer."""
+    """The log entry's fields that tell of the answer (a background response's billing as it
+    stands: what has been generated so far)."""
+    billed_tokens, billed_text = outcome.billed_output_tokens, outcome.billed_text
+    if outcome.generation is not None:
+        billed_tokens, billed_text = outcome.generation.billed()
     return {
         "fault_triggered": outcome.fault_triggered,
         "status": outcome.status,
@@ -397,8 +422,8 @@ def _answered(outcome: _Outcome) -> dict[str, Any]:
         "prefix_chars": outcome.prefix_chars,
         "prefix_matched": outcome.prefix_matched,
         "output_tokens": outcome.output_tokens,
-        "billed_output_tokens": outcome.billed_output_tokens,
-        "billed_text": "".join(outcome.billed_text),
+        "billed_output_tokens": billed_tokens,
+        "billed_text": "".join(billed_text),
         "completed": outcome.completed,
         "error": outcome.error,
         "finished": outcome.finished,
