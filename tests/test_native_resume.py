@@ -5,6 +5,7 @@ gone the break is continued the ordinary way."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -112,9 +113,10 @@ async def test_a_spent_budget_fails_over_to_a_continuation_not_a_reattach(fake_s
     assert [(e.method, e.understood_as) for e in outcome.log] == [
         ("POST", "fresh"),
         ("GET", "resume"),
+        ("POST", "cancel"),  # the response left behind (here it had ended: nothing to stop)
         ("POST", "continue_message"),
     ]
-    assert outcome.log[2].path == "/v1/chat/completions"
+    assert outcome.log[3].path == "/v1/chat/completions"
     (failover,) = outcome.events("llm_stream_failover")
     assert (failover["reason"], failover["from_provider"], failover["to_provider"], failover["plan"]) == (
         "exhausted",
@@ -133,7 +135,7 @@ async def test_a_spent_budget_fails_over_to_a_continuation_not_a_reattach(fake_s
     kept = started[-1]["committed"]["text_chars"]
     assert 0 < kept < len(text)
     assert outcome.log[1].billed_output_tokens == 0
-    assert outcome.log[2].billed_text == text[kept:]
+    assert outcome.log[3].billed_text == text[kept:]
 
 
 async def test_a_structured_answer_fails_over_as_a_restart(fake_server):
@@ -142,7 +144,7 @@ async def test_a_structured_answer_fails_over_as_a_restart(fake_server):
     outcome = await fail_over(fake_server, TEXT, ["cut:events=12", "cut:events=6"], structured=True)
     assert_invariants(outcome, reference)
     assert [a.kind for a in outcome.sink.attempts] == ["initial", "native_resume", "restart"]
-    assert outcome.log[2].understood_as == "fresh"
+    assert [e.understood_as for e in outcome.log][2:] == ["cancel", "fresh"]
     assert outcome.events("llm_stream_continuation_started")[-1]["plan"] == "whole_restart"
     assert len(outcome.frames("stream_reset")) == 1
 
@@ -206,3 +208,80 @@ async def test_a_cancelled_run_cancels_its_background_response(fake_server):
     assert (stop.method, stop.status) == ("POST", 200)
     assert stop.path.startswith("/v1/responses/resp_")
     assert stop.path.endswith("/cancel")
+
+
+STORY = "A long story [[words=40]]"
+PACE = 0.03  # seconds per event: the model is still writing when the turn leaves its response
+
+
+@pytest.fixture(scope="module")
+def paced_server():
+    """A fake whose model takes time: a background response left behind is still being generated."""
+    from streamrecover.testing.fake import FakeProviderServer
+
+    with FakeProviderServer(event_delay=PACE) as server:
+        yield server
+
+
+async def test_a_failover_cancels_the_response_left_behind(fake_server, paced_server):
+    """The fallback writes the rest: the first provider's response, which would go on being
+    generated and billed for nobody, is cancelled, and billed only up to the cancel (at least
+    what the client was sent of it, less than the whole answer)."""
+    reference = await once(fake_server, STORY)
+    whole = reference.log[0].billed_output_tokens
+    events = event_count(fake_server, reference)
+    started = time.monotonic()
+    outcome = await fail_over(paced_server, STORY, ["cut:events=12", "cut:events=6"])
+    assert_invariants(outcome, reference)
+    assert [(e.method, e.understood_as) for e in outcome.log] == [
+        ("POST", "fresh"),
+        ("GET", "resume"),
+        ("POST", "cancel"),
+        ("POST", "continue_message"),
+    ]
+    stop = outcome.log[2]
+    assert (stop.status, stop.billed_output_tokens) == (200, 0)
+    assert stop.path == outcome.log[1].path + "/cancel"  # the response re-attached to
+    (abandoned,) = outcome.events("llm_response_abandoned")
+    assert (abandoned["reason"], abandoned["cancelled"], abandoned["response_status"], abandoned["error"]) == (
+        "failover",
+        True,
+        "cancelled",
+        None,
+    )
+    # By now the model would have written the whole answer: the cancelled one's billing stopped.
+    await asyncio.sleep(max(0.0, started + (events + 10) * PACE - time.monotonic()))
+    (made,) = [e for e in paced_server.log_for(stop.scenario) if e.understood_as == "fresh"]
+    text = reference.assistant[0]["content"][0]["text"]
+    kept = outcome.events("llm_stream_continuation_started")[-1]["committed"]["text_chars"]
+    assert text.startswith(made.billed_text)
+    assert kept <= len(made.billed_text) < len(text)
+    assert made.billed_output_tokens < whole
+
+
+async def test_a_failed_reattach_cancels_the_response(fake_server):
+    """The re-attach is refused before its stream starts: the break is continued instead, and
+    the response, which nobody will read, is cancelled."""
+    outcome = await once(fake_server, TEXT, ["cut:events=12", "status:400"])
+    assert outcome.status == "completed", outcome.result.error
+    assert [a.kind for a in outcome.sink.attempts] == ["initial", "native_resume", "continuation"]
+    assert [(e.method, e.understood_as) for e in outcome.log] == [
+        ("POST", "fresh"),
+        ("GET", None),
+        ("POST", "cancel"),
+        ("POST", "continue_message"),
+    ]
+    (abandoned,) = outcome.events("llm_response_abandoned")
+    # this fake writes a response at once: it had ended, and is answered as it is, billed whole
+    assert (abandoned["reason"], abandoned["cancelled"], abandoned["response_status"]) == (
+        "reattach_failed",
+        False,
+        "completed",
+    )
+
+
+async def test_a_gone_response_is_not_cancelled(fake_server):
+    """A 404: there is nothing left to stop."""
+    outcome = await once(fake_server, TEXT, ["cut:events=12", "status:404"])
+    assert [e.understood_as for e in outcome.log] == ["fresh", None, "continue_message"]
+    assert not outcome.events("llm_response_abandoned")

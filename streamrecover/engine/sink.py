@@ -27,6 +27,7 @@ DISCARDED_THINKING: Final = "discarded_thinking"
 LLM_REQUEST_RETRY: Final = "llm_request_retry"
 LLM_RUN_RESUMED: Final = "llm_run_resumed"
 LLM_STREAM_FAILOVER: Final = "llm_stream_failover"
+LLM_RESPONSE_ABANDONED: Final = "llm_response_abandoned"
 
 
 # ---- event payloads: every event carries EventContext plus its own fields -----------------
@@ -142,6 +143,16 @@ class FailoverFields(TypedDict):
     to_provider: str
     to_model: str
     plan: str
+
+
+class ResponseAbandonedFields(TypedDict):
+    """A background response the turn left behind (native resume), and the cancel that stops it."""
+
+    response_id: str
+    reason: str  # failover, reattach_failed
+    cancelled: bool  # the provider stopped it (the cancel's answer says "cancelled")
+    response_status: str | None  # the status the cancel's answer gives ("completed": it had ended)
+    error: str | None  # why the cancel failed: no answer in time, or an HTTP error
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ continuations (``continuation``) and recording attempts (``attempts``) live besi
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Unpack, overload
@@ -32,7 +33,15 @@ from .continuation import (
     strategy_for,
     summary,
 )
-from .contract import ModelRequest, ResumePoint, Strategy, follows_cursor, resumes_natively
+from .contract import (
+    ModelRequest,
+    ProviderAdapter,
+    ResumableAdapter,
+    ResumePoint,
+    Strategy,
+    follows_cursor,
+    resumes_natively,
+)
 from .errors import ErrorClass, InterruptCause, RequestFailed, StreamInterrupted
 from .plan import PlanKind, RecoveryPlan, cut_short, native_plan, plan
 from .protocol import FrameKind, RunStatus
@@ -44,6 +53,8 @@ log = logging.getLogger(__name__)
 
 MIN_THINKING_BUDGET = 1024  # the smallest extended-thinking budget a provider takes
 NATIVE_RESUME = PlanKind.NATIVE_RESUME.value  # the attempt kind and strategy of a re-attach
+# a background response the turn leaves behind is cancelled before it goes on, waiting no longer
+ABANDON_CANCEL_TIMEOUT_S = 2.0
 
 
 @dataclass(slots=True)
@@ -109,6 +120,7 @@ class TurnRunner:
         self.native: ResumePoint | None = None  # where the current attempt re-attaches (native resume)
         self.budget_from = 0  # continuations spent before a failover: the fallback has a budget of its own
         self.failed_over = False
+        self.failed_over_from: ProviderAdapter | None = None  # the adapter the turn failed over from
         # the blocks the client holds while a plan waits for its continuation (its drops sent):
         # what a turn ending then keeps from; None while the client holds the turn's blocks
         self.held: list[Block] | None = None
@@ -356,8 +368,8 @@ class TurnRunner:
             # The resume point belongs to the provider that issued it: the fallback cannot
             # re-attach to that response, so it carries on the ordinary way from the blocks
             # the native plan kept, as when a re-attach fails (``_native_failed``).
+            recovery = await self._off_native(recovery, point)
             point = None
-            recovery = await self._off_native(recovery)
             if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
                 result = await self._finish_with(recovery.keep, "tool_use")
                 result.recovered = True
@@ -424,8 +436,9 @@ class TurnRunner:
 
     async def _native_failed(self, kind: str, message: str) -> TurnResult | None:
         """Re-attaching failed before its stream started: the same break is recovered the
-        ordinary way, from the blocks the turn holds, without spending another continuation."""
-        self.native = None
+        ordinary way, from the blocks the turn holds, without spending another continuation.
+        The response, unless gone, is cancelled: nobody will read it, and it goes on being billed."""
+        point, self.native = self.native, None
         recovery = self._ordinary_plan(self.acc.snapshot())
         await self._emit(
             ev.LLM_STREAM_CONTINUATION_FAILED,
@@ -434,6 +447,8 @@ class TurnRunner:
             error_message=message,
             fallback_strategy=self._strategy().value,
         )
+        if point is not None and kind != "not_found" and resumes_natively(self.ctx.adapter):
+            await self._abandon(self.ctx.adapter, point.response_id, "reattach_failed")
         await self._publish_discards(recovery)
         if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
             result = await self._finish_with(recovery.keep, "tool_use")
@@ -456,16 +471,68 @@ class TurnRunner:
             recovery = as_restart(recovery)
         return recovery
 
-    async def _off_native(self, native: RecoveryPlan) -> RecoveryPlan:
+    async def _off_native(self, native: RecoveryPlan, point: ResumePoint | None) -> RecoveryPlan:
         """The turn failed over from a native plan: the fallback's ordinary plan of the blocks it
         kept, its drops sent to the client. A tool call the native plan dropped while it was
-        still arriving is lost now: no re-attached stream will send it again."""
+        still arriving is lost now: no re-attached stream will send it again. The response at
+        ``point`` is cancelled first: it would go on being generated, and billed, for nobody."""
         for block in native.discarded_tools:
             self.discarded_tools.append(DiscardedTool(block.id, block.name, _discard_reason(block)).as_dict())
+        left = self.failed_over_from
+        if point is not None and resumes_natively(left):
+            await self._abandon(left, point.response_id, "failover")
         recovery = self._ordinary_plan(Snapshot(tuple(native.keep)))
         await self._publish_discards(recovery)
         self.held = recovery.keep
         return recovery
+
+    async def _abandon(self, adapter: ResumableAdapter, response_id: str, reason: str) -> None:
+        """Cancel a background response the turn leaves behind (best effort, waiting at most
+        ``ABANDON_CANCEL_TIMEOUT_S``: the turn goes on either way) and record it
+        (``llm_response_abandoned``): cancelled, already ended, or the cancel failed."""
+        timeout = min(self.ctx.config.connect_timeout_s, ABANDON_CANCEL_TIMEOUT_S)
+        status, error = await self._stop_response(adapter, response_id, timeout)
+        if error is not None:
+            log.warning("response_cancel_failed run_id=%s response_id=%s error=%s", self.ctx.run_id, response_id, error)
+        await self._emit(
+            ev.LLM_RESPONSE_ABANDONED,
+            response_id=response_id,
+            reason=reason,
+            cancelled=status == "cancelled",
+            response_status=status,
+            error=error,
+        )
+
+    async def _stop_response(
+        self, adapter: ResumableAdapter, response_id: str, timeout: float
+    ) -> tuple[str | None, str | None]:
+        """``POST .../responses/{id}/cancel`` within ``timeout`` seconds in all: the response's
+        status as the answer gives it, and why the cancel failed (None when it did not)."""
+        transport = self.ctx.transport
+        if transport is None:
+            return None, "no transport"
+        request = adapter.cancel_request(response_id)
+
+        async def cancel() -> tuple[int, bytes]:
+            opened = await transport.open(request.method, request.url, request.headers, request.json, timeout, timeout)
+            try:
+                return opened.status, await opened.read_error_body()
+            finally:
+                await opened.close()
+
+        try:
+            code, body = await asyncio.wait_for(cancel(), timeout)
+        except Exception as exc:  # no answer in time, or none at all: the turn goes on regardless
+            return None, type(exc).__name__
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            answer = None
+        status = answer.get("status") if isinstance(answer, dict) else None
+        status = status if isinstance(status, str) else None
+        if not 200 <= code < 300:
+            return status, f"HTTP {code}"
+        return status, None
 
     def _resume_point(self) -> ResumePoint | None:
         """Where the broken response can be re-attached, when the provider's setting allows it
@@ -493,18 +560,10 @@ class TurnRunner:
         )
         if point is None:
             return
-        request = adapter.cancel_request(point.response_id)
-        timeout = self.ctx.config.connect_timeout_s
-        try:
-            opened = await asyncio.wait_for(
-                transport.open(request.method, request.url, request.headers, request.json, timeout, timeout), timeout
-            )
-            try:
-                await asyncio.wait_for(opened.read_error_body(), timeout)
-            finally:
-                await opened.close()
-        except Exception as exc:  # the run is cancelled either way
-            log.warning("response_cancel_failed run_id=%s error=%s", self.ctx.run_id, type(exc).__name__)
+        # the run is cancelled either way
+        _status, error = await self._stop_response(adapter, point.response_id, self.ctx.config.connect_timeout_s)
+        if error is not None:
+            log.warning("response_cancel_failed run_id=%s error=%s", self.ctx.run_id, error)
 
     def _strategy_name(self) -> str | None:
         """How the current attempt carries on: ``native_resume``, or the continuation strategy."""
@@ -522,6 +581,7 @@ class TurnRunner:
         if self.request.max_tokens - self._used() < fallback.adapter.min_max_tokens:
             return False  # the fallback could not be asked for what is left of the budget
         self.failed_over = True
+        self.failed_over_from = self.ctx.adapter
         await self._emit(
             ev.LLM_STREAM_FAILOVER,
             continuation_attempt=self.continuation,
@@ -962,6 +1022,10 @@ class TurnRunner:
     async def _emit(self, name: Literal["llm_run_resumed"], **fields: Unpack[ev.RunResumedFields]) -> None: ...
     @overload
     async def _emit(self, name: Literal["llm_stream_failover"], **fields: Unpack[ev.FailoverFields]) -> None: ...
+    @overload
+    async def _emit(
+        self, name: Literal["llm_response_abandoned"], **fields: Unpack[ev.ResponseAbandonedFields]
+    ) -> None: ...
 
     async def _emit(self, name: str, **fields: object) -> None:
         attempt = self._current_attempt
