@@ -285,3 +285,32 @@ async def test_a_gone_response_is_not_cancelled(fake_server):
     outcome = await once(fake_server, TEXT, ["cut:events=12", "status:404"])
     assert [e.understood_as for e in outcome.log] == ["fresh", None, "continue_message"]
     assert not outcome.events("llm_response_abandoned")
+
+
+async def test_a_call_cut_off_before_a_failed_reattach_is_reported_once(fake_server):
+    """The call cut off at the break was dropped for the re-attach to send again; the re-attach is
+    refused, and the continuation writes the call anew: the model is told, once, that the cut
+    one was not executed."""
+    reference = await once(fake_server, TOOL)
+    config = with_config(notify_model_of_discarded_tools=True)
+    outcome = await once(fake_server, TOOL, ["cut:events=22", "status:400"], config=config)
+    assert outcome.status == "completed", outcome.result.error
+    assert [a.kind for a in outcome.sink.attempts][:3] == ["initial", "native_resume", "continuation"]
+    assert outcome.assistant[0] == reference.assistant[0]  # the continuation wrote the call again, whole
+    assert [f["reason"] for f in outcome.frames("tool_call_cancel")] == ["partial"]
+    notices = [b for b in outcome.result.messages[2]["content"] if b["type"] == "text"]
+    assert len(notices) == 1
+    assert "was not executed" in notices[0]["text"]
+
+
+async def test_a_cut_call_not_sent_again_before_a_failover_is_reported_once(fake_server):
+    """The call cut off at the first break is dropped to be sent again; the re-attach breaks
+    before it is, and the turn fails over: the model is told once that it was not executed."""
+    config = with_config(max_continuations=1, notify_model_of_discarded_tools=True)
+    outcome = await fail_over(fake_server, TOOL, ["cut:events=22", "cut:events=0"], config=config)
+    assert outcome.status == "completed", outcome.result.error
+    assert [a.kind for a in outcome.sink.attempts][:3] == ["initial", "native_resume", "continuation"]
+    assert [f["reason"] for f in outcome.frames("tool_call_cancel")] == ["partial"]
+    notices = [b for b in outcome.result.messages[2]["content"] if b["type"] == "text"]
+    assert len(notices) == 1
+    assert "was not executed" in notices[0]["text"]

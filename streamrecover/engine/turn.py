@@ -121,6 +121,9 @@ class TurnRunner:
         self.budget_from = 0  # continuations spent before a failover: the fallback has a budget of its own
         self.failed_over = False
         self.failed_over_from: ProviderAdapter | None = None  # the adapter the turn failed over from
+        # tool calls native plans dropped while their arguments arrived, that no re-attached
+        # stream has sent again: lost (``discarded_tools``) once the turn goes on another way
+        self.unsent_tools: list[Block] = []
         # the blocks the client holds while a plan waits for its continuation (its drops sent):
         # what a turn ending then keeps from; None while the client holds the turn's blocks
         self.held: list[Block] | None = None
@@ -275,6 +278,7 @@ class TurnRunner:
         )
         if structured_restart:
             recovery = as_restart(recovery)
+        self._note_unsent(snapshot, recovery)
 
         kept_chars = sum(len(b.text) for b in recovery.keep if b.kind == TEXT)
         attempt = self._current_attempt
@@ -439,6 +443,7 @@ class TurnRunner:
         ordinary way, from the blocks the turn holds, without spending another continuation.
         The response, unless gone, is cancelled: nobody will read it, and it goes on being billed."""
         point, self.native = self.native, None
+        self._lose_unsent()
         recovery = self._ordinary_plan(self.acc.snapshot())
         await self._emit(
             ev.LLM_STREAM_CONTINUATION_FAILED,
@@ -473,11 +478,10 @@ class TurnRunner:
 
     async def _off_native(self, native: RecoveryPlan, point: ResumePoint | None) -> RecoveryPlan:
         """The turn failed over from a native plan: the fallback's ordinary plan of the blocks it
-        kept, its drops sent to the client. A tool call the native plan dropped while it was
+        kept, its drops sent to the client. A tool call a native plan dropped while it was
         still arriving is lost now: no re-attached stream will send it again. The response at
         ``point`` is cancelled first: it would go on being generated, and billed, for nobody."""
-        for block in native.discarded_tools:
-            self.discarded_tools.append(DiscardedTool(block.id, block.name, _discard_reason(block)).as_dict())
+        self._lose_unsent()
         left = self.failed_over_from
         if point is not None and resumes_natively(left):
             await self._abandon(left, point.response_id, "failover")
@@ -485,6 +489,28 @@ class TurnRunner:
         await self._publish_discards(recovery)
         self.held = recovery.keep
         return recovery
+
+    def _note_unsent(self, snapshot: Snapshot, recovery: RecoveryPlan) -> None:
+        """At a break: a native plan's dropped tool calls wait to be sent again (a call the
+        response sent again, whole or not, is the snapshot's, as the plan says); any other
+        plan leaves the response, and those still waiting are lost."""
+        sent = {_tool_key(b) for b in snapshot.blocks if b.kind == TOOL_USE}
+        self.unsent_tools = [b for b in self.unsent_tools if _tool_key(b) not in sent]
+        if recovery.kind is PlanKind.NATIVE_RESUME:
+            self.unsent_tools.extend(recovery.discarded_tools)
+        else:
+            self._lose_unsent()
+
+    def _lose_unsent(self) -> None:
+        """The turn no longer re-attaches: the tool calls still waiting to be sent again are
+        discarded (the client dropped them at their break, and the event was emitted then), so
+        the model may be told they were not executed. Once each: the list is emptied."""
+        recorded = {d["id"] for d in self.discarded_tools if d["id"] is not None}
+        for block in self.unsent_tools:
+            if block.id is None or block.id not in recorded:
+                self.discarded_tools.append(DiscardedTool(block.id, block.name, _discard_reason(block)).as_dict())
+                recorded.add(block.id)
+        self.unsent_tools = []
 
     async def _abandon(self, adapter: ResumableAdapter, response_id: str, reason: str) -> None:
         """Cancel a background response the turn leaves behind (best effort, waiting at most
@@ -1043,6 +1069,11 @@ def _discard_reason(block: Block) -> str:
     """Why a tool call is dropped: its arguments were still arriving, or its block closed
     with arguments that are not a JSON object."""
     return "incomplete_arguments" if not block.closed else "invalid_arguments_json"
+
+
+def _tool_key(block: Block) -> str:
+    """What tells a tool call sent again from another: its id (its position when it has none)."""
+    return block.id if block.id is not None else f"#{block.index}"
 
 
 def _open_text(blocks: list[Block]) -> bool:
