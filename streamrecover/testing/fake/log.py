@@ -7,7 +7,10 @@ says the fake is done with the request (answered, cut, or the client hung up).
 Tests read it to prove what the product paid for: a continuation must send the prefix as
 input and bill only new output, never the same text twice. An output token is one content
 delta carrying generated text (a text, thinking, tool-argument or refusal fragment); it is
-billed when the bytes of its event were written completely, as on the real APIs.
+billed when the bytes of its event were written completely, as on the real APIs. A
+Responses background response is the exception: it is billed as the model generates it, read
+or not, on the request that made it, whose entry goes on growing after ``finished`` until the
+response ends or is cancelled (``background``).
 """
 
 from __future__ import annotations
