@@ -28,17 +28,7 @@ from django.utils.translation import ngettext
 from . import dispatch
 from .engine.errors import InterruptCause
 from .engine.plan import PlanKind
-from .engine.sink import (
-    DISCARDED_PARTIAL_TOOL_USE,
-    DISCARDED_THINKING,
-    LLM_REQUEST_RETRY,
-    LLM_RUN_RESUMED,
-    LLM_STREAM_CONTINUATION_COMPLETED,
-    LLM_STREAM_CONTINUATION_EXHAUSTED,
-    LLM_STREAM_CONTINUATION_FAILED,
-    LLM_STREAM_CONTINUATION_STARTED,
-    LLM_STREAM_INTERRUPTED,
-)
+from .engine.sink import EVENT_NAMES, LLM_STREAM_INTERRUPTED
 from .models import (
     AnalyticsRollup,
     Attempt,
@@ -144,17 +134,6 @@ def _values_filter(title: Any, field: str, values: tuple[str, ...]) -> type[admi
 
 CAUSES = tuple(c.value for c in InterruptCause)
 PLANS = tuple(p.value for p in PlanKind)
-EVENT_NAMES = (
-    LLM_STREAM_INTERRUPTED,
-    LLM_STREAM_CONTINUATION_STARTED,
-    LLM_STREAM_CONTINUATION_COMPLETED,
-    LLM_STREAM_CONTINUATION_FAILED,
-    LLM_STREAM_CONTINUATION_EXHAUSTED,
-    DISCARDED_PARTIAL_TOOL_USE,
-    DISCARDED_THINKING,
-    LLM_REQUEST_RETRY,
-    LLM_RUN_RESUMED,
-)
 
 
 class _InterruptedWithFilter(admin.SimpleListFilter):

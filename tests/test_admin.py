@@ -200,6 +200,23 @@ def test_event_and_attempt_filters(superuser_client: Client, history: History) -
     assert len(response.context["cl"].result_list) == 2
 
 
+def test_the_event_name_filter_offers_every_event_the_engine_records(superuser_client: Client) -> None:
+    from streamrecover.engine import sink
+
+    recorded = {
+        value
+        for name, value in vars(sink).items()
+        if name.isupper() and isinstance(value, str) and value.startswith(("llm_", "discarded_"))
+    }
+    response = superuser_client.get(_url(RecoveryEvent, "changelist"))
+    (name_filter,) = [
+        spec for spec in response.context["cl"].filter_specs if getattr(spec, "parameter_name", "") == "name"
+    ]
+    offered = {value for value, _label in name_filter.lookup_choices}
+    assert {"llm_stream_failover", "llm_response_abandoned"} <= recorded
+    assert offered == recorded
+
+
 def test_search_by_run_id_and_provider_request_id(superuser_client: Client) -> None:
     run = make_run()
     make_attempt(run, provider_request_id="req_011CabcXYZ")

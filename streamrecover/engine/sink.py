@@ -28,6 +28,20 @@ LLM_REQUEST_RETRY: Final = "llm_request_retry"
 LLM_RUN_RESUMED: Final = "llm_run_resumed"
 LLM_STREAM_FAILOVER: Final = "llm_stream_failover"
 LLM_RESPONSE_ABANDONED: Final = "llm_response_abandoned"
+# every name above, in the order a run's story reads (the admin's filter offers them all)
+EVENT_NAMES: Final = (
+    LLM_STREAM_INTERRUPTED,
+    LLM_STREAM_CONTINUATION_STARTED,
+    LLM_STREAM_CONTINUATION_COMPLETED,
+    LLM_STREAM_CONTINUATION_FAILED,
+    LLM_STREAM_CONTINUATION_EXHAUSTED,
+    DISCARDED_PARTIAL_TOOL_USE,
+    DISCARDED_THINKING,
+    LLM_REQUEST_RETRY,
+    LLM_RUN_RESUMED,
+    LLM_STREAM_FAILOVER,
+    LLM_RESPONSE_ABANDONED,
+)
 
 
 # ---- event payloads: every event carries EventContext plus its own fields -----------------
