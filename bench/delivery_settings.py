@@ -5,6 +5,7 @@ channels_redis layer, for the per-token baseline), and the bench's probes when a
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from project.settings import *  # noqa: F403
@@ -47,3 +48,9 @@ if os.environ.get("BENCH_TRACEMALLOC"):
     from bench.counters import trace_memory
 
     trace_memory(os.environ["BENCH_TRACEMALLOC"])
+
+# BENCH_MEMPROBE=<file>: where a worker's memory per stream goes (bench.memprobe).
+if os.environ.get("BENCH_MEMPROBE") and "worker" in sys.argv:
+    from bench.memprobe import install as install_memprobe
+
+    install_memprobe(os.environ["BENCH_MEMPROBE"])
