@@ -50,7 +50,7 @@ from .recorder import RecorderSink
 from .settlements import RunSettlements
 from .toolresults import DjangoToolResultStore
 from .tools import TOOL_UNAVAILABLE, unavailable_tools_error
-from .watch import watch
+from .watch import watching
 
 log = structlog.get_logger("streamrecover")
 
@@ -225,37 +225,33 @@ async def _execute_claimed(
                 FanOutSink(RunStatusSink(str(run.pk), fence), *delivering, *extra_sinks, store=recorder),
                 fence,
             )
-            watcher = asyncio.ensure_future(watch(fence, cancel, running))  # heartbeat, cancel
             log.info(
                 "run_started", run_id=str(run.pk), provider=run.provider, model=run.model, resume=existing is not None
             )
             try:
-                ctx = RunContext(
-                    run_id=str(run.pk),
-                    adapter=adapter,
-                    config=engine,
-                    sink=sink,
-                    checkpoints=checkpoints,
-                    cancel=cancel,
-                    tool_results=DjangoToolResultStore(fence),
-                    seq=start_seq,
-                    attempts=consumed,
-                    turns=turns,
-                    settle=functools.partial(_settle, fence, recorder),
-                    provider_name=run.provider,
-                    failover=inputs.failover,
-                )
-                result = await run_agent(
-                    ctx, request, tools=tools, resume=existing is not None, one_turn=bool(proxied), refusal=refusal
-                )
+                with watching(fence, cancel, running):  # heartbeat, cancel
+                    ctx = RunContext(
+                        run_id=str(run.pk),
+                        adapter=adapter,
+                        config=engine,
+                        sink=sink,
+                        checkpoints=checkpoints,
+                        cancel=cancel,
+                        tool_results=DjangoToolResultStore(fence),
+                        seq=start_seq,
+                        attempts=consumed,
+                        turns=turns,
+                        settle=functools.partial(_settle, fence, recorder),
+                        provider_name=run.provider,
+                        failover=inputs.failover,
+                    )
+                    result = await run_agent(
+                        ctx, request, tools=tools, resume=existing is not None, one_turn=bool(proxied), refusal=refusal
+                    )
             except BaseException:
                 if fence.lost and channel is not None:
                     _abandon(channel)
                 raise
-            finally:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await watcher
     finally:
         with contextlib.suppress(Exception):
             await checkpoints.aclose()
