@@ -160,11 +160,7 @@ async def _unless_cancelled(ctx: RunContext, record: AttemptRecord, awaitable: A
 async def _cancelled_first(ctx: RunContext, work: asyncio.Future[Any]) -> bool:
     """Wait for ``work`` or the cancel token, whichever comes first. True when the token has
     fired: ``work`` is then cancelled and awaited (a stream it opened anyway is closed)."""
-    cancel_task = asyncio.ensure_future(ctx.cancel.wait())
-    try:
-        await asyncio.wait({work, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        cancel_task.cancel()
+    await asyncio.wait({work, ctx.cancel.stopped_future()}, return_when=asyncio.FIRST_COMPLETED)
     if not ctx.cancel.stopped:
         return False
     work.cancel()
@@ -180,11 +176,8 @@ async def _consume(
 ) -> None:
     """Feed the body through decoder, parser and translator, racing the cancel token."""
     stream_task = asyncio.ensure_future(_pump(ctx, opened, record, translator, http_request))
-    cancel_task = asyncio.ensure_future(ctx.cancel.wait())
-    try:
-        done, _ = await asyncio.wait({stream_task, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        cancel_task.cancel()
+    # the token's own future, not a task awaiting it: a task per attempt held for the stream
+    done, _ = await asyncio.wait({stream_task, ctx.cancel.stopped_future()}, return_when=asyncio.FIRST_COMPLETED)
     if stream_task not in done:
         stream_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

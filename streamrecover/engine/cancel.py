@@ -17,35 +17,46 @@ class StopKind(enum.StrEnum):
 
 
 class CancelToken:
-    """Set from any thread or task; awaited by the runner during streaming and backoff."""
+    """Set from any thread or task; awaited by the runner during streaming and backoff.
+
+    A stop resolves one future, which the runner races against its work directly
+    (``asyncio.wait`` takes it as it is): no task per wait, and no ``asyncio.Event``, whose
+    waiters' deque alone is 600 bytes of every active run."""
 
     def __init__(self) -> None:
         self._kind: StopKind | None = None
         self.reason: str = ""
-        self._event: asyncio.Event | None = None
+        self._stopped: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def bind(self) -> None:
-        """Attach to the running loop (the runner calls this)."""
-        self._loop = asyncio.get_running_loop()
-        self._event = asyncio.Event()
+        """Attach to the running loop (the runner calls this; again on the same loop is a no-op)."""
+        loop = asyncio.get_running_loop()
+        if self._stopped is not None and self._loop is loop:
+            return
+        self._loop = loop
+        self._stopped = loop.create_future()
         if self._kind is not None:
-            self._event.set()
+            self._stopped.set_result(None)
 
     def stop(self, kind: StopKind = StopKind.CANCEL, reason: str = "") -> None:
         if self._kind is not None:
             return
         self._kind = kind
         self.reason = reason or kind.value
-        if self._event is not None and self._loop is not None:
+        if self._stopped is not None and self._loop is not None:
             try:
                 running = asyncio.get_running_loop()
             except RuntimeError:
                 running = None
             if running is self._loop:
-                self._event.set()
+                self._resolve()
             else:
-                self._loop.call_soon_threadsafe(self._event.set)
+                self._loop.call_soon_threadsafe(self._resolve)
+
+    def _resolve(self) -> None:
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)
 
     def cancel(self, reason: str = "") -> None:
         self.stop(StopKind.CANCEL, reason)
@@ -64,21 +75,22 @@ class CancelToken:
     def stopped(self) -> bool:
         return self._kind is not None
 
+    def stopped_future(self) -> asyncio.Future[None]:
+        """Resolved when the token is stopped. Race it (``asyncio.wait``), never cancel it."""
+        if self._stopped is None:
+            self.bind()
+        assert self._stopped is not None
+        return self._stopped
+
     async def sleep(self, seconds: float) -> bool:
         """Sleep unless stopped first; True when the sleep was interrupted by a stop."""
         if self._kind is not None:
             return True
-        if self._event is None:
-            self.bind()
-        assert self._event is not None
         try:
-            await asyncio.wait_for(self._event.wait(), timeout=max(seconds, 0.0))
+            await asyncio.wait_for(asyncio.shield(self.stopped_future()), timeout=max(seconds, 0.0))
         except TimeoutError:
             return False
         return True
 
     async def wait(self) -> None:
-        if self._event is None:
-            self.bind()
-        assert self._event is not None
-        await self._event.wait()
+        await asyncio.shield(self.stopped_future())
