@@ -7,12 +7,13 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.db.models.signals import pre_delete
 
+from . import dispatch
 from .analytics import rollup
 from .conf import reload_app_settings
 from .live.publisher import announce_cancelled_in_queue
 from .models import Run
 from .runs import deferred
-from .runs.signals import run_cancelled_in_queue, run_requeued, run_settled
+from .runs.signals import run_cancel_awaits_worker, run_cancelled_in_queue, run_requeued, run_settled
 
 
 def fold_settled_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
@@ -33,6 +34,12 @@ def publish_cancelled_run(sender: Any, run_id: Any, error: dict[str, str], **kwa
     announce_cancelled_in_queue(str(run_id), error)
 
 
+def start_cancelled_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
+    """A queued run cancelled after it had started: the worker that claims it commits what its
+    checkpoint kept and ends it. Started again here, as the message that queued it may be gone."""
+    dispatch.enqueue_run(run_id)
+
+
 def unfold_deleted_run(sender: type[Run], instance: Run, **kwargs: Any) -> None:
     """A deleted run leaves the figures, as it leaves its rows (its events are still there now)."""
     rollup.unfold_run(instance.pk)  # the instance's flag may be stale: the database's counts
@@ -44,4 +51,5 @@ def connect() -> None:
     run_settled.connect(fold_settled_run, dispatch_uid="streamrecover_fold_settled_run")
     run_requeued.connect(unfold_requeued_run, dispatch_uid="streamrecover_unfold_requeued_run")
     run_cancelled_in_queue.connect(publish_cancelled_run, dispatch_uid="streamrecover_publish_cancelled_run")
+    run_cancel_awaits_worker.connect(start_cancelled_run, dispatch_uid="streamrecover_start_cancelled_run")
     pre_delete.connect(unfold_deleted_run, sender=Run, dispatch_uid="streamrecover_unfold_deleted_run")

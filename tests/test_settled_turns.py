@@ -23,6 +23,7 @@ from django.db import connections
 from django.utils import timezone
 from structlog.testing import capture_logs
 
+from streamrecover import dispatch
 from streamrecover.engine.sink import CollectingSink
 from streamrecover.models import Attempt, Message, Run, StreamCheckpoint, ToolCallResult
 from streamrecover.runs import execution, lifecycle
@@ -399,3 +400,66 @@ def test_a_worker_dying_before_a_cut_short_answer_is_stored_leaves_it_to_the_nex
         assert (final.error_kind, final.error_message) == ("cancel", "user pressed stop")
     assert asyncio.run(execution.checkpoint_store_from_settings().get(str(run.pk))) is None
     _release_orm_thread()
+
+
+class DiesWhenAnAttemptBreaks(CollectingSink):
+    """The client that watches the run, whose worker dies as its answer breaks (the text that
+    arrived is checkpointed first)."""
+
+    async def on_attempt(self, attempt: Any) -> None:
+        await super().on_attempt(attempt)
+        if attempt.outcome == "interrupted":
+            raise WorkerDied("killed as the interrupted attempt was recorded")
+
+
+def test_a_run_cancelled_while_queued_after_its_worker_died_commits_the_text_its_client_was_shown(monkeypatch):
+    """Its worker died mid-answer, the sweep put it back in the queue, and its user pressed stop
+    before a worker claimed it: the cancel ended the run there and then, without the text its
+    client had been shown (the sweep later deleted the checkpoint that held it). Now the run is
+    started again, already cancelled, and the worker that claims it commits that text."""
+    run = lifecycle.create_run(
+        prompt=STOPPED, model=MODELS["anthropic"], faults=["error:events=12,type=overloaded_error"]
+    )
+    watching = DiesWhenAnAttemptBreaks()
+    with pytest.raises(WorkerDied):
+        asyncio.run(execution.execute_run(str(run.pk), extra_sinks=[watching]))
+    _release_orm_thread()
+    view = ClientView(_thread(run)).apply_all(watching.frames)
+    shown = view.reconstructed()
+    assert [b["type"] for b in shown] == ["text"]
+    assert shown[0]["text"].strip()  # the client was shown text
+    _put_back(run, Run.Status.QUEUED)  # the sweep
+
+    started: list[str] = []
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda run_id: started.append(str(run_id)))
+    assert lifecycle.request_cancel(run.pk, "user pressed stop")
+    assert started == [str(run.pk)]  # handed to a worker, already cancelled
+    assert not Run.objects.get(pk=run.pk).is_terminal
+
+    calls = _provider_calls()
+    again = CollectingSink()
+    result = asyncio.run(execution.execute_run(str(run.pk), worker="next:2", extra_sinks=[again]))
+    _release_orm_thread()
+
+    assert result is not None
+    assert result.status == Run.Status.CANCELLED
+    assert _provider_calls() == calls  # neither continued nor asked for again
+    stored = _thread(run)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[1]["content"] == shown  # exactly the text the client was shown
+    view.apply_all(again.frames)
+    assert view.turns == [(shown, shown)]
+    final = Run.objects.get(pk=run.pk)
+    assert (final.status, final.error_kind, final.error_message) == ("cancelled", "cancel", "user pressed stop")
+    assert asyncio.run(execution.checkpoint_store_from_settings().get(str(run.pk))) is None
+    _release_orm_thread()
+
+
+def test_a_queued_run_that_never_started_is_still_cancelled_at_once(monkeypatch):
+    run = lifecycle.create_run(prompt=STOPPED, model=MODELS["anthropic"])
+    started: list[str] = []
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda run_id: started.append(str(run_id)))
+    assert lifecycle.request_cancel(run.pk, "user pressed stop")
+    assert started == []
+    final = Run.objects.get(pk=run.pk)
+    assert (final.status, final.error_kind, final.error_message) == ("cancelled", "cancel", "user pressed stop")

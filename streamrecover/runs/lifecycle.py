@@ -36,7 +36,7 @@ from .cancels import CANCELLED_BY_USER, cancel_error
 from .checkpoints import sweep_settled_checkpoints
 from .fence import Fence
 from .recorder import write_messages
-from .signals import run_cancelled_in_queue, run_requeued, run_settled
+from .signals import run_cancel_awaits_worker, run_cancelled_in_queue, run_requeued, run_settled
 
 log = structlog.get_logger("streamrecover")
 
@@ -336,6 +336,12 @@ def _cancel_error_on(run: Run) -> dict[str, str]:
     return error
 
 
+def _cancel_awaits_worker_on_commit(run: Run) -> None:
+    """Tell ``run_cancel_awaits_worker``'s receivers (which start the run) once the transaction commits."""
+    run_id = run.pk
+    transaction.on_commit(lambda: run_cancel_awaits_worker.send(sender=Run, run_id=run_id))
+
+
 def _cancelled_in_queue_on_commit(run: Run, error: dict[str, str]) -> None:
     """Tell ``run_cancelled_in_queue``'s receivers (the run's sockets) once the transaction
     commits, with the error its ``run_status`` frame carries."""
@@ -347,14 +353,22 @@ def _cancelled_in_queue_on_commit(run: Run, error: dict[str, str]) -> None:
 
 
 def request_cancel(run_id: str | uuid.UUID, reason: str = CANCELLED_BY_USER) -> bool:
-    """Ask a run to stop. A queued run is cancelled at once; a running one within a tick."""
+    """Ask a run to stop. A queued run that never started is cancelled at once; a running one
+    within a tick; a queued one that had started (its worker died) by the worker that claims it
+    next, which commits the text its checkpoint kept (it is started again for that)."""
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.is_terminal:
             return False
         run.cancel_requested = True
         run.cancel_reason = reason[:200]
-        if run.status == Run.Status.QUEUED:
+        if run.status == Run.Status.QUEUED and run.started_at is not None:
+            # Its checkpoint may hold text its client was shown, which only a worker commits
+            # (``engine.turn``): ended here, that text was lost. It stays queued, cancelled from
+            # the start of its next claim (``_claim_locked``), and is started again once this
+            # commits: the message that queued it may be gone (a second one finds it claimed).
+            _cancel_awaits_worker_on_commit(run)
+        elif run.status == Run.Status.QUEUED:
             # Decided under the run's lock: a claim now finds it cancelled, so no worker will
             # publish its end to the run's sockets; run_cancelled_in_queue's receiver does.
             run.status = Run.Status.CANCELLED

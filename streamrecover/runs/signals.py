@@ -4,7 +4,9 @@
 ``run_requeued`` inside the transaction that puts a finished run back in the queue, before
 its state changes; ``run_cancelled_in_queue`` once the transaction that cancelled a run no
 worker held has committed (no worker will publish its end: the receiver does), with the
-``error`` its end carries. All carry ``run_id``. ``streamrecover.receivers`` connects them.
+``error`` its end carries; ``run_cancel_awaits_worker`` once the transaction that asked a queued
+run that had started to stop has committed (a worker must end it: the receiver starts it). All
+carry ``run_id``. ``streamrecover.receivers`` connects them.
 """
 
 from __future__ import annotations
@@ -14,3 +16,4 @@ from django.dispatch import Signal
 run_settled = Signal()
 run_requeued = Signal()
 run_cancelled_in_queue = Signal()
+run_cancel_awaits_worker = Signal()
