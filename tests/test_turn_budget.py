@@ -16,7 +16,7 @@ from streamrecover.engine.contract import ModelRequest
 from streamrecover.engine.sink import AttemptOutcome, AttemptRecord, CollectingSink
 from streamrecover.providers.registry import get_adapter
 
-from .harness import FAST, provider, run, user, with_config
+from .harness import FAST, events_until, provider, run, user, with_config
 
 STORY = "A story [[words=60]]"
 LONG = "A story [[words=3000]]"
@@ -208,6 +208,73 @@ async def test_a_resumed_turn_still_counts_the_answer_it_dropped_against_max_tok
 def test_a_checkpoint_from_before_reads_as_having_dropped_nothing():
     older = {"run_id": "r", "turn": 0, "history_len": 1, "blocks": [{"type": "text", "text": "It"}], "seq": 3}
     checkpoint = Checkpoint.from_json(json.dumps(older))
-    assert (checkpoint.dropped_output, checkpoint.ending) == (0, None)
+    assert (checkpoint.dropped_output, checkpoint.ending, checkpoint.output_used) == (0, None, None)
     with pytest.raises(UnreadableCheckpoint):
         Checkpoint.from_dict({**older, "dropped_output": "12"})
+    with pytest.raises(UnreadableCheckpoint):
+        Checkpoint.from_dict({**older, "output_used": "12"})
+
+
+async def test_a_resumed_turn_counts_the_thinking_its_checkpoint_did_not_hold_against_max_tokens(fake_server):
+    # The answer breaks inside its thinking and the worker dies there: the checkpoint written at
+    # the break (before the attempt's output is counted, as one written while it streams) held
+    # nothing, unfinished thinking being never kept, and said nothing of the thinking that was
+    # billed. The next worker started the answer over asking for the whole max_tokens again, and
+    # the turn was billed past it.
+    scenario, run_id = uuid.uuid4().hex, uuid.uuid4().hex
+    fake_server.set_faults(scenario, ["cut:events=12"])
+    store = InMemoryCheckpointStore()
+    request = ModelRequest(model=THINKING_MODEL, messages=[user(LONG)], max_tokens=1500, thinking_budget=1024)
+
+    def context(sink: CollectingSink) -> RunContext:
+        adapter = get_adapter(provider(fake_server, scenario))
+        return RunContext(run_id=run_id, adapter=adapter, config=FAST, sink=sink, checkpoints=store)
+
+    with pytest.raises(WorkerDied):
+        await run_agent(context(DiesAt(0, AttemptOutcome.INTERRUPTED)), request)
+    checkpoint = await store.get(run_id)
+    assert checkpoint is not None
+    assert checkpoint.blocks == []  # the thinking it had was unfinished
+    (first,) = fake_server.log_for(scenario)
+    assert first.billed_output_tokens > 0
+
+    sink = CollectingSink()
+    result = await run_agent(context(sink), request, resume=True)
+    assert result.status == "completed", result.error
+    assert [a.kind for a in sink.attempts] == ["restart"]
+    assert _asked_of(sink, "max_tokens")[0] <= 1500 - first.billed_output_tokens
+    assert sum(e.billed_output_tokens for e in fake_server.log_for(scenario)) <= 1500
+
+
+async def test_a_resumed_turn_asks_for_no_more_than_an_unbroken_worker_would(fake_server):
+    # Kept blocks (signed thinking, text), and a continuation's own thinking, which is dropped
+    # (it came after the kept text): the worker dies as that continuation breaks too. The
+    # checkpoint held the kept blocks only, and the next worker counted only them, forgetting the
+    # dropped thinking that was billed: it asked for more of max_tokens than the worker that did
+    # not die went on to ask for.
+    request = ModelRequest(model=THINKING_MODEL, messages=[user(LONG)], max_tokens=4000, thinking_budget=1024)
+    thinking_end = await events_until(
+        fake_server, await run(fake_server, LONG, model=THINKING_MODEL, thinking_budget=1024), "thinking"
+    )
+    faults = [f"cut:events={thinking_end + 8}"] * 2
+    unbroken = await run(fake_server, LONG, model=THINKING_MODEL, thinking_budget=1024, max_tokens=4000, faults=faults)
+    assert [a.kind for a in unbroken.sink.attempts] == ["initial", "continuation", "continuation"]
+    assert [e.fields["reason"] for e in unbroken.sink.events if e.name == "discarded_thinking"] == [
+        "thinking_after_text"
+    ] * 2
+
+    scenario, run_id = uuid.uuid4().hex, uuid.uuid4().hex
+    fake_server.set_faults(scenario, faults)
+    store = InMemoryCheckpointStore()
+
+    def context(sink: CollectingSink) -> RunContext:
+        adapter = get_adapter(provider(fake_server, scenario))
+        return RunContext(run_id=run_id, adapter=adapter, config=FAST, sink=sink, checkpoints=store)
+
+    with pytest.raises(WorkerDied):
+        await run_agent(context(DiesAt(1, AttemptOutcome.INTERRUPTED)), request)
+    sink = CollectingSink()
+    result = await run_agent(context(sink), request, resume=True)
+    assert result.status == "completed", result.error
+    assert [a.kind for a in sink.attempts] == ["resume"]
+    assert _asked_of(sink, "max_tokens")[0] <= _asked(unbroken, "max_tokens")[2]

@@ -62,6 +62,11 @@ class Checkpoint:
     # output tokens of answers the turn dropped to start over: billed, so a resumed turn's
     # max_tokens still counts them (0 in a checkpoint from before this field)
     dropped_output: int = 0
+    # output tokens the answer ``blocks`` belong to cost since it last started over, an upper
+    # bound: what the blocks hold and what they do not (thinking cut off, a tool call half
+    # received, the output of the attempt streaming then); a resume counts what its blocks do not
+    # hold as dropped (None in a checkpoint from before this field: its blocks are all it counts)
+    output_used: int | None = None
     # set once the turn ended before its answer did: ``{"status", "error"}`` (cancelled, failed,
     # exhausted), ``blocks`` then what it commits (the text its client was shown); a resume
     # ends the turn so, asking the provider nothing
@@ -87,6 +92,9 @@ class Checkpoint:
             value = getattr(checkpoint, name)
             if not isinstance(value, types) or isinstance(value, bool):
                 raise UnreadableCheckpoint(f"checkpoint field {name!r} is a {type(value).__name__}")
+        used = checkpoint.output_used
+        if used is not None and (not isinstance(used, int) or isinstance(used, bool)):
+            raise UnreadableCheckpoint(f"checkpoint field 'output_used' is a {type(used).__name__}")
         ending = checkpoint.ending
         if ending is not None and not (isinstance(ending, dict) and isinstance(ending.get("status"), str)):
             raise UnreadableCheckpoint("checkpoint field 'ending' is not an ending")

@@ -114,6 +114,7 @@ class TurnRunner:
         # last started over; ``base_input`` the provider's count of the turn's request, no prefix.
         self.output_used = 0
         self.dropped_output = 0
+        self.counted: AttemptRecord | None = None  # the attempt whose output ``output_used`` holds last
         self.received_bytes = 0
         self.base_input: int | None = None
         self.joins: list[ev.JoinRecord] = []  # how each continuation joined the kept text
@@ -258,6 +259,7 @@ class TurnRunner:
 
     async def _on_interrupted(self, interrupted: StreamInterrupted) -> TurnResult | None:
         self.output_used += self._attempt_output()
+        self.counted = self._current_attempt
         self.received_bytes += self.translator.received_bytes
         snapshot = self.acc.snapshot()
         # a response that sent an error has failed: re-attaching would replay the error
@@ -683,6 +685,13 @@ class TurnRunner:
         measured = max(0, counted - self.base_input) + max(0, self.received_bytes - sent)
         self.output_used = min(self.output_used, measured)
 
+    def _answer_output(self) -> int:
+        """``output_used`` with the output of the attempt streaming now, counted only once it
+        breaks: what the answer cost so far, kept or not (a checkpoint's ``output_used``)."""
+        attempt = self._current_attempt
+        streaming = attempt is not None and attempt is not self.counted
+        return self.output_used + (self._attempt_output() if streaming else 0)
+
     def _used(self) -> int:
         """Output tokens the turn was billed so far (an upper bound), kept or dropped."""
         return self.dropped_output + self.output_used
@@ -776,6 +785,7 @@ class TurnRunner:
             # the response went on generating while no worker read it: re-attach where the
             # checkpoint's blocks end (a failure falls back to continuing from them)
             self._set_native(recovery.keep, native)
+            self.output_used = checkpoint.output_used or 0
             return None
         # the checkpoint does not say what the kept blocks cost: their bytes over-count it, the
         # provider's count (where it has one) tells it
@@ -788,11 +798,17 @@ class TurnRunner:
             return result
         if recovery.continues:
             await self._measure(recovery)
-            if self._spent():
-                self.acc.restore(recovery.keep)
-                result = await self._finish_with(recovery.keep, "max_tokens")
-                result.recovered = True
-                return result
+        if checkpoint.output_used is not None:
+            # What the answer cost beyond what the kept blocks hold (thinking cut off, a tool call
+            # half received) was billed all the same: dropped, still counted against max_tokens.
+            self.dropped_output += max(0, checkpoint.output_used - self.output_used)
+        if self._spent():
+            # as at a break: the answer ends at its budget with what it keeps (a restart: nothing)
+            keep = recovery.keep if recovery.continues else []
+            self.acc.restore(keep)
+            result = await self._finish_with(keep, "max_tokens")
+            result.recovered = True
+            return result
         self._set_prefix(recovery)
         if self.prefix:
             self.attempt_kind = "resume"
@@ -982,6 +998,7 @@ class TurnRunner:
         else:
             keep = native_plan(self.acc.snapshot()).keep if point is not None else plan(self.acc.snapshot()).keep
         in_flight = self.translator.in_flight_tool if not ended else None
+        used = self._answer_output()
         checkpoint = Checkpoint(
             run_id=self.ctx.run_id,
             turn=self.turn,
@@ -995,7 +1012,8 @@ class TurnRunner:
             stop_reason=stop_reason,
             discarded_tools=list(self.discarded_tools),
             # with nothing kept a resume starts the answer over: what it cost so far is dropped too
-            dropped_output=self.dropped_output + (0 if keep else self.output_used),
+            dropped_output=self.dropped_output + (0 if keep else used),
+            output_used=used if keep else 0,
             ending=ending,
         )
         await self.writer.write(checkpoint)
