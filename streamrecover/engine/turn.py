@@ -749,7 +749,9 @@ class TurnRunner:
         native = self._checkpoint_point(checkpoint)
         if native is not None and blocks and (checkpoint.native or {}).get("open_text") is True:
             blocks[-1].closed = False  # the re-attached stream goes on inside it
-        recovery = native_plan(Snapshot(tuple(blocks))) if native is not None else plan(Snapshot(tuple(blocks)))
+        # as at a break: a structured answer is not continued, it starts over (``_ordinary_plan``)
+        snapshot = Snapshot(tuple(blocks))
+        recovery = native_plan(snapshot) if native is not None else self._ordinary_plan(snapshot)
         await self._emit(
             ev.LLM_RUN_RESUMED,
             plan=recovery.kind.value,
@@ -787,9 +789,12 @@ class TurnRunner:
             self._set_native(recovery.keep, native)
             self.output_used = checkpoint.output_used or 0
             return None
-        # the checkpoint does not say what the kept blocks cost: their bytes over-count it, the
-        # provider's count (where it has one) tells it
-        self.received_bytes = sum(len(b.text.encode()) + len(b.arguments.encode()) for b in recovery.keep)
+        if recovery.kind is PlanKind.WHOLE_RESTART and blocks:
+            # the answer starts over, as at a break: the client drops what it was just shown
+            await self.ctx.frame(FrameKind.STREAM_RESET, reason="whole_restart")
+        # the checkpoint does not say what its blocks cost: their bytes over-count it, the
+        # provider's count (where it has one) tells it (a restart drops it: ``_set_prefix``)
+        self.received_bytes = sum(len(b.text.encode()) + len(b.arguments.encode()) for b in blocks)
         self.output_used = self.received_bytes
         if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
             self.acc.restore(recovery.keep)
@@ -995,8 +1000,12 @@ class TurnRunner:
         point = self._resume_point() if not ended else None
         if blocks is not None:
             keep = blocks
+        elif point is not None:
+            keep = native_plan(self.acc.snapshot()).keep
         else:
-            keep = native_plan(self.acc.snapshot()).keep if point is not None else plan(self.acc.snapshot()).keep
+            # what the client holds: while a plan waits for its continuation, what that plan kept
+            # (nothing when the answer starts over, as a structured one does), else the plan's keep
+            keep = self.held if self.held is not None else plan(self.acc.snapshot()).keep
         in_flight = self.translator.in_flight_tool if not ended else None
         used = self._answer_output()
         checkpoint = Checkpoint(
