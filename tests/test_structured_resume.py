@@ -46,10 +46,9 @@ class DiesAt(CollectingSink):
 async def test_a_resumed_structured_answer_starts_over_instead_of_being_continued(fake_server, index, outcome):
     # The answer breaks mid-JSON; the worker dies as the break is recorded (the checkpoint holds
     # the text the client was shown) or as the answer starts over (the client was told to drop
-    # that text). The next worker continued the partial JSON from the checkpoint's text, which an
-    # unbroken worker never does: the provider answered a continue message with a second JSON
-    # document after the first one's half, and the client's view and the committed answer were
-    # neither a whole answer nor the one an unbroken worker commits.
+    # that text). The next worker continued the partial JSON from the checkpoint's text (a continue
+    # message after half a document), which an unbroken worker never does for a structured answer:
+    # it starts over, and commits the whole answer the client then shows.
     reference = await run(fake_server, STORY, wire="openai", model=MODEL, structured=True)
     scenario, run_id = uuid.uuid4().hex, uuid.uuid4().hex
     fake_server.set_faults(scenario, ["cut:bytes=1200"])
