@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 import pytest
 
@@ -208,7 +209,12 @@ async def test_a_resumed_turn_still_counts_the_answer_it_dropped_against_max_tok
 def test_a_checkpoint_from_before_reads_as_having_dropped_nothing():
     older = {"run_id": "r", "turn": 0, "history_len": 1, "blocks": [{"type": "text", "text": "It"}], "seq": 3}
     checkpoint = Checkpoint.from_json(json.dumps(older))
-    assert (checkpoint.dropped_output, checkpoint.ending, checkpoint.output_used) == (0, None, None)
+    assert (checkpoint.dropped_output, checkpoint.ending, checkpoint.output_used, checkpoint.received_bytes) == (
+        0,
+        None,
+        None,
+        0,
+    )
     with pytest.raises(UnreadableCheckpoint):
         Checkpoint.from_dict({**older, "dropped_output": "12"})
     with pytest.raises(UnreadableCheckpoint):
@@ -278,3 +284,45 @@ async def test_a_resumed_turn_asks_for_no_more_than_an_unbroken_worker_would(fak
     assert result.status == "completed", result.error
     assert [a.kind for a in sink.attempts] == ["resume"]
     assert _asked_of(sink, "max_tokens")[0] <= _asked(unbroken, "max_tokens")[2]
+
+
+class DiesAtText(CollectingSink):
+    """The worker dies as the ``count``th text delta reaches its client."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+    async def on_frame(self, frame: Any) -> None:
+        await super().on_frame(frame)
+        if frame["type"] == "text_delta":
+            self.count -= 1
+            if not self.count:
+                raise WorkerDied("killed mid-answer")
+
+
+async def test_a_resumed_answer_is_not_counted_twice(fake_server):
+    # The worker dies mid-answer, its checkpoint holding most of what it had received: the next
+    # worker counts that as the worker that wrote it would (the provider's count of the kept text),
+    # not that count and the bytes' bound of the same text, which would end the answer short.
+    prompt = "A story [[words=300]]"
+    reference = await run(fake_server, prompt, max_tokens=1000)
+    assert reference.result.messages[-1]["content"]
+    scenario, run_id = uuid.uuid4().hex, uuid.uuid4().hex
+    store = InMemoryCheckpointStore()
+    request = ModelRequest(model="claude-3-7-sonnet", messages=[user(prompt)], max_tokens=1000)
+
+    def context(sink: CollectingSink) -> RunContext:
+        adapter = get_adapter(provider(fake_server, scenario))
+        config = with_config(checkpoint_every_deltas=8)
+        return RunContext(run_id=run_id, adapter=adapter, config=config, sink=sink, checkpoints=store)
+
+    with pytest.raises(WorkerDied):
+        await run_agent(context(DiesAtText(200)), request)
+    checkpoint = await store.get(run_id)
+    assert checkpoint is not None
+    assert checkpoint.blocks  # most of the answer
+
+    result = await run_agent(context(CollectingSink()), request, resume=True)
+    assert result.status == "completed", result.error
+    assert result.new_messages == reference.result.new_messages

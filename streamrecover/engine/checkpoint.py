@@ -36,6 +36,7 @@ _CHECKED_TYPES: dict[str, type | tuple[type, ...]] = {
     "seq": int,
     "updated_at": (int, float),
     "dropped_output": int,
+    "received_bytes": int,
 }
 
 
@@ -62,11 +63,13 @@ class Checkpoint:
     # output tokens of answers the turn dropped to start over: billed, so a resumed turn's
     # max_tokens still counts them (0 in a checkpoint from before this field)
     dropped_output: int = 0
-    # output tokens the answer ``blocks`` belong to cost since it last started over, an upper
-    # bound: what the blocks hold and what they do not (thinking cut off, a tool call half
-    # received, the output of the attempt streaming then); a resume counts what its blocks do not
-    # hold as dropped (None in a checkpoint from before this field: its blocks are all it counts)
+    # output tokens the answer ``blocks`` belong to cost since it last started over (an upper
+    # bound), and the bytes of output received for it: what the blocks hold and what they do not
+    # (thinking cut off, a tool call half received), the attempt streaming then included. A
+    # resume counts them as the worker that wrote them would have; None in a checkpoint from
+    # before these fields: its blocks are all it counts.
     output_used: int | None = None
+    received_bytes: int = 0
     # set once the turn ended before its answer did: ``{"status", "error"}`` (cancelled, failed,
     # exhausted), ``blocks`` then what it commits (the text its client was shown); a resume
     # ends the turn so, asking the provider nothing

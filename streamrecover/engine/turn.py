@@ -685,12 +685,13 @@ class TurnRunner:
         measured = max(0, counted - self.base_input) + max(0, self.received_bytes - sent)
         self.output_used = min(self.output_used, measured)
 
-    def _answer_output(self) -> int:
-        """``output_used`` with the output of the attempt streaming now, counted only once it
-        breaks: what the answer cost so far, kept or not (a checkpoint's ``output_used``)."""
+    def _answer_output(self) -> tuple[int, int]:
+        """``output_used`` and ``received_bytes`` with the output of the attempt streaming now,
+        counted only once it breaks: what the answer cost and received so far, kept or not."""
         attempt = self._current_attempt
-        streaming = attempt is not None and attempt is not self.counted
-        return self.output_used + (self._attempt_output() if streaming else 0)
+        if attempt is None or attempt is self.counted:
+            return self.output_used, self.received_bytes
+        return self.output_used + self._attempt_output(), self.received_bytes + self.translator.received_bytes
 
     def _used(self) -> int:
         """Output tokens the turn was billed so far (an upper bound), kept or dropped."""
@@ -787,15 +788,22 @@ class TurnRunner:
             # the response went on generating while no worker read it: re-attach where the
             # checkpoint's blocks end (a failure falls back to continuing from them)
             self._set_native(recovery.keep, native)
-            self.output_used = checkpoint.output_used or 0
+            self.output_used, self.received_bytes = checkpoint.output_used or 0, checkpoint.received_bytes
             return None
         if recovery.kind is PlanKind.WHOLE_RESTART and blocks:
             # the answer starts over, as at a break: the client drops what it was just shown
             await self.ctx.frame(FrameKind.STREAM_RESET, reason="whole_restart")
-        # the checkpoint does not say what its blocks cost: their bytes over-count it, the
-        # provider's count (where it has one) tells it (a restart drops it: ``_set_prefix``)
-        self.received_bytes = sum(len(b.text.encode()) + len(b.arguments.encode()) for b in blocks)
-        self.output_used = self.received_bytes
+        if checkpoint.output_used is None:
+            # a checkpoint from before does not say what its blocks cost: their bytes over-count
+            # it, the provider's count (where it has one) tells it
+            self.received_bytes = sum(len(b.text.encode()) + len(b.arguments.encode()) for b in blocks)
+            self.output_used = self.received_bytes
+        else:
+            # What the answer cost and received, what its blocks do not hold included (thinking
+            # cut off, a tool call half received: billed all the same), counted as the worker that
+            # wrote it would have: ``_measure`` counts every received byte not in the prefix. A
+            # restart drops it all (``_set_prefix``).
+            self.output_used, self.received_bytes = checkpoint.output_used, checkpoint.received_bytes
         if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
             self.acc.restore(recovery.keep)
             result = await self._finish_with(recovery.keep, "tool_use")
@@ -803,10 +811,6 @@ class TurnRunner:
             return result
         if recovery.continues:
             await self._measure(recovery)
-        if checkpoint.output_used is not None:
-            # What the answer cost beyond what the kept blocks hold (thinking cut off, a tool call
-            # half received) was billed all the same: dropped, still counted against max_tokens.
-            self.dropped_output += max(0, checkpoint.output_used - self.output_used)
         if self._spent():
             # as at a break: the answer ends at its budget with what it keeps (a restart: nothing)
             keep = recovery.keep if recovery.continues else []
@@ -1007,7 +1011,7 @@ class TurnRunner:
             # (nothing when the answer starts over, as a structured one does), else the plan's keep
             keep = self.held if self.held is not None else plan(self.acc.snapshot()).keep
         in_flight = self.translator.in_flight_tool if not ended else None
-        used = self._answer_output()
+        used, received = self._answer_output()
         checkpoint = Checkpoint(
             run_id=self.ctx.run_id,
             turn=self.turn,
@@ -1023,6 +1027,7 @@ class TurnRunner:
             # with nothing kept a resume starts the answer over: what it cost so far is dropped too
             dropped_output=self.dropped_output + (0 if keep else used),
             output_used=used if keep else 0,
+            received_bytes=received if keep else 0,
             ending=ending,
         )
         await self.writer.write(checkpoint)
