@@ -83,10 +83,12 @@ async def run(
     transport: HttpxTransport | None = None,
     extra: dict[str, Any] | None = None,
     failover: tuple[str, str] | None = None,
+    scenario: str | None = None,
 ) -> Outcome:
     """One run against the fake; ``failover`` is the (wire, model) a turn goes on with when its
-    provider gives up mid-answer (the same fake, the same scenario)."""
-    scenario = uuid.uuid4().hex
+    provider gives up mid-answer (the same fake, the same scenario). ``scenario``: the fake's
+    scenario to run in (a new one when None), e.g. one holding a background response already."""
+    scenario = scenario or uuid.uuid4().hex
     server.set_faults(scenario, list(faults))
     if recording is not None:
         server.set_recording(scenario, recording)
