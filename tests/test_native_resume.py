@@ -5,7 +5,9 @@ gone the break is continued the ordinary way."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import uuid
 
 import pytest
 
@@ -32,6 +34,18 @@ async def once(server, prompt, faults=(), **kw):
         provider_kw=NATIVE,
         **kw,
     )
+
+
+def requests(outcome) -> list[tuple[str, str | None]]:
+    """The requests the provider saw, in order, but for a cancel of an abandoned response: it runs
+    beside the recovery (the next request does not wait for it), so it comes last here."""
+    seen = [(e.method, e.understood_as) for e in outcome.log]
+    return [r for r in seen if r[1] != "cancel"] + [r for r in seen if r[1] == "cancel"]
+
+
+def entry(outcome, understood_as):
+    (found,) = [e for e in outcome.log if e.understood_as == understood_as]
+    return found
 
 
 def billed_tokens(outcome) -> int:
@@ -110,13 +124,13 @@ async def test_a_spent_budget_fails_over_to_a_continuation_not_a_reattach(fake_s
     outcome = await fail_over(fake_server, TEXT, ["cut:events=12", "cut:events=6"])
     assert_invariants(outcome, reference)  # completed, streamed == stored == the reference, byte for byte
     assert [a.kind for a in outcome.sink.attempts] == ["initial", "native_resume", "continuation"]
-    assert [(e.method, e.understood_as) for e in outcome.log] == [
+    assert requests(outcome) == [
         ("POST", "fresh"),
         ("GET", "resume"),
-        ("POST", "cancel"),  # the response left behind (here it had ended: nothing to stop)
         ("POST", "continue_message"),
+        ("POST", "cancel"),  # the response left behind (here it had ended: nothing to stop)
     ]
-    assert outcome.log[3].path == "/v1/chat/completions"
+    assert entry(outcome, "continue_message").path == "/v1/chat/completions"
     (failover,) = outcome.events("llm_stream_failover")
     assert (failover["reason"], failover["from_provider"], failover["to_provider"], failover["plan"]) == (
         "exhausted",
@@ -135,7 +149,7 @@ async def test_a_spent_budget_fails_over_to_a_continuation_not_a_reattach(fake_s
     kept = started[-1]["committed"]["text_chars"]
     assert 0 < kept < len(text)
     assert outcome.log[1].billed_output_tokens == 0
-    assert outcome.log[3].billed_text == text[kept:]
+    assert entry(outcome, "continue_message").billed_text == text[kept:]
 
 
 async def test_a_structured_answer_fails_over_as_a_restart(fake_server):
@@ -144,7 +158,7 @@ async def test_a_structured_answer_fails_over_as_a_restart(fake_server):
     outcome = await fail_over(fake_server, TEXT, ["cut:events=12", "cut:events=6"], structured=True)
     assert_invariants(outcome, reference)
     assert [a.kind for a in outcome.sink.attempts] == ["initial", "native_resume", "restart"]
-    assert [e.understood_as for e in outcome.log][2:] == ["cancel", "fresh"]
+    assert [r[1] for r in requests(outcome)][2:] == ["fresh", "cancel"]
     assert outcome.events("llm_stream_continuation_started")[-1]["plan"] == "whole_restart"
     assert len(outcome.frames("stream_reset")) == 1
 
@@ -233,13 +247,13 @@ async def test_a_failover_cancels_the_response_left_behind(fake_server, paced_se
     started = time.monotonic()
     outcome = await fail_over(paced_server, STORY, ["cut:events=12", "cut:events=6"])
     assert_invariants(outcome, reference)
-    assert [(e.method, e.understood_as) for e in outcome.log] == [
+    assert requests(outcome) == [
         ("POST", "fresh"),
         ("GET", "resume"),
-        ("POST", "cancel"),
         ("POST", "continue_message"),
+        ("POST", "cancel"),
     ]
-    stop = outcome.log[2]
+    stop = entry(outcome, "cancel")
     assert (stop.status, stop.billed_output_tokens) == (200, 0)
     assert stop.path == outcome.log[1].path + "/cancel"  # the response re-attached to
     (abandoned,) = outcome.events("llm_response_abandoned")
@@ -265,11 +279,11 @@ async def test_a_failed_reattach_cancels_the_response(fake_server):
     outcome = await once(fake_server, TEXT, ["cut:events=12", "status:400"])
     assert outcome.status == "completed", outcome.result.error
     assert [a.kind for a in outcome.sink.attempts] == ["initial", "native_resume", "continuation"]
-    assert [(e.method, e.understood_as) for e in outcome.log] == [
+    assert requests(outcome) == [
         ("POST", "fresh"),
         ("GET", None),
-        ("POST", "cancel"),
         ("POST", "continue_message"),
+        ("POST", "cancel"),
     ]
     (abandoned,) = outcome.events("llm_response_abandoned")
     # this fake writes a response at once: it had ended, and is answered as it is, billed whole
@@ -314,3 +328,141 @@ async def test_a_cut_call_not_sent_again_before_a_failover_is_reported_once(fake
     notices = [b for b in outcome.result.messages[2]["content"] if b["type"] == "text"]
     assert len(notices) == 1
     assert "was not executed" in notices[0]["text"]
+
+
+async def test_an_exhausted_turn_cancels_the_response_it_leaves(fake_server, paced_server):
+    """No continuation is left, and no fallback: the turn ends exhausted with the text shown,
+    and the response broken off, which nobody will read, is cancelled (billed up to the cancel)."""
+    reference = await once(fake_server, STORY)
+    whole = reference.log[0].billed_output_tokens
+    events = event_count(fake_server, reference)
+    started = time.monotonic()
+    outcome = await once(paced_server, STORY, ["cut:events=12"], config=with_config(max_continuations=0))
+    assert outcome.status == "exhausted"
+    assert requests(outcome) == [("POST", "fresh"), ("POST", "cancel")]
+    stop = entry(outcome, "cancel")
+    assert stop.status == 200
+    (abandoned,) = outcome.events("llm_response_abandoned")
+    assert stop.path.endswith(f"/{abandoned['response_id']}/cancel")
+    assert (abandoned["reason"], abandoned["cancelled"], abandoned["response_status"], abandoned["error"]) == (
+        "exhausted",
+        True,
+        "cancelled",
+        None,
+    )
+    # By now the model would have written the whole answer: the cancelled one's billing stopped.
+    await asyncio.sleep(max(0.0, started + (events + 10) * PACE - time.monotonic()))
+    assert entry(outcome, "fresh").billed_output_tokens < whole
+
+
+async def background_response(server, reference, scenario: str, events: int) -> tuple[str, int, str]:
+    """What a first worker had read of a background response when it died: the response is
+    made (in ``scenario``, as the reference run's request) and read for ``events`` events. Its
+    id, the sequence number of the last event read, and the text read."""
+    import httpx
+
+    request = reference.sink.attempts[0].request
+    headers = {k: v for k, v in request["headers"].items() if v != "[redacted]"}
+    headers["authorization"] = "Bearer k"
+    headers["x-fake-scenario"] = scenario
+    read: list = []
+    url = f"{server.base_url}/v1/responses"
+    decoder = SSEDecoder()
+    async with httpx.AsyncClient() as client, client.stream("POST", url, json=request["json"], headers=headers) as r:
+        async for chunk in r.aiter_bytes():
+            read.extend(decoder.feed(chunk))
+            if len(read) >= events:
+                break
+    payloads = [json.loads(e.data) for e in read[:events]]
+    response_id = next(p["response"]["id"] for p in payloads if "response" in p)
+    text = "".join(p["delta"] for p in payloads if p["type"] == "response.output_text.delta")
+    return response_id, payloads[-1]["sequence_number"], text
+
+
+@pytest.mark.parametrize("when", ["while_reattaching", "before_resuming"])
+async def test_a_resumed_run_cancelled_stops_its_background_response(fake_server, paced_server, when):
+    """A second worker resumes the run from a checkpoint that names the response; the user
+    cancels it, before its re-attached stream sent anything (or before any worker held it): the
+    provider is told to stop that response, which would go on being generated and billed."""
+    reference = await once(fake_server, STORY)
+    whole = reference.log[0].billed_output_tokens
+    events = event_count(fake_server, reference)
+    scenario = uuid.uuid4().hex
+    started = time.monotonic()
+    response_id, after, text = await background_response(paced_server, reference, scenario, 10)
+    assert text  # the checkpoint holds some text, and the model is still writing
+    store = InMemoryCheckpointStore()
+    native = {"response_id": response_id, "after": after, "open_text": True}
+    run_id = uuid.uuid4().hex
+    await store.put(
+        Checkpoint(run_id=run_id, turn=0, history_len=1, blocks=[{"type": "text", "text": text}], native=native)
+    )
+    cancel = CancelToken()
+    if when == "before_resuming":
+        cancel.cancel()
+        faults: list[str] = []
+    else:
+        faults = ["stall:events=0,seconds=5"]  # the re-attach answers, then sends nothing
+
+        async def cancel_soon():
+            await asyncio.sleep(0.5)
+            cancel.cancel()
+
+        task = asyncio.ensure_future(cancel_soon())
+    outcome = await once(
+        paced_server, STORY, faults, checkpoints=store, run_id=run_id, resume=True, cancel=cancel, scenario=scenario
+    )
+    if when == "while_reattaching":
+        await task
+    assert outcome.status == "cancelled"
+    log = paced_server.log_for(scenario)
+    (stop,) = [e for e in log if e.understood_as == "cancel"]
+    assert (stop.method, stop.status) == ("POST", 200)
+    assert stop.path == f"/v1/responses/{response_id}/cancel"
+    # By now the model would have written the whole answer: the cancelled one's billing stopped.
+    await asyncio.sleep(max(0.0, started + (events + 10) * PACE - time.monotonic()))
+    (made,) = [e for e in paced_server.log_for(scenario) if e.understood_as == "fresh"]
+    assert made.billed_output_tokens < whole
+
+
+class SlowCancel:
+    """A transport whose cancel is answered only once the continuation (the third request, after
+    the first and the refused re-attach) was opened: a recovery that waited for its cancel before
+    going on would wait for it in vain."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.seen: list[str] = []
+        self.continued = asyncio.Event()
+
+    async def open(self, method, url, headers, json_body, idle_timeout_s, connect_timeout_s):
+        if url.endswith("/cancel"):
+            await self.continued.wait()
+            opened = await self.inner.open(method, url, headers, json_body, idle_timeout_s, connect_timeout_s)
+            self.seen.append("cancel answered")
+            return opened
+        self.seen.append(f"{method} {url.rsplit('/v1', 1)[1].split('?')[0]}")
+        if len(self.seen) == 3:
+            self.continued.set()
+        return await self.inner.open(method, url, headers, json_body, idle_timeout_s, connect_timeout_s)
+
+
+async def test_the_continuation_does_not_wait_for_the_cancel(fake_server):
+    """The re-attach is refused: the continuation is asked for while the cancel of the response
+    left behind is still on its way (a slow cancel adds nothing to the recovery), and the cancel
+    is still answered, and recorded, before the turn ends."""
+    from streamrecover.engine.transport import HttpxTransport
+
+    reference = await once(fake_server, TEXT)
+    async with HttpxTransport() as inner:
+        transport = SlowCancel(inner)
+        outcome = await once(fake_server, TEXT, ["cut:events=12", "status:400"], transport=transport)
+    assert_invariants(outcome, reference)
+    assert transport.seen[2:] == ["POST /responses", "cancel answered"]
+    assert requests(outcome)[2:] == [("POST", "continue_message"), ("POST", "cancel")]
+    (abandoned,) = outcome.events("llm_response_abandoned")
+    assert (abandoned["reason"], abandoned["response_status"], abandoned["error"]) == (
+        "reattach_failed",
+        "completed",
+        None,
+    )

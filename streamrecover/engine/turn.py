@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Unpack, overload
 
@@ -53,7 +54,8 @@ log = logging.getLogger(__name__)
 
 MIN_THINKING_BUDGET = 1024  # the smallest extended-thinking budget a provider takes
 NATIVE_RESUME = PlanKind.NATIVE_RESUME.value  # the attempt kind and strategy of a re-attach
-# a background response the turn leaves behind is cancelled before it goes on, waiting no longer
+# a background response the turn leaves behind is cancelled while it goes on; the turn's end
+# waits for that cancel no longer than this
 ABANDON_CANCEL_TIMEOUT_S = 2.0
 
 
@@ -122,6 +124,10 @@ class TurnRunner:
         self.budget_from = 0  # continuations spent before a failover: the fallback has a budget of its own
         self.failed_over = False
         self.failed_over_from: ProviderAdapter | None = None  # the adapter the turn failed over from
+        # the background response a break (or the checkpoint resumed from) left generating, that
+        # the turn may re-attach to: cancelled if the turn ends without reading it to its end
+        self.unread: tuple[ResumableAdapter, str] | None = None
+        self.stopping: list[asyncio.Task[None]] = []  # cancels of abandoned responses on their way
         # tool calls native plans dropped while their arguments arrived, that no re-attached
         # stream has sent again: lost (``discarded_tools``) once the turn goes on another way
         self.unsent_tools: list[Block] = []
@@ -132,6 +138,18 @@ class TurnRunner:
     # ---- public -------------------------------------------------------------------------
 
     async def run(self, resume: Checkpoint | None = None) -> TurnResult:
+        try:
+            return await self._run(resume)
+        except asyncio.CancelledError:
+            for task in self.stopping:  # the turn itself is stopped: so are its cancels on the way
+                task.cancel()
+            raise
+        finally:
+            # A cancel of an abandoned response ran beside the recovery; the turn ends once it is
+            # answered (each within ABANDON_CANCEL_TIMEOUT_S), leaving no task behind.
+            await asyncio.gather(*self.stopping, return_exceptions=True)
+
+    async def _run(self, resume: Checkpoint | None) -> TurnResult:
         try:
             if resume is not None:
                 early = await self._resume(resume)
@@ -265,6 +283,8 @@ class TurnRunner:
         # a response that sent an error has failed: re-attaching would replay the error
         failed = interrupted.cause is InterruptCause.PROVIDER_ERROR_MID_STREAM
         point = None if failed else self._resume_point()
+        adapter = self.ctx.adapter
+        self.unread = (adapter, point.response_id) if point is not None and resumes_natively(adapter) else None
         recovery = native_plan(snapshot) if point is not None else plan(snapshot)
         provider_error = interrupted.provider_error
         permanent = provider_error is not None and provider_error.permanent
@@ -444,7 +464,7 @@ class TurnRunner:
         """Re-attaching failed before its stream started: the same break is recovered the
         ordinary way, from the blocks the turn holds, without spending another continuation.
         The response, unless gone, is cancelled: nobody will read it, and it goes on being billed."""
-        point, self.native = self.native, None
+        point, self.native, self.unread = self.native, None, None  # gone, or abandoned below
         self._lose_unsent()
         recovery = self._ordinary_plan(self.acc.snapshot())
         await self._emit(
@@ -455,7 +475,7 @@ class TurnRunner:
             fallback_strategy=self._strategy().value,
         )
         if point is not None and kind != "not_found" and resumes_natively(self.ctx.adapter):
-            await self._abandon(self.ctx.adapter, point.response_id, "reattach_failed")
+            self._abandon(self.ctx.adapter, point.response_id, "reattach_failed")
         await self._publish_discards(recovery)
         if recovery.kind is PlanKind.SYNTHESIZE_TOOL_USE:
             result = await self._finish_with(recovery.keep, "tool_use")
@@ -486,7 +506,7 @@ class TurnRunner:
         self._lose_unsent()
         left = self.failed_over_from
         if point is not None and resumes_natively(left):
-            await self._abandon(left, point.response_id, "failover")
+            self._abandon(left, point.response_id, "failover")
         recovery = self._ordinary_plan(Snapshot(tuple(native.keep)))
         await self._publish_discards(recovery)
         self.held = recovery.keep
@@ -514,22 +534,49 @@ class TurnRunner:
                 recorded.add(block.id)
         self.unsent_tools = []
 
-    async def _abandon(self, adapter: ResumableAdapter, response_id: str, reason: str) -> None:
-        """Cancel a background response the turn leaves behind (best effort, waiting at most
-        ``ABANDON_CANCEL_TIMEOUT_S``: the turn goes on either way) and record it
-        (``llm_response_abandoned``): cancelled, already ended, or the cancel failed."""
+    def _abandon(self, adapter: ResumableAdapter, response_id: str, reason: str) -> None:
+        """Cancel a background response the turn leaves behind, beside whatever the turn does
+        next (a backoff, the next request: the recovery waits for nothing), and record it
+        (``llm_response_abandoned``). Best effort: the turn's end waits for it at most
+        ``ABANDON_CANCEL_TIMEOUT_S`` (``run``), and a cancel that fails is logged, never raised."""
+        if self.unread is not None and self.unread[1] == response_id:
+            self.unread = None
+        attempt = self._current_attempt  # the event is the break's, whatever attempt runs by then
+        self.stopping.append(asyncio.ensure_future(self._abandon_now(adapter, response_id, reason, attempt)))
+
+    async def _abandon_now(
+        self, adapter: ResumableAdapter, response_id: str, reason: str, attempt: AttemptRecord | None
+    ) -> None:
         timeout = min(self.ctx.config.connect_timeout_s, ABANDON_CANCEL_TIMEOUT_S)
-        status, error = await self._stop_response(adapter, response_id, timeout)
-        if error is not None:
-            log.warning("response_cancel_failed run_id=%s response_id=%s error=%s", self.ctx.run_id, response_id, error)
-        await self._emit(
-            ev.LLM_RESPONSE_ABANDONED,
-            response_id=response_id,
-            reason=reason,
-            cancelled=status == "cancelled",
-            response_status=status,
-            error=error,
-        )
+        try:
+            status, error = await self._stop_response(adapter, response_id, timeout)
+            if error is not None:
+                log.warning(
+                    "response_cancel_failed run_id=%s response_id=%s error=%s", self.ctx.run_id, response_id, error
+                )
+            fields: ev.ResponseAbandonedFields = {
+                "response_id": response_id,
+                "reason": reason,
+                "cancelled": status == "cancelled",
+                "response_status": status,
+                "error": error,
+            }
+            await self._emit_at(attempt, ev.LLM_RESPONSE_ABANDONED, fields)
+        except Exception as exc:  # a task nobody reads the error of: the run goes on regardless
+            log.warning(
+                "response_abandon_failed run_id=%s response_id=%s error=%s: %s",
+                self.ctx.run_id,
+                response_id,
+                type(exc).__name__,
+                exc,
+            )
+
+    def _abandon_unread(self, status: str) -> None:
+        """The turn ends cut short (failed, exhausted) with a background response a break left
+        unread: nobody will read it now, and it goes on being billed. Cancelled as after a failover."""
+        if self.unread is not None and status != RunStatus.CANCELLED:  # a cancel stops it itself
+            adapter, response_id = self.unread
+            self._abandon(adapter, response_id, status)
 
     async def _stop_response(
         self, adapter: ResumableAdapter, response_id: str, timeout: float
@@ -578,18 +625,25 @@ class TurnRunner:
     async def _cancel_response(self) -> None:
         """A cancelled run stops its background response too, which would otherwise go on
         generating (and being billed) with nobody reading it. Best effort, briefly."""
-        adapter, parser, transport = self.ctx.adapter, self.translator.parser, self.ctx.transport
-        if not resumes_natively(adapter) or transport is None:
+        adapter, parser = self.ctx.adapter, self.translator.parser
+        if self.ctx.transport is None:
             return
-        point = (
-            parser.resume_point(self.native.response_id if self.native else None)
-            if follows_cursor(parser)
-            else self.native
-        )
-        if point is None:
+        point = None
+        if follows_cursor(parser):
+            point = parser.resume_point(self.native.response_id if self.native else None)
+        # Before its stream carries an event (a re-attach not yet streaming, a run resumed from
+        # a checkpoint and cancelled before it re-attached), the parser knows no point: the
+        # response is the one the turn re-attaches to, or the one a break or checkpoint left.
+        point = point or self.native
+        unread, self.unread = self.unread, None
+        if point is not None and resumes_natively(adapter):
+            stop: tuple[ResumableAdapter, str] | None = (adapter, point.response_id)
+        else:
+            stop = unread
+        if stop is None:
             return
         # the run is cancelled either way
-        _status, error = await self._stop_response(adapter, point.response_id, self.ctx.config.connect_timeout_s)
+        _status, error = await self._stop_response(stop[0], stop[1], self.ctx.config.connect_timeout_s)
         if error is not None:
             log.warning("response_cancel_failed run_id=%s error=%s", self.ctx.run_id, error)
 
@@ -763,6 +817,9 @@ class TurnRunner:
         self.continuation = checkpoint.continuation  # a resume spends no continuation
         self.discarded_tools = list(checkpoint.discarded_tools)
         self.dropped_output = checkpoint.dropped_output  # billed: still counted against max_tokens
+        if native is not None and resumes_natively(self.ctx.adapter):
+            # generating still, for all this worker knows: a cancel before it re-attaches stops it
+            self.unread = (self.ctx.adapter, native.response_id)
         ending = checkpoint.ending
         if ending is not None:
             # The turn had ended cut short (the worker died before committing it): it ends so,
@@ -893,6 +950,7 @@ class TurnRunner:
         ended and the checkpoint stays until the caller has committed it (``settled``): a worker
         dying in between leaves it to the next one, which ends the turn the same way."""
         keep = await self._cut_short()
+        self._abandon_unread(status)
         await self._write_checkpoint(force=True, blocks=keep, ending={"status": status, "error": error})
         return TurnResult(status, blocks=[b.to_content() for b in keep], error=error, continuations=self.continuation)
 
@@ -1086,7 +1144,9 @@ class TurnRunner:
     ) -> None: ...
 
     async def _emit(self, name: str, **fields: object) -> None:
-        attempt = self._current_attempt
+        await self._emit_at(self._current_attempt, name, fields)
+
+    async def _emit_at(self, attempt: AttemptRecord | None, name: str, fields: Mapping[str, object]) -> None:
         base: ev.EventContext = {
             "provider": self.ctx.provider,
             "model": self.request.model,
