@@ -13,7 +13,7 @@ from streamrecover.engine.checkpoint import CheckpointStore, InMemoryCheckpointS
 from streamrecover.engine.config import EngineConfig
 from streamrecover.engine.context import Failover, RunContext
 from streamrecover.engine.contract import ModelRequest, ProviderConfig
-from streamrecover.engine.sink import CollectingSink
+from streamrecover.engine.sink import AttemptRecord, CollectingSink
 from streamrecover.engine.transport import HttpxTransport
 from streamrecover.providers.registry import get_adapter
 from streamrecover.testing.client import ClientView
@@ -167,3 +167,20 @@ async def events_until(server: FakeProviderServer, reference: Outcome, kind: str
         if data.get("type") == "content_block_stop" and open_kinds.get(data["index"], "").startswith(kind):
             return count
     raise AssertionError(f"no {kind} block in the reference stream")
+
+
+class WorkerDied(BaseException):
+    """Where the test kills the worker: nothing after it runs."""
+
+
+class DiesAt(CollectingSink):
+    """A run's client sink whose worker dies as attempt ``index`` is recorded ``outcome``."""
+
+    def __init__(self, index: int, outcome: str) -> None:
+        super().__init__()
+        self.index, self.outcome = index, outcome
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        await super().on_attempt(attempt)
+        if attempt.index == self.index and attempt.outcome == self.outcome:
+            raise WorkerDied(f"killed as attempt {attempt.index} was recorded {attempt.outcome}")

@@ -11,31 +11,14 @@ from streamrecover.engine.cancel import CancelToken
 from streamrecover.engine.checkpoint import InMemoryCheckpointStore
 from streamrecover.engine.context import RunContext
 from streamrecover.engine.contract import ModelRequest
-from streamrecover.engine.sink import AttemptOutcome, AttemptRecord, CollectingSink
+from streamrecover.engine.sink import AttemptOutcome, CollectingSink
 from streamrecover.providers.registry import get_adapter
 from streamrecover.testing.client import ClientView
 
-from .harness import FAST, provider, run, user
+from .harness import FAST, DiesAt, WorkerDied, provider, run, user
 
 STORY = "Tell me a story about the sea [[words=120]]"
 MODEL = "gpt-4o"  # continues a broken answer with a continue message: a structured one restarts
-
-
-class WorkerDied(BaseException):
-    """Where the test kills the worker: nothing after it runs."""
-
-
-class DiesAt(CollectingSink):
-    """The client that watches the run; its worker dies as attempt ``index`` is recorded ``outcome``."""
-
-    def __init__(self, index: int, outcome: str) -> None:
-        super().__init__()
-        self.index, self.outcome = index, outcome
-
-    async def on_attempt(self, attempt: AttemptRecord) -> None:
-        await super().on_attempt(attempt)
-        if attempt.index == self.index and attempt.outcome == self.outcome:
-            raise WorkerDied(f"killed as attempt {attempt.index} was recorded {attempt.outcome}")
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ from streamrecover.engine.agent import run_agent
 from streamrecover.engine.checkpoint import Checkpoint, InMemoryCheckpointStore, UnreadableCheckpoint
 from streamrecover.engine.context import RunContext
 from streamrecover.engine.contract import ModelRequest
-from streamrecover.engine.sink import AttemptOutcome, AttemptRecord, CollectingSink
+from streamrecover.engine.sink import AttemptOutcome, CollectingSink
 from streamrecover.providers.registry import get_adapter
 
-from .harness import FAST, events_until, provider, run, user, with_config
+from .harness import FAST, DiesAt, WorkerDied, events_until, provider, run, user, with_config
 
 STORY = "A story [[words=60]]"
 LONG = "A story [[words=3000]]"
@@ -152,23 +152,6 @@ async def test_no_failover_to_a_provider_that_cannot_be_asked_for_what_is_left(f
     assert not out.events("llm_stream_failover")
     assert [a.kind for a in out.sink.attempts] == ["initial", "continuation"]
     assert out.result.new_messages[-1]["content"]  # what was shown is kept
-
-
-class WorkerDied(BaseException):
-    """Where the test kills the worker: nothing after it runs."""
-
-
-class DiesAt(CollectingSink):
-    """The worker dies as the turn's ``index``th attempt is recorded ``outcome``."""
-
-    def __init__(self, index: int, outcome: str) -> None:
-        super().__init__()
-        self.index, self.outcome = index, outcome
-
-    async def on_attempt(self, attempt: AttemptRecord) -> None:
-        await super().on_attempt(attempt)
-        if attempt.index == self.index and attempt.outcome == self.outcome:
-            raise WorkerDied(f"killed as attempt {attempt.index} was recorded {attempt.outcome}")
 
 
 @pytest.mark.parametrize(
