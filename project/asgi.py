@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
-from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -19,6 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from streamrecover.gctuning import tune_collector  # noqa: E402
+from streamrecover.routing import websocket_urlpatterns  # noqa: E402
 
 
 def _plain_autobahn_debug_text() -> None:
@@ -35,18 +33,10 @@ def _plain_autobahn_debug_text() -> None:
 _plain_autobahn_debug_text()
 
 
-def websocket_urlpatterns() -> list[Any]:
-    """The app's WebSocket routes. ``streamrecover.routing`` is not written yet: until it
-    exists there are no WebSocket routes. An import error inside it is raised, not hidden."""
-    if importlib.util.find_spec("streamrecover.routing") is None:
-        return []
-    return list(importlib.import_module("streamrecover.routing").websocket_urlpatterns)
-
-
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns()))),
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

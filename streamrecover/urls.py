@@ -1,7 +1,8 @@
 """The app's JSON API (session auth + CSRF); a host project includes it, e.g. under ``streamrecover/``.
 
 Nothing else: the analytics page is opt-in (``streamrecover.analytics.urls``), the run's
-WebSocket route is in ``streamrecover.routing``, and the demo chat belongs to the demo project.
+WebSocket route is in ``streamrecover.routing``, and the chat page is opt-in too
+(``streamrecover.chat.urls``).
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ def _origin_checked_app() -> Any:
     websocket = application.application_mapping["websocket"]
     assert isinstance(websocket, OriginValidator)  # the project's own application has the check
     with override_settings(ALLOWED_HOSTS=["testserver"]):
-        return AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns())))
+        return AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 
 
 @pytest.mark.django_db(transaction=True)
