@@ -84,16 +84,18 @@ async def run(
     extra: dict[str, Any] | None = None,
     failover: tuple[str, str] | None = None,
     scenario: str | None = None,
+    sink: CollectingSink | None = None,
 ) -> Outcome:
     """One run against the fake; ``failover`` is the (wire, model) a turn goes on with when its
     provider gives up mid-answer (the same fake, the same scenario). ``scenario``: the fake's
-    scenario to run in (a new one when None), e.g. one holding a background response already."""
+    scenario to run in (a new one when None), e.g. one holding a background response already.
+    ``sink``: where the run's events go (a new ``CollectingSink`` when None)."""
     scenario = scenario or uuid.uuid4().hex
     server.set_faults(scenario, list(faults))
     if recording is not None:
         server.set_recording(scenario, recording)
     config_ = provider(server, scenario, wire, **(provider_kw or {}))
-    sink = CollectingSink()
+    sink = sink or CollectingSink()
     request = ModelRequest(
         model=model,
         messages=messages or [user(prompt)],

@@ -13,6 +13,8 @@ import pytest
 
 from streamrecover.engine.cancel import CancelToken
 from streamrecover.engine.checkpoint import Checkpoint, InMemoryCheckpointStore
+from streamrecover.engine.errors import ClaimLost
+from streamrecover.engine.sink import CollectingSink, StructuredEvent
 from streamrecover.engine.sse import SSEDecoder
 from streamrecover.testing.tools import demo_registry
 
@@ -355,6 +357,135 @@ async def test_an_exhausted_turn_cancels_the_response_it_leaves(fake_server, pac
     assert entry(outcome, "fresh").billed_output_tokens < whole
 
 
+@pytest.mark.parametrize("stop", ["cancel", "abort"])
+async def test_a_stopped_run_records_the_response_it_cancels(fake_server, paced_server, stop):
+    """A user's cancel (or an abort) of a run reading a background response stops the response
+    and records it as every response a turn leaves behind is: the admin and analytics see it was
+    cancelled, on the attempt that was reading it. The run still ends cancelled at once."""
+    token = CancelToken()
+    stopped_at: list[float] = []
+
+    async def stop_soon():
+        await asyncio.sleep(0.6)  # the model is still writing: the stream stalls after 12 events
+        getattr(token, stop)()
+        stopped_at.append(time.monotonic())
+
+    task = asyncio.ensure_future(stop_soon())
+    scenario = uuid.uuid4().hex
+    outcome = await once(paced_server, STORY, ["stall:events=12,seconds=5"], cancel=token, scenario=scenario)
+    ended = time.monotonic()
+    await task
+    assert outcome.status == "cancelled"
+    assert outcome.result.error is not None
+    assert outcome.result.error["kind"] == stop
+    assert ended - stopped_at[0] < 1.5  # not the stall's 5 s: cancel beats everything else
+    (stop_request,) = [e for e in paced_server.log_for(scenario) if e.understood_as == "cancel"]
+    (abandoned,) = outcome.events("llm_response_abandoned")
+    assert (abandoned["reason"], abandoned["cancelled"], abandoned["response_status"], abandoned["error"]) == (
+        stop,
+        True,
+        "cancelled",
+        None,
+    )
+    assert abandoned["attempt"] == outcome.sink.attempts[0].index
+    assert stop_request.path == f"/v1/responses/{abandoned['response_id']}/cancel"
+
+
+async def test_a_break_with_no_resume_point_cancels_the_response_it_leaves(fake_server, paced_server):
+    """A continuation (the re-attach found the response gone) breaks before its seam with the
+    kept text is decided: there is no point to re-attach at, and the turn continues again. The
+    continuation's background response, which nobody reads now, is cancelled beside that
+    recovery, and billed only up to the cancel, not to the end of an answer nobody reads."""
+    reference = await once(fake_server, STORY)
+    events = event_count(fake_server, reference)
+    started = time.monotonic()
+    outcome = await once(paced_server, STORY, ["cut:events=12", "status:404", "cut:events=3"])
+    assert_invariants(outcome, reference)
+    assert [a.kind for a in outcome.sink.attempts] == ["initial", "native_resume", "continuation", "continuation"]
+    assert requests(outcome) == [
+        ("POST", "fresh"),
+        ("GET", None),
+        ("POST", "continue_message"),
+        ("POST", "continue_message"),
+        ("POST", "cancel"),
+    ]
+    (abandoned,) = outcome.events("llm_response_abandoned")
+    assert (abandoned["reason"], abandoned["cancelled"], abandoned["response_status"], abandoned["error"]) == (
+        "no_resume_point",
+        True,
+        "cancelled",
+        None,
+    )
+    assert abandoned["attempt"] == outcome.sink.attempts[2].index  # the break's attempt
+    assert entry(outcome, "cancel").path.endswith(f"/{abandoned['response_id']}/cancel")
+    # By now the model would have written both continuations whole: the cancelled one stopped.
+    await asyncio.sleep(max(0.0, started + (2 * events + 10) * PACE - time.monotonic()))
+    cut, finished = [
+        e for e in paced_server.log_for(entry(outcome, "cancel").scenario) if e.understood_as == "continue_message"
+    ]
+    assert cut.billed_output_tokens < finished.billed_output_tokens
+
+
+class CancelsAtBreak(CollectingSink):
+    """The user cancels the run as its ``nth`` break is reported (during the backoff after it)."""
+
+    def __init__(self, cancel: CancelToken, nth: int) -> None:
+        super().__init__()
+        self.cancel, self.nth = cancel, nth
+
+    async def on_event(self, event: StructuredEvent) -> None:
+        await super().on_event(event)
+        if self.names().count("llm_stream_interrupted") == self.nth:
+            self.cancel.cancel()
+
+
+async def test_a_cancel_after_a_break_with_no_resume_point_cancels_the_response_once(fake_server, paced_server):
+    """The break cancelled the response it left; the user then cancels the run while the turn
+    backs off: the run ends cancelled at once, and that response is not cancelled (nor
+    recorded) a second time."""
+    cancel = CancelToken()
+    config = with_config(backoff_schedule=(0.0, 5.0), backoff_scale=1.0)
+    started = time.monotonic()
+    outcome = await once(
+        paced_server,
+        STORY,
+        ["cut:events=12", "status:404", "cut:events=3"],
+        cancel=cancel,
+        config=config,
+        sink=CancelsAtBreak(cancel, 2),
+    )
+    assert outcome.status == "cancelled"
+    assert time.monotonic() - started < 4.0  # not after the 5 s backoff
+    assert [r[1] for r in requests(outcome)] == ["fresh", None, "continue_message", "cancel"]
+    (abandoned,) = outcome.events("llm_response_abandoned")
+    assert (abandoned["reason"], abandoned["cancelled"]) == ("no_resume_point", True)
+
+
+class FencedOut(CollectingSink):
+    """A run's store once a newer claim holds the run: it refuses the record of an abandoned
+    response (as the runs layer's fenced recorder does) with ``ClaimLost``."""
+
+    async def on_event(self, event: StructuredEvent) -> None:
+        if event.name == "llm_response_abandoned":
+            raise ClaimLost("a newer claim holds the run")
+        await super().on_event(event)
+
+
+async def test_a_claim_lost_while_recording_an_abandon_stops_the_run(fake_server):
+    """The cancel of a response left behind runs beside the recovery; recording it finds the run
+    claimed by another worker. The run stops as on any lost claim: the turn's tool call is not
+    executed, nor the next turn asked for, by this worker (the one holding the claim will)."""
+    scenario = uuid.uuid4().hex
+    sink = FencedOut()
+    with pytest.raises(ClaimLost):
+        await once(fake_server, TOOL, ["cut:events=22", "status:400"], scenario=scenario, sink=sink)
+    seen = [e.understood_as for e in fake_server.log_for(scenario)]
+    assert seen.count("fresh") == 1  # no request of a next turn (with the tool's result) was made
+    assert "cancel" in seen
+    assert not sink.messages[1:]  # nothing committed after the user's message: no tool result
+    assert "llm_response_abandoned" not in sink.names()
+
+
 async def background_response(server, reference, scenario: str, events: int) -> tuple[str, int, str]:
     """What a first worker had read of a background response when it died: the response is
     made (in ``scenario``, as the reference run's request) and read for ``events`` events. Its
@@ -419,6 +550,9 @@ async def test_a_resumed_run_cancelled_stops_its_background_response(fake_server
     (stop,) = [e for e in log if e.understood_as == "cancel"]
     assert (stop.method, stop.status) == ("POST", 200)
     assert stop.path == f"/v1/responses/{response_id}/cancel"
+    (abandoned,) = outcome.events("llm_response_abandoned")  # recorded, on the re-attach if it began
+    assert (abandoned["response_id"], abandoned["reason"], abandoned["cancelled"]) == (response_id, "cancel", True)
+    assert abandoned["attempt"] == (outcome.sink.attempts[0].index if outcome.sink.attempts else None)
     # By now the model would have written the whole answer: the cancelled one's billing stopped.
     await asyncio.sleep(max(0.0, started + (events + 10) * PACE - time.monotonic()))
     (made,) = [e for e in paced_server.log_for(scenario) if e.understood_as == "fresh"]

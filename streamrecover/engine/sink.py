@@ -163,7 +163,9 @@ class ResponseAbandonedFields(TypedDict):
     """A background response the turn left behind (native resume), and the cancel that stops it."""
 
     response_id: str
-    reason: str  # failover, reattach_failed; exhausted, failed (the turn ended with it unread)
+    # failover, reattach_failed, no_resume_point (a break inside a continuation's open seam);
+    # exhausted, failed (the turn ended with it unread); cancel, abort, yield (the run was stopped)
+    reason: str
     cancelled: bool  # the provider stopped it (the cancel's answer says "cancelled")
     response_status: str | None  # the status the cancel's answer gives ("completed": it had ended)
     error: str | None  # why the cancel failed: no answer in time, or an HTTP error

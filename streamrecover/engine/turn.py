@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Unpack, overload
 
@@ -43,7 +43,7 @@ from .contract import (
     follows_cursor,
     resumes_natively,
 )
-from .errors import ErrorClass, InterruptCause, RequestFailed, StreamInterrupted
+from .errors import ClaimLost, ErrorClass, InterruptCause, RequestFailed, StreamInterrupted
 from .plan import PlanKind, RecoveryPlan, cut_short, native_plan, plan
 from .protocol import FrameKind, RunStatus
 from .retry import backoff_delay
@@ -128,6 +128,7 @@ class TurnRunner:
         # the turn may re-attach to: cancelled if the turn ends without reading it to its end
         self.unread: tuple[ResumableAdapter, str] | None = None
         self.stopping: list[asyncio.Task[None]] = []  # cancels of abandoned responses on their way
+        self.abandoned: set[str] = set()  # the ids of those responses: each is cancelled once
         # tool calls native plans dropped while their arguments arrived, that no re-attached
         # stream has sent again: lost (``discarded_tools``) once the turn goes on another way
         self.unsent_tools: list[Block] = []
@@ -139,7 +140,7 @@ class TurnRunner:
 
     async def run(self, resume: Checkpoint | None = None) -> TurnResult:
         try:
-            return await self._run(resume)
+            result = await self._run(resume)
         except asyncio.CancelledError:
             for task in self.stopping:  # the turn itself is stopped: so are its cancels on the way
                 task.cancel()
@@ -147,7 +148,9 @@ class TurnRunner:
         finally:
             # A cancel of an abandoned response ran beside the recovery; the turn ends once it is
             # answered (each within ABANDON_CANCEL_TIMEOUT_S), leaving no task behind.
-            await asyncio.gather(*self.stopping, return_exceptions=True)
+            stopped = await asyncio.gather(*self.stopping, return_exceptions=True)
+        _raise_claim_lost(stopped)
+        return result
 
     async def _run(self, resume: Checkpoint | None) -> TurnResult:
         try:
@@ -157,7 +160,7 @@ class TurnRunner:
                     return early
             return await self._loop()
         except RunCancelled:
-            await self._cancel_response()
+            self._cancel_response()
             return await self._end_short(
                 RunStatus.CANCELLED, {"kind": self.ctx.cancel.kind or "cancel", "message": self.ctx.cancel.reason}
             )
@@ -331,6 +334,8 @@ class TurnRunner:
             await self.ctx.sink.on_attempt(attempt)
         if ended:
             return await self._finish_completed()
+        if point is None and not failed:
+            self._abandon_unresumable()
         await self._publish_discards(recovery)
         self.held = recovery.keep
         if never:
@@ -538,9 +543,14 @@ class TurnRunner:
         """Cancel a background response the turn leaves behind, beside whatever the turn does
         next (a backoff, the next request: the recovery waits for nothing), and record it
         (``llm_response_abandoned``). Best effort: the turn's end waits for it at most
-        ``ABANDON_CANCEL_TIMEOUT_S`` (``run``), and a cancel that fails is logged, never raised."""
+        ``ABANDON_CANCEL_TIMEOUT_S`` (``run``), and a cancel that fails is logged, never raised
+        (but a ``ClaimLost`` recording it, which stops the run at the turn's end: ``run``). Once
+        per response: a cancel of the run right after a break that abandoned it adds nothing."""
         if self.unread is not None and self.unread[1] == response_id:
             self.unread = None
+        if response_id in self.abandoned:
+            return
+        self.abandoned.add(response_id)
         attempt = self._current_attempt  # the event is the break's, whatever attempt runs by then
         self.stopping.append(asyncio.ensure_future(self._abandon_now(adapter, response_id, reason, attempt)))
 
@@ -562,7 +572,7 @@ class TurnRunner:
                 "error": error,
             }
             await self._emit_at(attempt, ev.LLM_RESPONSE_ABANDONED, fields)
-        except Exception as exc:  # a task nobody reads the error of: the run goes on regardless
+        except Exception as exc:  # the run goes on regardless (a ClaimLost stops it: ``run``)
             log.warning(
                 "response_abandon_failed run_id=%s response_id=%s error=%s: %s",
                 self.ctx.run_id,
@@ -570,6 +580,17 @@ class TurnRunner:
                 type(exc).__name__,
                 exc,
             )
+
+    def _abandon_unresumable(self) -> None:
+        """A break with no point to re-attach at (a continuation's seam was still open) in a
+        background response: the turn goes on without it, and it would go on being generated,
+        and billed, for nobody. Cancelled beside the recovery, as after a failover."""
+        adapter = self.ctx.adapter
+        if not resumes_natively(adapter):
+            return
+        left = self._read_point()
+        if left is not None:
+            self._abandon(adapter, left.response_id, "no_resume_point")
 
     def _abandon_unread(self, status: str) -> None:
         """The turn ends cut short (failed, exhausted) with a background response a break left
@@ -612,40 +633,38 @@ class TurnRunner:
     def _resume_point(self) -> ResumePoint | None:
         """Where the broken response can be re-attached, when the provider's setting allows it
         and the blocks hold exactly its state there (not while a continuation's seam is open)."""
-        adapter, parser = self.ctx.adapter, self.translator.parser
-        if not resumes_natively(adapter) or not follows_cursor(parser):
+        if not resumes_natively(self.ctx.adapter) or not follows_cursor(self.translator.parser):
             return None
         joiner = self.translator.joiner
         if joiner is not None and not joiner.decided:
             return None
-        point = parser.resume_point(self.native.response_id if self.native is not None else None)
-        # a re-attached stream that broke before its first event is re-attached where it was
-        return point if point is not None else self.native
+        return self._read_point()
 
-    async def _cancel_response(self) -> None:
-        """A cancelled run stops its background response too, which would otherwise go on
-        generating (and being billed) with nobody reading it. Best effort, briefly."""
-        adapter, parser = self.ctx.adapter, self.translator.parser
-        if self.ctx.transport is None:
-            return
+    def _read_point(self) -> ResumePoint | None:
+        """Where the background response the current attempt reads stands now, seam or not."""
+        parser = self.translator.parser
         point = None
         if follows_cursor(parser):
-            point = parser.resume_point(self.native.response_id if self.native else None)
+            point = parser.resume_point(self.native.response_id if self.native is not None else None)
+        # a re-attached stream that broke (or was stopped) before its first event stands where it was
+        return point if point is not None else self.native
+
+    def _cancel_response(self) -> None:
+        """A stopped run (a user's cancel, an abort) stops its background response too, which
+        would otherwise go on generating (and being billed) with nobody reading it: abandoned
+        as any response the turn leaves behind (``_abandon``), the stop's kind as the reason. The
+        run ends cancelled meanwhile; the turn's end waits for the cancel only briefly (``run``)."""
+        adapter = self.ctx.adapter
+        if self.ctx.transport is None:
+            return
         # Before its stream carries an event (a re-attach not yet streaming, a run resumed from
         # a checkpoint and cancelled before it re-attached), the parser knows no point: the
         # response is the one the turn re-attaches to, or the one a break or checkpoint left.
-        point = point or self.native
-        unread, self.unread = self.unread, None
-        if point is not None and resumes_natively(adapter):
-            stop: tuple[ResumableAdapter, str] | None = (adapter, point.response_id)
-        else:
-            stop = unread
-        if stop is None:
-            return
-        # the run is cancelled either way
-        _status, error = await self._stop_response(stop[0], stop[1], self.ctx.config.connect_timeout_s)
-        if error is not None:
-            log.warning("response_cancel_failed run_id=%s error=%s", self.ctx.run_id, error)
+        stop, self.unread = self.unread, None
+        if resumes_natively(adapter) and (point := self._read_point()) is not None:
+            stop = (adapter, point.response_id)
+        if stop is not None:
+            self._abandon(stop[0], stop[1], str(self.ctx.cancel.kind or "cancel"))
 
     def _strategy_name(self) -> str | None:
         """How the current attempt carries on: ``native_resume``, or the continuation strategy."""
@@ -1155,6 +1174,15 @@ class TurnRunner:
             "attempt": attempt.index if attempt else None,
         }
         await self.ctx.sink.on_event(StructuredEvent(name, {**base, **fields}))
+
+
+def _raise_claim_lost(stopped: Sequence[object]) -> None:
+    """A newer claim of the run refused what a cancel beside the recovery wrote (its event):
+    the run stops here as on any lost claim, before the turn's answer is committed or its tool
+    calls run (the worker holding the claim does that). Raised once, the first one."""
+    lost = next((outcome for outcome in stopped if isinstance(outcome, ClaimLost)), None)
+    if lost is not None:
+        raise lost
 
 
 def _discard_reason(block: Block) -> str:
