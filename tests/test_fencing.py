@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import threading
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from django.db import connections
 from django.utils import timezone
 
 from streamrecover.engine.agent import Tool, ToolRegistry
+from streamrecover.engine.errors import ClaimLost
 from streamrecover.engine.protocol import FrameKind
 from streamrecover.engine.sink import BaseSink, CollectingSink
 from streamrecover.live.buffer import writer_buffer
@@ -292,3 +294,40 @@ def test_a_cancel_reaches_the_workers_new_claim_of_its_own_stale_run(settings):
     assert new_result is not None
     assert new_result.status == Run.Status.CANCELLED
     assert Run.objects.get(pk=run_id).status == Run.Status.CANCELLED
+
+
+class _ClaimTakenOnAbandon(BaseSink):
+    """A newer claim took the run as the cancel of a response left behind records its event:
+    that write is refused (``ClaimLost``), as the fenced recorder refuses it."""
+
+    async def on_event(self, event: Any) -> None:
+        if event.name == "llm_response_abandoned":
+            raise ClaimLost(f"run {event.fields['run_id']}: a newer claim holds the run")
+
+
+def test_a_claim_lost_recording_an_abandoned_response_stops_the_run(fake_server) -> None:
+    """The refused re-attach's response is cancelled beside the continuation; recording that
+    finds the claim lost. The worker stops as on any lost claim (``execute_run`` returns None):
+    it neither stores the answer nor runs its tool call, nor asks the provider for a next turn."""
+    from streamrecover.testing.tools import demo_registry
+
+    from .harness import provider
+
+    scenario = uuid.uuid4().hex
+    fake_server.set_faults(scenario, ["cut:events=22", "status:400"])
+    config = provider(fake_server, scenario, "openai-responses", native_resume=True)
+    prompt = "Weather? [[words=8]] [[tool=get_weather]]"
+    run = lifecycle.create_run(prompt=prompt, model="gpt-4o", demo_tools=True)
+    result = asyncio.run(
+        execution.execute_run(
+            str(run.pk), tools=demo_registry(), provider_override=config, extra_sinks=[_ClaimTakenOnAbandon()]
+        )
+    )
+    _release_orm_thread()
+    assert result is None
+    # the cancel runs beside the continuation; no next turn (with the tool's result) was asked for
+    seen = [e.understood_as for e in fake_server.log_for(scenario)]
+    assert sorted(seen, key=str) == sorted(["fresh", None, "continue_message", "cancel"], key=str)
+    assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING  # left to the claim's holder
+    assert [m["role"] for m in Message.objects.of_thread(run.thread_id).canonical()] == ["user"]
+    assert not ToolCallResult.objects.filter(run=run).exists()
