@@ -23,6 +23,7 @@ from streamrecover.live.outbox import outbox_for
 from streamrecover.live.publisher import make_publisher
 from streamrecover.models import Run
 from streamrecover.runs import lifecycle
+from streamrecover.runs import watch as run_watch
 from streamrecover.runs.fence import Fence
 from streamrecover.runs.loop import on_shared_loop, run_on_shared_loop
 from streamrecover.runs.watch import _beat, watch
@@ -153,6 +154,53 @@ async def test_one_watcher_beats_every_run_and_cancels_only_the_run_asked_to_sto
         assert all(by_run[r.pk] is not None for r in runs[:3])
         assert by_run[runs[3].pk] is None
     finally:
+        for task in [*watchers, *running]:
+            task.cancel()
+        await asyncio.gather(*watchers, *running, return_exceptions=True)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_heartbeat_that_finds_a_stale_claim_lost_leaves_the_runs_newer_claim_running(monkeypatch: Any) -> None:
+    """The worker claims again a run it still executes under a stale claim (the sweep took the
+    run back meanwhile), while the watcher's heartbeat for the stale claim is on its way: that
+    beat finds the stale claim lost. Only the stale claim may be fenced out. The watcher took
+    the run's new claim for the lost one: it cancelled the new claim's task, so the run stood
+    still, unbeaten, until it went stale and was swept again."""
+    user = await sync_to_async(make_user)()
+    run = await sync_to_async(lifecycle.create_run)(prompt="story", owner=user)
+    claimed = await sync_to_async(lifecycle.claim_run)(str(run.pk), "worker-a")
+    assert claimed is not None
+    stale = Fence(str(run.pk), claimed.claim_epoch, 10.0)
+    await Run.objects.filter(pk=run.pk).aupdate(claim_epoch=F("claim_epoch") + 2)  # swept, claimed again
+    newer = Fence(str(run.pk), claimed.claim_epoch + 2, 10.0)
+
+    beating, joined = threading.Event(), threading.Event()
+    real_beat = run_watch._beat
+
+    def beat_while_the_run_is_claimed_again(fences: list[Fence]) -> set[str]:
+        beating.set()
+        joined.wait(5)  # the newer claim joins the watcher while this beat is on its way
+        return real_beat(fences)
+
+    monkeypatch.setattr(run_watch, "_beat", beat_while_the_run_is_claimed_again)
+    tokens = [CancelToken(), CancelToken()]
+    running = [asyncio.ensure_future(asyncio.Event().wait()) for _ in tokens]  # the claims' tasks
+    watchers = [asyncio.ensure_future(watch(stale, tokens[0], running[0]))]
+    try:
+        while not beating.is_set():
+            await asyncio.sleep(0.01)
+        watchers.append(asyncio.ensure_future(watch(newer, tokens[1], running[1])))
+        await asyncio.sleep(0)  # the newer claim's watch joins
+        joined.set()
+        deadline = time.monotonic() + 5
+        while not (stale.lost or newer.lost) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
+        assert (newer.lost, running[1].done()) == (False, False)  # the newer one goes on
+        assert stale.lost  # the stale claim is fenced out: it writes nothing more
+        assert run_watch._watchers[asyncio.get_running_loop()].runs[str(run.pk)].fence is newer  # still beaten
+    finally:
+        joined.set()
         for task in [*watchers, *running]:
             task.cancel()
         await asyncio.gather(*watchers, *running, return_exceptions=True)

@@ -102,19 +102,31 @@ class Watcher:
                 await sync_to_async(close_old_connections)()  # a broken connection is not reused
             await asyncio.sleep(min(POLL_S, float(app_settings.HEARTBEAT_SECONDS)))
 
+    def _beaten(self, watched: _Watched, lost: set[str], sent: float) -> None:
+        """What a beat sent at ``sent`` found of one claim it was for: renewed, or lost. A lost
+        claim's fence refuses every later write; its task is cancelled while it is the claim the
+        run is watched for (not once a newer claim of the run took its place, nor once it left)."""
+        fence = watched.fence
+        if fence.run_id not in lost:
+            fence.renewed(sent)
+            return
+        fence.lose()
+        log.warning("run_claim_lost", run_id=fence.run_id, epoch=fence.epoch, noticed_by="heartbeat")
+        if self.runs.get(fence.run_id) is watched:
+            del self.runs[fence.run_id]
+            watched.running.cancel()
+
     async def _tick(self, now: float) -> None:
         if now - self._last_beat >= float(app_settings.HEARTBEAT_SECONDS):
             self._last_beat = now
             sent = time.monotonic()
-            lost = await sync_to_async(_beat)([w.fence for w in self.runs.values()])
-            for run_id, watched in list(self.runs.items()):
-                if run_id not in lost:
-                    watched.fence.renewed(sent)
-                    continue
-                self.runs.pop(run_id)
-                watched.fence.lose()
-                log.warning("run_claim_lost", run_id=run_id, epoch=watched.fence.epoch, noticed_by="heartbeat")
-                watched.running.cancel()
+            # The claims this beat is for: a run may be claimed again by this process while the
+            # beat is on its way (the sweep took a stale claim back), and what the beat found
+            # out about the old claim says nothing of the new one.
+            beaten = list(self.runs.values())
+            lost = await sync_to_async(_beat)([w.fence for w in beaten])
+            for watched in beaten:
+                self._beaten(watched, lost, sent)
         cancels = await sync_to_async(_cancels)(list(self.runs))
         for run_id, reason in cancels.items():
             asked = self.runs.pop(run_id, None)
