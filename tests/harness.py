@@ -143,10 +143,10 @@ def with_config(**changes: Any) -> EngineConfig:
     return replace(FAST, **changes)
 
 
-async def events_until(server: FakeProviderServer, reference: Outcome, kind: str) -> int:
-    """How many SSE events the reference run's first response sends up to and including
-    the ``content_block_stop`` of its first ``kind`` block ("tool" or "thinking"): a cut
-    there leaves exactly that block complete and nothing after it."""
+async def _first_response_events(server: FakeProviderServer, reference: Outcome) -> list[dict[str, Any]]:
+    """The SSE events (their JSON) of the reference run's first response, asked for again."""
+    import json
+
     import httpx
 
     from streamrecover.engine.sse import SSEDecoder
@@ -158,12 +158,28 @@ async def events_until(server: FakeProviderServer, reference: Outcome, kind: str
     async with httpx.AsyncClient() as client:
         response = await client.post(request["url"], json=request["json"], headers=headers)
     decoder = SSEDecoder()
-    events = decoder.feed(response.content) + decoder.close()
-    import json
+    return [json.loads(event.data) for event in decoder.feed(response.content) + decoder.close()]
 
+
+async def events_through_delta(server: FakeProviderServer, reference: Outcome, delta: str, nth: int) -> int:
+    """How many SSE events the reference run's first response sends up to and including its
+    ``nth`` delta of type ``delta`` ("text_delta", "thinking_delta"): a stall there holds the
+    stream at that delta."""
+    seen = 0
+    for count, data in enumerate(await _first_response_events(server, reference), start=1):
+        if data.get("type") == "content_block_delta" and data["delta"]["type"] == delta:
+            seen += 1
+            if seen == nth:
+                return count
+    raise AssertionError(f"the reference stream has fewer than {nth} {delta}s")
+
+
+async def events_until(server: FakeProviderServer, reference: Outcome, kind: str) -> int:
+    """How many SSE events the reference run's first response sends up to and including
+    the ``content_block_stop`` of its first ``kind`` block ("tool" or "thinking"): a cut
+    there leaves exactly that block complete and nothing after it."""
     open_kinds: dict[int, str] = {}
-    for count, event in enumerate(events, start=1):
-        data = json.loads(event.data)
+    for count, data in enumerate(await _first_response_events(server, reference), start=1):
         if data.get("type") == "content_block_start":
             open_kinds[data["index"]] = data["content_block"]["type"]
         if data.get("type") == "content_block_stop" and open_kinds.get(data["index"], "").startswith(kind):
@@ -186,3 +202,19 @@ class DiesAt(CollectingSink):
         await super().on_attempt(attempt)
         if attempt.index == self.index and attempt.outcome == self.outcome:
             raise WorkerDied(f"killed as attempt {attempt.index} was recorded {attempt.outcome}")
+
+
+class DiesAtFrame(CollectingSink):
+    """A run's client sink whose worker dies as the ``nth`` frame of type ``kind`` reaches it
+    (mid-stream, nothing broken at the provider)."""
+
+    def __init__(self, kind: str, nth: int) -> None:
+        super().__init__()
+        self.kind, self.left = kind, nth
+
+    async def on_frame(self, frame: Any) -> None:
+        await super().on_frame(frame)
+        if frame["type"] == self.kind:
+            self.left -= 1
+            if not self.left:
+                raise WorkerDied(f"killed as {self.kind} frame was sent")

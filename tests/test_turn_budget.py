@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
 
 import pytest
 
@@ -17,7 +16,7 @@ from streamrecover.engine.contract import ModelRequest
 from streamrecover.engine.sink import AttemptOutcome, CollectingSink
 from streamrecover.providers.registry import get_adapter
 
-from .harness import FAST, DiesAt, WorkerDied, events_until, provider, run, user, with_config
+from .harness import FAST, DiesAt, DiesAtFrame, WorkerDied, events_until, provider, run, user, with_config
 
 STORY = "A story [[words=60]]"
 LONG = "A story [[words=3000]]"
@@ -269,21 +268,6 @@ async def test_a_resumed_turn_asks_for_no_more_than_an_unbroken_worker_would(fak
     assert _asked_of(sink, "max_tokens")[0] <= _asked(unbroken, "max_tokens")[2]
 
 
-class DiesAtText(CollectingSink):
-    """The worker dies as the ``count``th text delta reaches its client."""
-
-    def __init__(self, count: int) -> None:
-        super().__init__()
-        self.count = count
-
-    async def on_frame(self, frame: Any) -> None:
-        await super().on_frame(frame)
-        if frame["type"] == "text_delta":
-            self.count -= 1
-            if not self.count:
-                raise WorkerDied("killed mid-answer")
-
-
 async def test_a_resumed_answer_is_not_counted_twice(fake_server):
     # The worker dies mid-answer, its checkpoint holding most of what it had received: the next
     # worker counts that as the worker that wrote it would (the provider's count of the kept text),
@@ -301,7 +285,7 @@ async def test_a_resumed_answer_is_not_counted_twice(fake_server):
         return RunContext(run_id=run_id, adapter=adapter, config=config, sink=sink, checkpoints=store)
 
     with pytest.raises(WorkerDied):
-        await run_agent(context(DiesAtText(200)), request)
+        await run_agent(context(DiesAtFrame("text_delta", 200)), request)
     checkpoint = await store.get(run_id)
     assert checkpoint is not None
     assert checkpoint.blocks  # most of the answer
