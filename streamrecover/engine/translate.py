@@ -173,7 +173,9 @@ class Translator:
     """Applies one turn's provider events to its accumulator and sends the matching frames.
 
     Create one per turn; ``begin`` it for every response. ``on_progress(n)`` is called
-    after each text or argument delta of ``n`` characters, ``on_tool_closed()`` when a
+    after each output delta of ``n`` characters (text, tool arguments, thinking and its
+    signature, a streamed field, a redacted thinking block), so the routine checkpoints follow
+    all the output billed, thinking included; ``on_tool_closed()`` when a
     tool call's block closes (the turn checkpoints there), ``on_interrupted()`` when the
     response broke, before its attempt is recorded as ended (the turn checkpoints there too).
     """
@@ -200,8 +202,9 @@ class Translator:
         # Broken attempts of a response to be re-attached, estimated, with the usage they had
         # reported: the re-attached end reports the whole response, and the estimates are withdrawn
         self.estimated_before_resume: list[tuple[AttemptRecord, Usage]] = []
-        # UTF-8 bytes of the output received in this response (text, thinking, tool names and
-        # arguments): every output token streams at least one byte, so this over-counts tokens
+        # UTF-8 bytes of the output received in this response (text, thinking, redacted thinking,
+        # streamed fields, tool names and arguments): every output token streams at least one
+        # byte, so this over-counts tokens
         self.received_bytes = 0
         # the text's bytes, and its tokens bounded delta by delta (``delta_token_bound``)
         self.text_bytes = 0
@@ -290,15 +293,20 @@ class Translator:
                 target = self._target(event, THINKING, _THINKING)
                 self.acc.apply(ThinkingDelta(target, text))
                 await frame(FrameKind.THINKING_DELTA, block=target, thinking=text)
+                await self.on_progress(len(text))
             case SignatureDelta(signature=sig):
                 self.acc.apply(SignatureDelta(self._target(event, THINKING, _SIGNED), sig))
+                # no output tokens of its own, but it makes the thinking before it keepable
+                await self.on_progress(len(sig))
             case CitationDelta(citation=citation):
                 target = self._target(event, TEXT, _TEXT)
                 self.acc.apply(CitationDelta(target, citation))
                 await frame(FrameKind.CITATION, block=target, citation=citation)
             case FieldDelta(field=name, text=text):
                 # shown whole when the block closes (a compaction summary arrives in one piece)
+                self.received_bytes += len(text.encode())
                 self.acc.apply(FieldDelta(self._target(event, name, _FIELDS), name, text))
+                await self.on_progress(len(text))
             case BlockStart(kind=kind):
                 if kind == TOOL_USE and not event.name:
                     # a call of no tool: it cannot be run, nor sent back (providers refuse it)
@@ -315,6 +323,8 @@ class Translator:
                     )
                 elif kind not in (TEXT, THINKING) and started is not None:
                     await frame(FrameKind.BLOCK, block=mapped, content=started.to_content())
+                if kind == REDACTED_THINKING and started is not None:
+                    await self._redacted_thinking(started)
             case BlockStop(index=i):
                 target = mapper.target(i, None)
                 if joiner is not None and target == mapper.merge_index and not joiner.decided:
@@ -347,6 +357,14 @@ class Translator:
                 if joiner is not None and not joiner.decided and mapper.merge_index is not None:
                     await self._joined(mapper.merge_index, joiner.flush())
                 raise AttemptDone
+
+    async def _redacted_thinking(self, block: Block) -> None:
+        """Redacted thinking arrives whole in its start: billed thinking the provider encrypted.
+        Its bytes count as received output (more than its tokens: the bound stays an upper one)
+        and toward the next checkpoint, as streamed thinking does."""
+        size = len(str(block.to_content()["data"]).encode())
+        self.received_bytes += size
+        await self.on_progress(size)
 
     def _target(self, event: _Delta, kind: str, fits: Container[str]) -> int:
         """The turn's block for ``event``'s index (a block of ``kind`` when its start never
