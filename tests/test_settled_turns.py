@@ -463,3 +463,35 @@ def test_a_queued_run_that_never_started_is_still_cancelled_at_once(monkeypatch)
     assert started == []
     final = Run.objects.get(pk=run.pk)
     assert (final.status, final.error_kind, final.error_message) == ("cancelled", "cancel", "user pressed stop")
+
+
+@pytest.mark.parametrize("ending", ["exhausted", "failed"])
+def test_a_run_whose_cut_short_answer_is_stored_is_not_requeued(ending):
+    """Re-queueing (the admin's action) a run that ended exhausted or failed after its client
+    was shown text: that text is the thread's last message, so executing the run again asked the
+    provider nothing and called the run completed. It is left as it ended; a run that stored no
+    answer is still re-queued."""
+    faults, engine, _left = CUT_SHORT[ending]
+    run = lifecycle.create_run(prompt=STOPPED, model=MODELS["anthropic"], faults=faults, engine=engine)
+    result = asyncio.run(execution.execute_run(str(run.pk)))
+    assert result is not None
+    assert result.status == ending
+    before = _thread(run)
+    assert before[-1]["role"] == "assistant"
+
+    assert not dispatch.requeue_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == ending
+    assert run.error_kind
+    assert _thread(run) == before
+
+    unanswered = lifecycle.create_run(
+        prompt=STOPPED, model=MODELS["anthropic"], faults=["error:events=1,type=invalid_request_error"]
+    )
+    result = asyncio.run(execution.execute_run(str(unanswered.pk)))
+    assert result is not None
+    assert result.status == "failed"
+    assert _thread(unanswered)[-1]["role"] == "user"
+    assert lifecycle.requeue_run(unanswered.pk)  # (the lifecycle's rule: nothing is started here)
+    unanswered.refresh_from_db()
+    assert unanswered.status == Run.Status.QUEUED

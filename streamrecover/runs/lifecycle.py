@@ -384,14 +384,19 @@ def requeue_run(run_id: str | uuid.UUID) -> bool:
     """Put a failed, exhausted or stale run back in the queue (claims start again).
 
     A run a live worker is executing (its heartbeat younger than ``STALE_AFTER_SECONDS``) is
-    left alone: taking it would only fence that worker out mid-stream. Starts nothing: True
-    tells the caller to start the run.
+    left alone: taking it would only fence that worker out mid-stream. So is a run whose
+    answer is stored already (an exhausted or failed turn commits what its client was shown,
+    cut short): executing it again would find the thread answered, ask the provider nothing
+    and call the run completed. Its text goes on with the thread's next message instead.
+    Starts nothing: True tells the caller to start the run.
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.status in (Run.Status.COMPLETED, Run.Status.CANCELLED, Run.Status.QUEUED):
             return False
         if run.status in Run.CLAIMED_STATUSES and not Run.objects.stale().filter(pk=run.pk).exists():
+            return False
+        if _answer_stored(run):
             return False
         run_requeued.send(sender=Run, run_id=run.pk)  # its figures are about to change
         run.status = Run.Status.QUEUED
@@ -405,6 +410,12 @@ def requeue_run(run_id: str | uuid.UUID) -> bool:
         run.save()
     log.info("run_requeued", run_id=str(run_id))
     return True
+
+
+def _answer_stored(run: Run) -> bool:
+    """Whether the thread ends with an assistant message of ``run``'s own."""
+    last = run.thread.messages.order_by("-position").values_list("role", "run_id").first()
+    return last is not None and last[0] == Message.Role.ASSISTANT and last[1] == run.pk
 
 
 def sweep_stale_runs(seconds: float | None = None, queued_seconds: float | None = None) -> list[str]:
