@@ -11,6 +11,7 @@ message that was the last one committed), and executes it again through the Djan
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
+from django.core.management import call_command
 from django.db import connections
 from django.utils import timezone
 from structlog.testing import capture_logs
@@ -495,3 +497,30 @@ def test_a_run_whose_cut_short_answer_is_stored_is_not_requeued(ending):
     assert lifecycle.requeue_run(unanswered.pk)  # (the lifecycle's rule: nothing is started here)
     unanswered.refresh_from_db()
     assert unanswered.status == Run.Status.QUEUED
+
+
+def test_the_cancel_command_ends_a_queued_run_that_had_started_before_it_exits():
+    """One-process mode: the run a cancel leaves to a worker (queued after its worker died) is
+    started in a thread of the process that cancelled it. The command's process ends as soon as
+    it returns, and the thread with it: the command now waits for the run's end, so the text
+    its client was shown is committed and the run is cancelled when the command returns."""
+    run = lifecycle.create_run(
+        prompt=STOPPED, model=MODELS["anthropic"], faults=["error:events=12,type=overloaded_error"]
+    )
+    watching = DiesWhenAnAttemptBreaks()
+    with pytest.raises(WorkerDied):
+        asyncio.run(execution.execute_run(str(run.pk), extra_sinks=[watching]))
+    _release_orm_thread()
+    shown = ClientView(_thread(run)).apply_all(watching.frames).reconstructed()
+    assert shown[0]["text"].strip()
+    _put_back(run, Run.Status.QUEUED)  # the sweep
+
+    out = io.StringIO()
+    call_command("streamrecover_cancel", str(run.pk), "--reason", "user pressed stop", stdout=out)
+
+    final = Run.objects.get(pk=run.pk)
+    assert (final.status, final.error_message) == ("cancelled", "user pressed stop")
+    stored = _thread(run)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[1]["content"] == shown
+    assert f"{run.pk}: cancelled" in out.getvalue()
