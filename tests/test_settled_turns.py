@@ -414,11 +414,9 @@ class DiesWhenAnAttemptBreaks(CollectingSink):
             raise WorkerDied("killed as the interrupted attempt was recorded")
 
 
-def test_a_run_cancelled_while_queued_after_its_worker_died_commits_the_text_its_client_was_shown(monkeypatch):
-    """Its worker died mid-answer, the sweep put it back in the queue, and its user pressed stop
-    before a worker claimed it: the cancel ended the run there and then, without the text its
-    client had been shown (the sweep later deleted the checkpoint that held it). Now the run is
-    started again, already cancelled, and the worker that claims it commits that text."""
+def _died_mid_answer_and_swept() -> tuple[Run, ClientView]:
+    """A run whose worker died as its answer broke, after its client was shown text, put back in
+    the queue by the sweep; and the view of that client."""
     run = lifecycle.create_run(
         prompt=STOPPED, model=MODELS["anthropic"], faults=["error:events=12,type=overloaded_error"]
     )
@@ -431,6 +429,16 @@ def test_a_run_cancelled_while_queued_after_its_worker_died_commits_the_text_its
     assert [b["type"] for b in shown] == ["text"]
     assert shown[0]["text"].strip()  # the client was shown text
     _put_back(run, Run.Status.QUEUED)  # the sweep
+    return run, view
+
+
+def test_a_run_cancelled_while_queued_after_its_worker_died_commits_the_text_its_client_was_shown(monkeypatch):
+    """Its worker died mid-answer, the sweep put it back in the queue, and its user pressed stop
+    before a worker claimed it: the cancel ended the run there and then, without the text its
+    client had been shown (the sweep later deleted the checkpoint that held it). Now the run is
+    started again, already cancelled, and the worker that claims it commits that text."""
+    run, view = _died_mid_answer_and_swept()
+    shown = view.reconstructed()
 
     started: list[str] = []
     monkeypatch.setattr(dispatch, "enqueue_run", lambda run_id: started.append(str(run_id)))
@@ -504,16 +512,8 @@ def test_the_cancel_command_ends_a_queued_run_that_had_started_before_it_exits()
     started in a thread of the process that cancelled it. The command's process ends as soon as
     it returns, and the thread with it: the command now waits for the run's end, so the text
     its client was shown is committed and the run is cancelled when the command returns."""
-    run = lifecycle.create_run(
-        prompt=STOPPED, model=MODELS["anthropic"], faults=["error:events=12,type=overloaded_error"]
-    )
-    watching = DiesWhenAnAttemptBreaks()
-    with pytest.raises(WorkerDied):
-        asyncio.run(execution.execute_run(str(run.pk), extra_sinks=[watching]))
-    _release_orm_thread()
-    shown = ClientView(_thread(run)).apply_all(watching.frames).reconstructed()
-    assert shown[0]["text"].strip()
-    _put_back(run, Run.Status.QUEUED)  # the sweep
+    run, view = _died_mid_answer_and_swept()
+    shown = view.reconstructed()
 
     out = io.StringIO()
     call_command("streamrecover_cancel", str(run.pk), "--reason", "user pressed stop", stdout=out)
