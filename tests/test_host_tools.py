@@ -231,3 +231,20 @@ def test_a_tools_function_that_gives_no_registry_fails_its_run_clearly() -> None
     run.refresh_from_db()
     assert run.error_kind == "tool_unavailable"
     assert "not a ToolRegistry" in run.error_message
+
+
+def test_a_run_failed_for_a_missing_tool_is_requeued_and_calls_it_once_the_tool_is_back() -> None:
+    """The admin's "Re-queue failed runs" after a deploy brought the tool back: the thread ends with
+    the run's own assistant message, but its tool call waits for a result, so the run is no answered
+    one (that one is left as it ended): it is re-queued, calls the tool and completes."""
+    with override_settings(STREAMRECOVER=HOST):
+        run = _died_during_the_tool()
+    with override_settings(STREAMRECOVER=OTHER):
+        call_command("streamrecover_sweep", stdout=StringIO(), stderr=StringIO())
+    run.refresh_from_db()
+    assert run.error_kind == "tool_unavailable"
+    with override_settings(STREAMRECOVER=HOST):
+        assert lifecycle.requeue_run(run.pk)  # what the admin's action does before it starts the run
+        asyncio.run(execution.execute_run(str(run.pk)))
+        _release_orm_thread()
+    _booked(run)

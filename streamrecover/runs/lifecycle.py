@@ -387,7 +387,8 @@ def requeue_run(run_id: str | uuid.UUID) -> bool:
     left alone: taking it would only fence that worker out mid-stream. So is a run whose
     answer is stored already (an exhausted or failed turn commits what its client was shown,
     cut short): executing it again would find the thread answered, ask the provider nothing
-    and call the run completed. Its text goes on with the thread's next message instead.
+    and call the run completed. Its text goes on with the thread's next message instead. (A
+    message whose tool calls wait for their results is no answer: run again, it makes them.)
     Starts nothing: True tells the caller to start the run.
     """
     with transaction.atomic():
@@ -413,9 +414,12 @@ def requeue_run(run_id: str | uuid.UUID) -> bool:
 
 
 def _answer_stored(run: Run) -> bool:
-    """Whether the thread ends with an assistant message of ``run``'s own."""
-    last = run.thread.messages.order_by("-position").values_list("role", "run_id").first()
-    return last is not None and last[0] == Message.Role.ASSISTANT and last[1] == run.pk
+    """Whether the thread ends with an assistant message of ``run``'s own that calls no tool (a
+    call there waits for its result: run again, the run makes it and goes on, as after a sweep)."""
+    last = run.thread.messages.order_by("-position").values_list("role", "run_id", "content").first()
+    if last is None or last[0] != Message.Role.ASSISTANT or last[1] != run.pk:
+        return False
+    return not any(isinstance(block, dict) and block.get("type") == "tool_use" for block in last[2] or ())
 
 
 def sweep_stale_runs(seconds: float | None = None, queued_seconds: float | None = None) -> list[str]:
