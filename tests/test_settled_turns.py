@@ -524,3 +524,24 @@ def test_the_cancel_command_ends_a_queued_run_that_had_started_before_it_exits()
     assert [m["role"] for m in stored] == ["user", "assistant"]
     assert stored[1]["content"] == shown
     assert f"{run.pk}: cancelled" in out.getvalue()
+
+
+def test_a_cut_short_run_a_follow_up_went_on_from_is_not_requeued():
+    """The thread went on after the run ended failed (a follow-up message, answered): re-queued,
+    the run found the follow-up's answer last, asked the provider nothing and called itself
+    completed. It is left as it ended."""
+    faults, engine, _left = CUT_SHORT["failed"]
+    first = lifecycle.create_run(prompt=STOPPED, model=MODELS["anthropic"], faults=faults, engine=engine)
+    result = asyncio.run(execution.execute_run(str(first.pk)))
+    assert result is not None
+    assert result.status == "failed"
+    follow_up = lifecycle.create_run(prompt=STORY, model=MODELS["anthropic"], thread=first.thread)
+    result = asyncio.run(execution.execute_run(str(follow_up.pk)))
+    assert result is not None
+    assert result.status == "completed"
+    before = _thread(first)
+
+    assert not dispatch.requeue_run(first.pk)
+    first.refresh_from_db()
+    assert (first.status, first.error_kind) == ("failed", "invalid_request")
+    assert _thread(first) == before

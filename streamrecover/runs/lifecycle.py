@@ -387,8 +387,8 @@ def requeue_run(run_id: str | uuid.UUID) -> bool:
     left alone: taking it would only fence that worker out mid-stream. So is a run whose
     answer is stored already (an exhausted or failed turn commits what its client was shown,
     cut short): executing it again would find the thread answered, ask the provider nothing
-    and call the run completed. Its text goes on with the thread's next message instead. (A
-    message whose tool calls wait for their results is no answer: run again, it makes them.)
+    and call the run completed. Its text goes on with the thread's next message instead. So is
+    a run a follow-up in its thread came after (``_answer_stored``).
     Starts nothing: True tells the caller to start the run.
     """
     with transaction.atomic():
@@ -414,10 +414,16 @@ def requeue_run(run_id: str | uuid.UUID) -> bool:
 
 
 def _answer_stored(run: Run) -> bool:
-    """Whether the thread ends with an assistant message of ``run``'s own that calls no tool (a
-    call there waits for its result: run again, the run makes it and goes on, as after a sweep)."""
+    """Whether the thread holds ``run``'s answer already: it ends with an assistant message of
+    ``run``'s own that calls no tool (a call there waits for its result: run again, the run makes
+    it and goes on, as after a sweep), or with a later run's messages (a follow-up went on from
+    what this run stored; run again, it would find that follow-up's answer and ask nothing)."""
     last = run.thread.messages.order_by("-position").values_list("role", "run_id", "content").first()
-    if last is None or last[0] != Message.Role.ASSISTANT or last[1] != run.pk:
+    if last is None:
+        return False
+    if last[1] != run.pk:
+        return True
+    if last[0] != Message.Role.ASSISTANT:
         return False
     return not any(isinstance(block, dict) and block.get("type") == "tool_use" for block in last[2] or ())
 
