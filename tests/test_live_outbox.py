@@ -231,3 +231,55 @@ def test_one_heartbeat_statement_beats_runs_of_every_claim_epoch_and_names_the_l
     beaten = dict(Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("pk", "heartbeat_at"))
     assert all(beaten[r.pk] is not None for r in runs[:11])
     assert beaten[runs[11].pk] is None  # a lost claim's heartbeat is never written
+
+
+@pytest.mark.services
+@pytest.mark.xfail(strict=True, reason="a lost claim's late frames are not fenced in Redis (snaprev)")
+async def test_a_lost_claims_late_frames_reach_neither_the_buffer_nor_the_sockets() -> None:
+    """Worker A loses its claim while frames sit in its outbox (its process paused); worker B
+    takes the run over and numbers on from A's last kept seq. A's late frames, flushed once it
+    resumes, must not replace B's in the buffer nor reach the run's sockets."""
+    layer = get_channel_layer()
+    prefix = f"streamrecover:test:{uuid.uuid4().hex}:"
+    run_id = uuid.uuid4().hex
+    worker_a = RedisFrameBuffer(settings.REDIS_URL, prefix=prefix)
+    worker_b = RedisFrameBuffer(settings.REDIS_URL, prefix=prefix)
+    fanout = fanout_for(worker_b)
+    socket = Watcher()
+    await fanout.join(frames_channel(worker_b, run_id), socket)
+    a = await make_publisher(run_id, buffer=worker_a, layer=layer)
+    a.coalesce_s = 0.0
+
+    def delta(seq: int, text: str) -> Any:
+        return {"type": "text_delta", "run_id": run_id, "seq": seq, "block": 0, "text": text}
+
+    try:
+        for seq in (1, 2, 3):
+            await a.on_frame(delta(seq, "a"))
+        assert a.outbox is not None
+        await a.outbox.barrier()
+        b = await make_publisher(run_id, buffer=worker_b, layer=layer)  # B claims: numbers on from 3 (+1 left out)
+        b.coalesce_s = 0.0
+        await b.on_frame({"type": "run_status", "run_id": run_id, "seq": 5, "status": "running"})  # type: ignore[arg-type]
+        assert b.outbox is not None
+        await b.outbox.barrier()
+        for seq in (4, 5, 6):  # A resumes: what its outbox held goes out
+            await a.on_frame(delta(seq, "STALE"))
+        await a.outbox.barrier()
+        await b.on_frame({"type": "stream_reset", "run_id": run_id, "seq": 6, "reason": "reclaimed"})  # type: ignore[arg-type]
+        await b.outbox.barrier()
+        await asyncio.sleep(0.3)
+        received = []
+        while not socket.frames.empty():
+            received.append(json.loads((await socket.frames.get())[1]))
+        kept = await worker_b.frames_after(run_id, 4) or []
+        assert [f["type"] for f in kept] == ["run_status", "stream_reset"]  # B's frames, not A's
+        assert all(f.get("text") != "STALE" for f in received)
+    finally:
+        await fanout.leave(frames_channel(worker_b, run_id), socket)
+        client = worker_b._redis()
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+        if keys:
+            await client.delete(*keys)
+        await worker_a.aclose()
+        await worker_b.aclose()
