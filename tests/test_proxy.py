@@ -356,6 +356,21 @@ def test_openai_stream_ends_once_with_done(site: str, raw_key: str) -> None:
     wait_for(response.headers["x-streamrecover-run"])
 
 
+def test_a_break_inside_the_second_of_two_tool_calls_reaches_an_openai_client_as_both_calls_whole(
+    site: str, raw_key: str
+) -> None:
+    """A Chat stream closes its calls only at its end: cut inside the second call, both are asked
+    again, so the first must not have been shown yet (the client got an error chunk)."""
+    client = openai.OpenAI(base_url=site + "/v1", api_key=raw_key, max_retries=0)
+    prompt = "Check [[words=3]] [[tools=2]]"
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}], "tools": TOOLS_OPENAI}
+    clean = openai_answer(client, prompt, tools=TOOLS_OPENAI)["final"]
+    cut = f"cut:events={upstream_events('/v1/chat/completions', body) - 4}"
+    seen = openai_answer(client, prompt, cut, tools=TOOLS_OPENAI)
+    assert seen["final"] == clean
+    assert wait_for(seen["run_id"]).status == "completed"
+
+
 def test_a_restart_that_cannot_be_spliced_ends_with_an_openai_error_chunk(site: str, raw_key: str) -> None:
     client = openai.OpenAI(base_url=site + "/v1", api_key=raw_key, max_retries=0)
     with pytest.raises(openai.APIError) as raised:

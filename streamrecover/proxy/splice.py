@@ -1,19 +1,19 @@
 """From the engine's client frames to the blocks a proxied client may be shown: text at once,
 every other block only once it is complete, never anything that a recovery later takes back.
 
-The engine numbers a turn's blocks across its attempts (a continuation's text goes on in the
-kept block) and tells live clients when it drops one (``tool_call_cancel``, ``block_cancel``,
-``stream_reset``). A provider's wire format cannot take anything back, so ``Splicer`` holds a
-tool call until a later block shows it ended, and thinking and other blocks until the turn's
-message is committed (their signatures and final content arrive only with it); blocks after a
-held one wait behind it, so the client sees them in order. A text block's citations go out
-once the block has text (text is always kept; a cited block cut before its text is dropped),
-after the text. Where the client's format shows reasoning for reading only (OpenAI's
-``reasoning_content``, a Responses reasoning summary: ``release_unsigned``), thinking goes out
-whole once a later block started, signed or not, and its later drop (DeepSeek's reasoning is
-unsigned: no provider takes it back) takes nothing back from the client. What it releases is numbered
-contiguously. A drop of something already released is ``Unsplicable``: the stream cannot go on
-truthfully and ends with the provider's error event.
+The engine numbers a turn's blocks across its attempts (a continuation's text goes on in the kept
+block) and tells live clients when it drops one (``tool_call_cancel``, ``block_cancel``,
+``stream_reset``). A provider's wire format cannot take anything back, so ``Splicer`` holds a tool
+call until a later block of another kind shows it ended (parallel calls until the commit), and
+thinking and other blocks until the turn's message is committed (their signatures and final content
+arrive only with it); blocks after a held one wait behind it, so the client sees them in order. A
+text block's citations go out once the block has text (text is always kept; a cited block cut before
+its text is dropped), after the text. Where the client's format shows reasoning for reading only
+(OpenAI's ``reasoning_content``, a Responses reasoning summary: ``release_unsigned``), thinking goes
+out whole once a later block started, signed or not, and its later drop (DeepSeek's reasoning is
+unsigned: no provider takes it back) takes nothing back from the client. What it releases is
+numbered contiguously. A drop of something already released is ``Unsplicable``: the stream cannot go
+on truthfully and ends with the provider's error event.
 """
 
 from __future__ import annotations
@@ -211,13 +211,16 @@ class Splicer:
                 continue
             if held.released:
                 continue
-            # a tool call is complete once a later block started (blocks arrive one after another);
-            # so is reasoning shown without its signature
+            # a tool call is complete once a later block of another kind started (blocks arrive one
+            # after another); so is reasoning shown without its signature. A later call is no proof:
+            # a Chat stream closes its calls only at its end, so a break in the second drops the first.
             later = position < len(order) - 1
+            other_kind_after = any(self.blocks[i].kind != TOOL_USE for i in order[position + 1 :])
             complete = (
                 final
                 or held.unsigned
-                or (later and (held.kind == TOOL_USE or (held.kind == THINKING and self.release_unsigned)))
+                or (held.kind == TOOL_USE and other_kind_after)
+                or (later and held.kind == THINKING and self.release_unsigned)
             )
             if not complete:
                 break
