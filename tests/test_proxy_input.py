@@ -147,6 +147,9 @@ MALFORMED = {
         responses([{"role": "system", "content": ["x"]}, {"role": "user", "content": "hi"}]),
         "input[0].content[0]",
     ),
+    "anthropic-stream-a-string": (MESSAGES, anthropic([ASKED], stream="false"), "stream"),
+    "chat-stream-a-string": (CHAT, chat([ASKED], stream="false"), "stream"),
+    "responses-stream-a-string": (RESPONSES, responses("hi", stream="false"), "stream"),
     "responses-output-without-call-id": (
         RESPONSES,
         responses([{"type": "function_call_output", "output": "r"}]),

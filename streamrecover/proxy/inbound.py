@@ -214,6 +214,15 @@ def _temperature(body: dict[str, Any]) -> float | None:
     return float(value)
 
 
+def _stream(body: dict[str, Any]) -> bool:
+    """Whether the client asked for a stream: a boolean, as the providers take it (``"false"``
+    read as true would stream to a client that asked for one JSON answer)."""
+    value = body.get("stream")
+    if value is not None and not isinstance(value, bool):
+        raise BadRequest("stream: must be a boolean")
+    return bool(value)
+
+
 def _extra(body: dict[str, Any], *taken: str) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in _OWN_FIELDS and k not in taken}
 
@@ -254,7 +263,7 @@ def _anthropic(body: dict[str, Any], model: str, messages: list[Any]) -> ProxyRe
         model=model,
         messages=canonical,
         max_tokens=_max_tokens(body.get("max_tokens"), "max_tokens"),
-        stream=bool(body.get("stream")),
+        stream=_stream(body),
         system=system if isinstance(system, str) and system else None,
         temperature=_temperature(body),
         thinking_budget=budget,
@@ -323,7 +332,7 @@ def _openai(body: dict[str, Any], model: str, messages: list[Any], default_max_t
         model=model,
         messages=canonical,
         max_tokens=max_tokens,
-        stream=bool(body.get("stream")),
+        stream=_stream(body),
         system=system,
         temperature=_temperature(body),
         structured=structured,
@@ -410,7 +419,7 @@ def _responses(body: dict[str, Any], model: str, default_max_tokens: int) -> Pro
         model=model,
         messages=canonical,
         max_tokens=max_tokens,
-        stream=bool(body.get("stream")),
+        stream=_stream(body),
         system=instructions,
         temperature=_temperature(body),
         structured=structured,
