@@ -253,10 +253,10 @@ async def test_a_client_that_sees_a_gap_asks_for_resync_and_gets_a_snapshot(owne
     view = ClientView()
     view.apply(await receive(ws))
     # the channel layer loses a frame (channels_redis drops over capacity): only the buffer has it
-    await reader_buffer().append(
+    pub = await frames_out(run)
+    await pub.buffer.append(
         str(run.pk), {"type": "text_delta", "run_id": str(run.pk), "seq": 2, "block": 0, "text": "lost "}
     )
-    pub = await frames_out(run)
     pub.last_seq = 2
     await frames_out(run, {"type": "text_delta", "block": 0, "text": "found"})
     frame = await receive(ws)

@@ -245,9 +245,8 @@ async def test_frames_an_outage_kept_from_the_buffer_still_reach_the_snapshot(mo
     async def redis_is_down(batch: Any) -> None:
         """``_send`` with Redis away: the frames are staged (the writer's state applies them),
         then the pipeline fails."""
-        pipe = writer._redis().pipeline(transaction=False)
         for item in batch:
-            writer.stage_append(pipe, item.run_id, item.frame, item.text)
+            writer.planned_write(item.run_id, item.frame, item.text)
         raise ConnectionError("Redis is restarting")
 
     monkeypatch.setattr(box, "_send", redis_is_down)

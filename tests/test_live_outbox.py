@@ -234,7 +234,6 @@ def test_one_heartbeat_statement_beats_runs_of_every_claim_epoch_and_names_the_l
 
 
 @pytest.mark.services
-@pytest.mark.xfail(strict=True, reason="known defect: late frames of a lost claim are not fenced (docs/protocol.md)")
 async def test_a_lost_claims_late_frames_reach_neither_the_buffer_nor_the_sockets() -> None:
     """Worker A loses its claim while frames sit in its outbox (its process paused); worker B
     takes the run over and numbers on from A's last kept seq. A's late frames, flushed once it

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+import msgpack
 import structlog
 
 from ..conf import app_settings
@@ -204,6 +205,61 @@ return {data, redis.call('XRANGE', KEYS[2], start, '+')}
 """
 
 
+# Every frame of a batch in one script call, its arguments packed as one msgpack array: one
+# command to encode and one reply to parse per batch, where a pipeline of XADD and PUBLISH had
+# two (and more when the state was saved) per frame, and where one argument per field made
+# redis-py's command packing (a Python loop over every argument) the largest Redis cost left.
+# The array: the TTL and the stream cap, then per frame its stream key, its state hash key, the
+# entry id ("": publish only), the frame's JSON, the channel ("": keep only), the pub/sub
+# message, the state to save ("" "": none), and its claim's floor (``_FENCE``). A frame of an
+# earlier claim than the state hash's floor, or whose XADD is refused (a later seq already
+# there), is neither kept nor sent; the others go on. Not for Redis Cluster: one call writes
+# many runs' keys (as the pipeline did, over one client).
+FLUSH_SCRIPT = """
+local v = cmsgpack.unpack(ARGV[1])
+local ttl, cap, refused, first_error = v[1], v[2], 0, ''
+for a = 3, #v, 9 do
+  local stream, state, id = v[a], v[a + 1], v[a + 2]
+  local send = true
+  if id ~= '' then
+    local floor = tonumber(redis.call('HGET', state, 'floor') or '0')
+    if floor > v[a + 8] then
+      send = false
+      refused = refused + 1
+      if first_error == '' then first_error = 'a frame of an earlier claim of the run' end
+    else
+      local ok = redis.pcall('XADD', stream, 'MAXLEN', '~', cap, id, 'f', v[a + 3])
+      if type(ok) == 'table' and ok.err then
+        send = false
+        refused = refused + 1
+        if first_error == '' then first_error = ok.err end
+      elseif v[a + 6] ~= '' then
+        redis.call('HSET', state, 'seq', v[a + 6], 'data', v[a + 7])
+        redis.call('EXPIRE', stream, ttl)
+        redis.call('EXPIRE', state, ttl)
+      end
+    end
+  end
+  if send and v[a + 4] ~= '' then redis.call('PUBLISH', v[a + 4], v[a + 5]) end
+end
+if refused > 0 then return {refused, first_error} end
+return {}
+"""
+
+# A claim of the run starts writing: its floor (the seq after the last one kept) goes in the
+# state hash, read with that last seq in one step, so a frame an earlier claim still sends (its
+# process stalled past its lease with frames in its outbox) is refused by FLUSH_SCRIPT, never
+# taking a seq of the new claim's. KEYS: state hash, frame stream; ARGV: the TTL.
+_FENCE = """
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+local seq = 0
+if last[1] then seq = tonumber(string.match(last[1][1], '^(%d+)')) end
+redis.call('HSET', KEYS[1], 'floor', seq + 1)
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return seq
+"""
+
+
 class PlannedWrite(NamedTuple):
     """One frame's writes to the replay buffer: its stream entry, and the state when due."""
 
@@ -212,6 +268,7 @@ class PlannedWrite(NamedTuple):
     entry_id: str  # "<seq>-0"
     text: str  # the frame's JSON
     save: tuple[int, str] | None  # (seq, state JSON) when the state is saved with this frame
+    floor: int  # the first seq of the claim writing it (``_FENCE``)
 
 
 def _decode_entries(entries: list[Any]) -> list[dict[str, Any]]:
@@ -244,6 +301,7 @@ class RedisFrameBuffer:
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Redis] = weakref.WeakKeyDictionary()
         self._writing: dict[str, RunState] = {}  # runs this instance appends to
         self._unsaved: dict[str, int] = {}
+        self._floors: dict[str, int] = {}  # each such run's claim's floor (``_FENCE``)
 
     def __repr__(self) -> str:
         return f"RedisFrameBuffer(prefix={self.prefix!r})"  # the URL may hold a password
@@ -273,15 +331,23 @@ class RedisFrameBuffer:
     async def _writer_state(self, run_id: str) -> RunState:
         state = self._writing.get(run_id)
         if state is None:
+            # fenced first: the state read next holds every frame an earlier claim kept
+            last = await self._redis().eval(_FENCE, 2, *self.keys(run_id), self.active_ttl_s)
+            self._floors[run_id] = int(last) + 1
             state = await self.state(run_id) or RunState()
             self._writing[run_id] = state
             self._unsaved[run_id] = self.save_every  # save with the first frame
         return state
 
     async def prepare(self, run_id: str) -> RunState:
-        """Load the run's writer state, so ``stage_append`` can be called without awaiting; the
-        state is the publisher's handle for ``release``."""
+        """Fence out earlier claims' writers and load the run's writer state, so
+        ``planned_write`` can be called without awaiting; the state is the publisher's handle
+        for ``release``."""
         return await self._writer_state(run_id)
+
+    def fenced_seq(self, run_id: str) -> int:
+        """The last seq kept when this writer fenced the run (after ``prepare``)."""
+        return self._floors[run_id] - 1
 
     def release(self, run_id: str, state: RunState | None = None) -> None:
         """Forget the run's writer state, leaving its keys in Redis alone: a claim of the run
@@ -292,6 +358,7 @@ class RedisFrameBuffer:
             return
         self._writing.pop(run_id, None)
         self._unsaved.pop(run_id, None)
+        self._floors.pop(run_id, None)
 
     def planned_write(self, run_id: str, frame: dict[str, Any], text: str | None = None) -> PlannedWrite | None:
         """Apply ``frame`` to the run's writer state (after ``prepare``) and say what to write:
@@ -309,19 +376,7 @@ class RedisFrameBuffer:
         if self._unsaved[run_id] >= self.save_every or frame.get("type") in _SAVE_AFTER:
             save = (state.seq, state.to_json())
             self._unsaved[run_id] = 0
-        return PlannedWrite(*self.keys(run_id), f"{seq}-0", encoded, save)
-
-    def stage_append(self, pipe: Any, run_id: str, frame: dict[str, Any], text: str | None = None) -> bool:
-        """Queue ``frame``'s writes on ``pipe`` (see ``planned_write``); False when it is dropped."""
-        write = self.planned_write(run_id, frame, text)
-        if write is None:
-            return False
-        pipe.xadd(write.frames_key, {"f": write.text}, id=write.entry_id, maxlen=self.max_frames, approximate=True)
-        if write.save is not None:
-            pipe.hset(write.state_key, mapping={"seq": write.save[0], "data": write.save[1]})
-            pipe.expire(write.frames_key, self.active_ttl_s)
-            pipe.expire(write.state_key, self.active_ttl_s)
-        return True
+        return PlannedWrite(*self.keys(run_id), f"{seq}-0", encoded, save, self._floors[run_id])
 
     def skip(self, run_id: str, frame: dict[str, Any]) -> None:
         """A frame that is not written (Redis is away): the writer's state still applies it, and
@@ -341,19 +396,23 @@ class RedisFrameBuffer:
 
     async def append(self, run_id: str, frame: dict[str, Any]) -> None:
         await self._writer_state(run_id)
-        pipe = self._redis().pipeline(transaction=True)
-        if not self.stage_append(pipe, run_id, frame):
+        write = self.planned_write(run_id, frame)
+        if write is None:
             return
-        from redis.exceptions import ResponseError
-
+        saved = write.save or ("", "")
+        args: list[str | int] = [self.active_ttl_s, self.max_frames]
+        args += [write.frames_key, write.state_key, write.entry_id, write.text, "", "", *saved, write.floor]
+        client = self._redis()
         try:
-            await pipe.execute()
-        except ResponseError as exc:  # another worker wrote a later seq for this run
-            first, seq = frame_span(frame)
-            log.warning("live_buffer_append_refused", run_id=run_id, seq=seq, first_seq=first, error=str(exc))
+            # use_bin_type=False: Redis' Lua msgpack reads the old raw strings, not the bin type.
+            refused = await client.register_script(FLUSH_SCRIPT)(args=[msgpack.packb(args, use_bin_type=False)])
         except Exception:
             self.unsaved(run_id)
             raise
+        if refused:  # an earlier claim's frame, or another worker wrote a later seq for this run
+            first, seq = frame_span(frame)
+            error = refused[1].decode(errors="replace") if isinstance(refused[1], bytes) else str(refused[1])
+            log.warning("live_buffer_append_refused", run_id=run_id, seq=seq, first_seq=first, error=error)
 
     async def last_seq(self, run_id: str) -> int:
         return (await self.last_seqs([run_id]))[run_id]
@@ -394,6 +453,7 @@ class RedisFrameBuffer:
     async def finish(self, run_id: str) -> None:
         self._writing.pop(run_id, None)
         self._unsaved.pop(run_id, None)
+        self._floors.pop(run_id, None)
         pipe = self._redis().pipeline(transaction=True)
         for key in self.keys(run_id):
             pipe.expire(key, self.finished_ttl_s)
@@ -402,6 +462,7 @@ class RedisFrameBuffer:
     async def discard(self, run_id: str) -> None:
         self._writing.pop(run_id, None)
         self._unsaved.pop(run_id, None)
+        self._floors.pop(run_id, None)
         await self._redis().delete(*self.keys(run_id))
 
     async def aclose(self) -> None:

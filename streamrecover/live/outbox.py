@@ -28,7 +28,7 @@ from typing import Any
 import msgpack
 import structlog
 
-from .buffer import RedisFrameBuffer
+from .buffer import FLUSH_SCRIPT, RedisFrameBuffer
 from .fanout import direct_frames, encode_message, frames_channel
 
 log = structlog.get_logger("streamrecover.live")
@@ -44,43 +44,12 @@ class _Item:
     text: str
 
 
-# Every frame of a batch in one script call, its arguments packed as one msgpack array: one
-# command to encode and one reply to parse per batch, where a pipeline of XADD and PUBLISH had
-# two (and more when the state was saved) per frame, and where one argument per field made
-# redis-py's command packing (a Python loop over every argument) the largest Redis cost left.
-# The array: the TTL and the stream cap, then per frame its stream key, its state hash key, the
-# entry id ("": publish only), the frame's JSON, the channel, the pub/sub message, and the state
-# to save ("" "": none). A refused XADD (a later seq already there) does not stop the others.
-# Not for Redis Cluster: one call writes many runs' keys (as the pipeline did, over one client).
-_FLUSH = """
-local v = cmsgpack.unpack(ARGV[1])
-local ttl, cap, refused, first_error = v[1], v[2], 0, ''
-for a = 3, #v, 8 do
-  local stream, state, id = v[a], v[a + 1], v[a + 2]
-  if id ~= '' then
-    local ok = redis.pcall('XADD', stream, 'MAXLEN', '~', cap, id, 'f', v[a + 3])
-    if type(ok) == 'table' and ok.err then
-      refused = refused + 1
-      if first_error == '' then first_error = ok.err end
-    elseif v[a + 6] ~= '' then
-      redis.call('HSET', state, 'seq', v[a + 6], 'data', v[a + 7])
-      redis.call('EXPIRE', stream, ttl)
-      redis.call('EXPIRE', state, ttl)
-    end
-  end
-  redis.call('PUBLISH', v[a + 4], v[a + 5])
-end
-if refused > 0 then return {refused, first_error} end
-return {}
-"""
-
-
 class Outbox:
     """One per event loop and buffer: ``put`` stages a frame, a flusher task sends them."""
 
     def __init__(self, buffer: RedisFrameBuffer) -> None:
         self.buffer = buffer
-        self._script = buffer._redis().register_script(_FLUSH)
+        self._script = buffer._redis().register_script(FLUSH_SCRIPT)
         self._pending: list[_Item] = []
         self._flusher: asyncio.Task[None] | None = None
         self._down_until = 0.0
@@ -130,15 +99,24 @@ class Outbox:
                 write = None
             message = encode_message(int(item.frame.get("seq") or 0), item.text)
             if write is None:
-                args += ["", "", "", "", item.channel, message, "", ""]
+                args += ["", "", "", "", item.channel, message, "", "", 0]
             else:
                 saved = write.save or ("", "")
-                args += [write.frames_key, write.state_key, write.entry_id, write.text, item.channel, message, *saved]
+                args += [
+                    write.frames_key,
+                    write.state_key,
+                    write.entry_id,
+                    write.text,
+                    item.channel,
+                    message,
+                    *saved,
+                    write.floor,
+                ]
         # use_bin_type=False: Redis' Lua msgpack reads the old raw strings, not the bin type.
         refused = await self._script(args=[msgpack.packb(args, use_bin_type=False)], client=buffer._redis())
         self.pipelines += 1
         self.frames += len(batch)
-        if refused:  # e.g. another worker wrote a later seq for a run: its XADD is refused
+        if refused:  # an earlier claim's frame, or a seq already kept: neither kept nor sent
             log.warning("live_outbox_refused", count=int(refused[0]), error=refused[1].decode(errors="replace"))
 
 

@@ -320,7 +320,8 @@ async def make_publisher(run_id: str, *, buffer: FrameBuffer | None = None, laye
             buffer.release(run_id)
         last_seq = await buffer.last_seq(run_id)
         if isinstance(buffer, RedisFrameBuffer):
-            writer_state = await buffer.prepare(run_id)
+            writer_state = await buffer.prepare(run_id)  # earlier claims' late frames are refused now
+            last_seq = max(last_seq, buffer.fenced_seq(run_id))
     except Exception:  # no buffer: the run goes on, clients get snapshots
         log.exception("live_buffer_unavailable", run_id=run_id)
         last_seq = 0
