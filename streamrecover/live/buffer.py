@@ -35,6 +35,7 @@ from .state import RunState
 
 if TYPE_CHECKING:  # redis is the distributed extra: imported only where a Redis buffer is used
     from redis.asyncio import Redis
+    from redis.commands.core import AsyncScript
 
 log = structlog.get_logger("streamrecover.live")
 
@@ -271,6 +272,15 @@ class PlannedWrite(NamedTuple):
     floor: int  # the first seq of the claim writing it (``_FENCE``)
 
 
+def flush_fields(write: PlannedWrite | None, channel: str = "", message: str | bytes = "") -> list[Any]:
+    """One frame's nine fields in ``FLUSH_SCRIPT``'s array: ``write`` kept (None: nothing kept)
+    and ``message`` published on ``channel`` ("": nothing published)."""
+    if write is None:
+        return ["", "", "", "", channel, message, "", "", 0]
+    saved = write.save or ("", "")
+    return [write.frames_key, write.state_key, write.entry_id, write.text, channel, message, *saved, write.floor]
+
+
 def _decode_entries(entries: list[Any]) -> list[dict[str, Any]]:
     frames = []
     for _id, fields in entries:
@@ -302,6 +312,7 @@ class RedisFrameBuffer:
         self._writing: dict[str, RunState] = {}  # runs this instance appends to
         self._unsaved: dict[str, int] = {}
         self._floors: dict[str, int] = {}  # each such run's claim's floor (``_FENCE``)
+        self._flush: AsyncScript | None = None
 
     def __repr__(self) -> str:
         return f"RedisFrameBuffer(prefix={self.prefix!r})"  # the URL may hold a password
@@ -327,6 +338,16 @@ class RedisFrameBuffer:
             client = shared_async_client(self.url, socket_connect_timeout=2, socket_timeout=5)
             self._clients[loop] = client
         return client
+
+    async def flush(self, fields: list[Any]) -> list[Any]:
+        """Run ``FLUSH_SCRIPT`` on this loop's client over ``fields`` (``flush_fields`` of each
+        frame, after the TTL and the stream cap): ``[refused, first error]``, or empty."""
+        client = self._redis()
+        if self._flush is None:
+            self._flush = client.register_script(FLUSH_SCRIPT)
+        # use_bin_type=False: Redis' Lua msgpack reads the old raw strings, not the bin type.
+        packed = msgpack.packb([self.active_ttl_s, self.max_frames, *fields], use_bin_type=False)
+        return await self._flush(args=[packed], client=client)
 
     async def _writer_state(self, run_id: str) -> RunState:
         state = self._writing.get(run_id)
@@ -399,13 +420,8 @@ class RedisFrameBuffer:
         write = self.planned_write(run_id, frame)
         if write is None:
             return
-        saved = write.save or ("", "")
-        args: list[str | int] = [self.active_ttl_s, self.max_frames]
-        args += [write.frames_key, write.state_key, write.entry_id, write.text, "", "", *saved, write.floor]
-        client = self._redis()
         try:
-            # use_bin_type=False: Redis' Lua msgpack reads the old raw strings, not the bin type.
-            refused = await client.register_script(FLUSH_SCRIPT)(args=[msgpack.packb(args, use_bin_type=False)])
+            refused = await self.flush(flush_fields(write))
         except Exception:
             self.unsaved(run_id)
             raise

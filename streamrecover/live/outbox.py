@@ -25,10 +25,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 import structlog
 
-from .buffer import FLUSH_SCRIPT, RedisFrameBuffer
+from .buffer import RedisFrameBuffer, flush_fields
 from .fanout import direct_frames, encode_message, frames_channel
 
 log = structlog.get_logger("streamrecover.live")
@@ -49,7 +48,6 @@ class Outbox:
 
     def __init__(self, buffer: RedisFrameBuffer) -> None:
         self.buffer = buffer
-        self._script = buffer._redis().register_script(FLUSH_SCRIPT)
         self._pending: list[_Item] = []
         self._flusher: asyncio.Task[None] | None = None
         self._down_until = 0.0
@@ -90,30 +88,15 @@ class Outbox:
 
     async def _send(self, batch: list[_Item]) -> None:
         buffer = self.buffer
-        args: list[str | bytes | int] = [buffer.active_ttl_s, buffer.max_frames]
+        fields: list[Any] = []
         for item in batch:
             try:
                 write = buffer.planned_write(item.run_id, item.frame, item.text)
             except KeyError:  # the run's buffer was finished already: publish, keep nothing
                 log.warning("live_outbox_run_finished", run_id=item.run_id, seq=item.frame.get("seq"))
                 write = None
-            message = encode_message(int(item.frame.get("seq") or 0), item.text)
-            if write is None:
-                args += ["", "", "", "", item.channel, message, "", "", 0]
-            else:
-                saved = write.save or ("", "")
-                args += [
-                    write.frames_key,
-                    write.state_key,
-                    write.entry_id,
-                    write.text,
-                    item.channel,
-                    message,
-                    *saved,
-                    write.floor,
-                ]
-        # use_bin_type=False: Redis' Lua msgpack reads the old raw strings, not the bin type.
-        refused = await self._script(args=[msgpack.packb(args, use_bin_type=False)], client=buffer._redis())
+            fields += flush_fields(write, item.channel, encode_message(int(item.frame.get("seq") or 0), item.text))
+        refused = await buffer.flush(fields)
         self.pipelines += 1
         self.frames += len(batch)
         if refused:  # an earlier claim's frame, or a seq already kept: neither kept nor sent

@@ -316,12 +316,13 @@ async def make_publisher(run_id: str, *, buffer: FrameBuffer | None = None, laye
     try:
         if isinstance(buffer, RedisFrameBuffer):
             # A worker's shared buffer may still hold this run's state from an earlier claim of
-            # its own (lost, then the run streamed on elsewhere): numbering goes on from Redis.
+            # its own (lost, then the run streamed on elsewhere): numbering goes on from Redis,
+            # from the last seq kept when this claim fenced the earlier ones' late frames out.
             buffer.release(run_id)
-        last_seq = await buffer.last_seq(run_id)
-        if isinstance(buffer, RedisFrameBuffer):
-            writer_state = await buffer.prepare(run_id)  # earlier claims' late frames are refused now
-            last_seq = max(last_seq, buffer.fenced_seq(run_id))
+            writer_state = await buffer.prepare(run_id)
+            last_seq = buffer.fenced_seq(run_id)
+        else:
+            last_seq = await buffer.last_seq(run_id)
     except Exception:  # no buffer: the run goes on, clients get snapshots
         log.exception("live_buffer_unavailable", run_id=run_id)
         last_seq = 0
