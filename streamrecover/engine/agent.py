@@ -187,7 +187,7 @@ async def run_agent(
                 result.status = RunStatus.CANCELLED
                 result.error = {"kind": cancel.kind or "cancel", "message": cancel.reason}
                 break
-            pending = _pending_tool_calls(messages)
+            pending = pending_tool_calls(messages)
             if pending and not one_turn:
                 await commit(await _execute_tools(ctx, len(messages) - 1, pending, tools, notices))
                 notices = []
@@ -272,7 +272,7 @@ def _with_messages(request: ModelRequest, messages: list[dict[str, Any]]) -> Mod
     return replace(request, messages=list(messages))
 
 
-def _pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Tool calls of the last assistant message that have no result yet."""
     if not messages or messages[-1].get("role") != "assistant":
         return []

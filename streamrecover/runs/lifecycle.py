@@ -28,7 +28,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..engine.agent import notice_blocks
+from ..engine.agent import notice_blocks, pending_tool_calls
 from ..engine.sink import AttemptOutcome
 from ..models import Attempt, Message, Run, Thread
 from ..redaction import cut_secrets
@@ -421,11 +421,10 @@ def _answer_stored(run: Run) -> bool:
     last = run.thread.messages.order_by("-position").values_list("role", "run_id", "content").first()
     if last is None:
         return False
-    if last[1] != run.pk:
+    role, owner, content = last
+    if owner != run.pk:
         return True
-    if last[0] != Message.Role.ASSISTANT:
-        return False
-    return not any(isinstance(block, dict) and block.get("type") == "tool_use" for block in last[2] or ())
+    return role == Message.Role.ASSISTANT and not pending_tool_calls([{"role": role, "content": content or []}])
 
 
 def sweep_stale_runs(seconds: float | None = None, queued_seconds: float | None = None) -> list[str]:
