@@ -397,9 +397,9 @@ async def test_the_providers_count_runs_during_the_backoff_not_before_it(fake_se
     # The count of what the turn used (two free count_tokens calls on its first break) only
     # lowers the running bound, so while the bound leaves budget it runs inside the backoff:
     # the continuation starts a backoff after the break, not a backoff plus the counts.
-    from streamrecover.engine import turn as turn_module
+    from streamrecover.engine import budget as budget_module
 
-    real = turn_module.count_input_tokens
+    real = budget_module.count_input_tokens
     counted = []
 
     async def slow_count(ctx, request):
@@ -407,7 +407,7 @@ async def test_the_providers_count_runs_during_the_backoff_not_before_it(fake_se
         counted.append(request.url)
         return await real(ctx, request)
 
-    monkeypatch.setattr(turn_module, "count_input_tokens", slow_count)
+    monkeypatch.setattr(budget_module, "count_input_tokens", slow_count)
     reference = await run(fake_server, LONG, max_tokens=LIMIT)
     config = with_config(backoff_schedule=(BACKOFF_S,), backoff_scale=1.0)
     out = await run(fake_server, LONG, max_tokens=LIMIT, faults=["cut:events=80"], config=config)
