@@ -21,6 +21,7 @@ from typing import Any
 
 from .context import RunContext, Settlement
 from .contract import ModelRequest, ToolSpec
+from .notices import ToolNotice, notice_blocks
 from .protocol import FrameKind, RunStatus
 from .toolresults import ToolCallContext
 from .transport import HttpxTransport
@@ -112,7 +113,7 @@ class RunResult:
     # NOTIFY_MODEL_OF_DISCARDED_TOOLS notices that no tool-results message of this run carried
     # (the turn with the discarded call ended without tools to run): they belong in the
     # thread's next user message, which the caller commits.
-    undelivered_notices: list[dict[str, Any]] = field(default_factory=list)
+    undelivered_notices: list[ToolNotice] = field(default_factory=list)
     settled: bool = False  # the run's end (and final answer) were stored through ``RunContext.settle``
 
 
@@ -167,7 +168,7 @@ async def run_agent(
             else:
                 await checkpoints.delete(ctx.run_id)
 
-    notices: list[dict[str, Any]] = []
+    notices: list[ToolNotice] = []
     final: dict[str, Any] | None = None  # the final answer, committed with the run's end (ctx.settle)
     settling: TurnRunner | None = None  # the turn whose checkpoint goes once what it ended with is stored
     try:
@@ -280,7 +281,7 @@ def pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def _execute_tools(
-    ctx: RunContext, position: int, calls: list[dict[str, Any]], tools: ToolRegistry, notices: list[dict[str, Any]]
+    ctx: RunContext, position: int, calls: list[dict[str, Any]], tools: ToolRegistry, notices: list[ToolNotice]
 ) -> dict[str, Any]:
     """The user message with every call's result, plus (when enabled) an explicit notice of
     tool calls that were cut off and never executed. ``position`` is the assistant message's
@@ -297,15 +298,3 @@ async def _execute_tools(
             await ctx.tool_results.put(ctx.run_id, position, call_id, result)
         content.append(result)
     return {"role": "user", "content": content + notice_blocks(notices)}
-
-
-def notice_blocks(notices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The text blocks that tell the model about discarded tool calls (never hidden: persisted)."""
-    return [{"type": "text", "text": discarded_tool_notice(notice)} for notice in notices]
-
-
-def discarded_tool_notice(notice: dict[str, Any]) -> str:
-    return (
-        f"[streamrecover] Your call of tool {notice.get('name')!r} (id {notice.get('id')}) was cut off "
-        "by a connection failure before its arguments were complete. It was not executed."
-    )

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from .errors import ClaimLost
+from .notices import ToolNotice
 
 
 class UnreadableCheckpoint(ValueError):
@@ -59,7 +61,7 @@ class Checkpoint:
     # set once the turn's answer is complete (it ended with this stop reason): a resume commits
     # ``blocks`` as the answer, asking the provider nothing
     stop_reason: str | None = None
-    discarded_tools: list[dict[str, Any]] = field(default_factory=list)  # cut-off calls: the model's notices
+    discarded_tools: list[ToolNotice] = field(default_factory=list)  # cut-off calls: the model's notices
     # output tokens of answers the turn dropped to start over: billed, so a resumed turn's
     # max_tokens still counts them (0 in a checkpoint from before this field)
     dropped_output: int = 0
@@ -164,10 +166,14 @@ class CoalescePolicy:
     every_seconds: float = 1.0
 
 
+StoreFailed = Callable[[str, BaseException], None]
+"""Told of a store call that raised: what failed (``checkpoint_put_failed``, ...) and why."""
+
+
 class CheckpointWriter:
     """Decides when to write; the store does the writing. A failing store never kills a run."""
 
-    def __init__(self, store: CheckpointStore, policy: CoalescePolicy, on_error: Any = None) -> None:
+    def __init__(self, store: CheckpointStore, policy: CoalescePolicy, on_error: StoreFailed | None = None) -> None:
         self.store = store
         self.policy = policy
         self.on_error = on_error

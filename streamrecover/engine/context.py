@@ -16,6 +16,7 @@ from .cancel import CancelToken
 from .checkpoint import CheckpointStore, InMemoryCheckpointStore
 from .config import EngineConfig
 from .contract import ProviderAdapter
+from .notices import ToolNotice
 from .protocol import Frame
 from .sink import RunSink
 from .toolresults import InMemoryToolResultStore, ToolResultStore
@@ -48,7 +49,7 @@ class Settlement:
     error: dict[str, str] | None
     message: dict[str, Any] | None  # the final assistant message, to commit at ``position``
     position: int
-    notices: list[dict[str, Any]]  # discarded-tool notices no message of the run carried
+    notices: list[ToolNotice]  # discarded-tool notices no message of the run carried
 
 
 Settle = Callable[[Settlement], Awaitable[None]]

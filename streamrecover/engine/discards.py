@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from . import sink as ev
 from .blocks import TOOL_USE, Accumulator, Block, BlockStatus, Snapshot
 from .context import RunContext
+from .notices import ToolNotice, tool_notice
 from .plan import PlanKind, RecoveryPlan, cut_short
 from .protocol import FrameKind
 from .turnevents import TurnEvents
-
-
-@dataclass(slots=True)
-class DiscardedTool:
-    """A tool call cut off before its arguments were complete: never executed."""
-
-    id: str | None
-    name: str | None
-    reason: str  # incomplete_arguments, invalid_arguments_json
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "reason": self.reason}
 
 
 class Discards:
@@ -34,7 +20,7 @@ class Discards:
     def __init__(self, ctx: RunContext, events: TurnEvents) -> None:
         self.ctx = ctx
         self.events = events
-        self.tools: list[dict[str, Any]] = []
+        self.tools: list[ToolNotice] = []
         self.unsent: list[Block] = []
 
     def note_unsent(self, snapshot: Snapshot, recovery: RecoveryPlan) -> None:
@@ -52,10 +38,10 @@ class Discards:
         """The turn no longer re-attaches: the tool calls still waiting to be sent again are
         discarded (the client dropped them at their break, and the event was emitted then), so
         the model may be told they were not executed. Once each: the list is emptied."""
-        recorded = {d["id"] for d in self.tools if d["id"] is not None}
+        recorded: set[str | None] = {d["id"] for d in self.tools if d["id"] is not None}
         for block in self.unsent:
             if block.id is None or block.id not in recorded:
-                self.tools.append(DiscardedTool(block.id, block.name, discard_reason(block)).as_dict())
+                self.tools.append(tool_notice(block.id, block.name, discard_reason(block)))
                 recorded.add(block.id)
         self.unsent = []
 
@@ -114,7 +100,7 @@ class Discards:
         """Record a tool call that is never run nor committed: the event, and, when the turn
         loses it (``lost``), the turn result's ``discarded_tools`` (the model may be told)."""
         if lost:
-            self.tools.append(DiscardedTool(block.id, block.name, reason).as_dict())
+            self.tools.append(tool_notice(block.id, block.name, reason))
         await self.events.emit(
             ev.DISCARDED_PARTIAL_TOOL_USE,
             tool_name=block.name,

@@ -9,6 +9,7 @@ from . import sink as ev
 from .blocks import TEXT, THINKING, TOOL_USE, Block, BlockStatus
 from .discards import Discards, discard_reason
 from .nativeresume import NativeResume
+from .notices import ToolNotice
 from .plan import RecoveryPlan
 from .protocol import RunStatus
 from .turncheckpoints import TurnCheckpoints
@@ -24,7 +25,7 @@ class TurnResult:
     error: dict[str, str] | None = None
     continuations: int = 0
     recovered: bool = False
-    discarded_tools: list[dict[str, Any]] = field(default_factory=list)  # {"id", "name", "reason"}
+    discarded_tools: list[ToolNotice] = field(default_factory=list)
 
 
 class TurnEndings:

@@ -32,7 +32,7 @@ from .continuation import (
     summary,
 )
 from .contract import ModelRequest, ProviderAdapter, ResumePoint, Strategy, resumes_natively
-from .discards import DiscardedTool, Discards
+from .discards import Discards
 from .endings import TurnEndings, TurnResult
 from .errors import ErrorClass, InterruptCause, RequestFailed, StreamInterrupted
 from .nativeresume import NativeResume, raise_claim_lost
@@ -44,7 +44,7 @@ from .turncheckpoints import TurnCheckpoints
 from .turnevents import TurnEvents
 from .turnstate import TurnState
 
-__all__ = ["DiscardedTool", "TurnResult", "TurnRunner"]
+__all__ = ["TurnResult", "TurnRunner"]
 
 
 class TurnRunner:

@@ -28,7 +28,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..engine.agent import notice_blocks, pending_tool_calls
+from ..engine.agent import pending_tool_calls
+from ..engine.notices import ToolNotice, notice_blocks, stored_notice
 from ..engine.sink import AttemptOutcome
 from ..models import Attempt, Message, Run, Thread
 from ..redaction import cut_secrets
@@ -87,7 +88,7 @@ def create_run(
         raise ValueError(f"unknown provider {provider!r}; configured: {', '.join(sorted(app_settings.PROVIDERS))}")
     prompt = cut_secrets(prompt)  # as written, but never the app's own API key (docs/recovery.md)
     with transaction.atomic():
-        notices: list[dict[str, Any]] = []
+        notices: list[ToolNotice] = []
         if thread is None:
             # a label for the sidebar: the prompt's words on one line (the message keeps them as written)
             thread = Thread.objects.create(owner=owner, title=" ".join(prompt.split())[:80])
@@ -95,7 +96,8 @@ def create_run(
             thread = Thread.objects.select_for_update().get(pk=thread.pk)
             if Run.objects.filter(thread=thread).active().exists():
                 raise ThreadBusy(f"thread {thread.pk} has a run in progress")
-            notices, thread.pending_notices = thread.pending_notices, []
+            notices = [stored_notice(notice) for notice in thread.pending_notices]
+            thread.pending_notices = []
             if notices:
                 thread.save(update_fields=["pending_notices"])
         position = Message.objects.filter(thread=thread).count()
@@ -250,7 +252,7 @@ class RunEnd:
     status: str
     error_kind: str = ""
     error_message: str = ""
-    notices: Sequence[dict[str, Any]] = ()
+    notices: Sequence[ToolNotice] = ()
     epoch: int | None = None  # the claim that may store it (None: no claim is checked)
     message: dict[str, Any] | None = None
     position: int = 0
@@ -261,7 +263,7 @@ def finish(
     status: str,
     error_kind: str = "",
     error_message: str = "",
-    notices: Sequence[dict[str, Any]] = (),
+    notices: Sequence[ToolNotice] = (),
     fence: Fence | None = None,
     message: dict[str, Any] | None = None,
     position: int = 0,
@@ -314,7 +316,7 @@ def finish_many(ends: Sequence[RunEnd]) -> set[str]:
         # Threads locked in key order too, after the runs
         for run, end in sorted(((run, end) for run, end in kept if end.notices), key=lambda pair: pair[0].thread_id):
             thread = Thread.objects.select_for_update().get(pk=run.thread_id)  # for create_run
-            kept_notices = [{key: notice.get(key) for key in ("id", "name", "reason")} for notice in end.notices]
+            kept_notices = [stored_notice(dict(notice)) for notice in end.notices]
             thread.pending_notices = [*thread.pending_notices, *kept_notices]
             thread.save(update_fields=["pending_notices"])
         for run, _ in kept:
