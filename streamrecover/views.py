@@ -145,8 +145,10 @@ def _run_options(body: dict[str, Any]) -> dict[str, Any]:
     problem = model_name_problem(model) if model is not None else None
     if problem:
         raise BadRequest(f"'model' {problem}.")
+    system = _optional(body, "system", str, "a string")
     options: dict[str, Any] = {
         "prompt": prompt,
+        "system": system or None,
         "provider": provider,
         "model": model,
         "demo_tools": bool(_optional(body, "demo_tools", bool, "true or false")),
@@ -191,7 +193,7 @@ def _faults(value: Any, provider: str) -> list[str]:
 @require_POST
 @login_required_json
 def create_run(request: HttpRequest) -> JsonResponse:
-    """``POST api/runs/`` ``{prompt, thread_id?, provider?, model?, faults?, demo_tools?,
+    """``POST api/runs/`` ``{prompt, system?, thread_id?, provider?, model?, faults?, demo_tools?,
     max_tokens?, thinking_budget?, max_continuations?}``: a follow-up when ``thread_id`` is given."""
     try:
         body = _json_body(request)

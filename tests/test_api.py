@@ -284,7 +284,9 @@ def test_the_demo_user_command_is_idempotent(db: Any) -> None:
 def _scenario_body(key: str, prompt: str) -> dict[str, Any]:
     """The body chat.js posts for a scenario."""
     scenario = next(s for s in SCENARIOS if s.key == key)
-    body: dict[str, Any] = {"prompt": prompt + scenario.suffix, "faults": list(scenario.faults)}
+    body: dict[str, Any] = {"prompt": prompt, "faults": list(scenario.faults)}
+    if scenario.directives:
+        body["system"] = scenario.directives
     body["demo_tools"] = scenario.demo_tools
     if scenario.max_tokens:
         body["max_tokens"] = scenario.max_tokens
@@ -331,3 +333,36 @@ def test_each_chat_scenario_gives_its_plan(key: str, status: str, plans: list[st
     assert run.status == status, (run.error_kind, run.error_message)
     events = RecoveryEvent.objects.filter(run=run, name="llm_stream_interrupted").order_by("created", "id")
     assert [e.plan for e in events] == plans
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scenario_steers_the_fake_without_writing_into_the_visitors_words() -> None:
+    """The demo's R3 scenario needs the fake to answer with text and a tool call: its
+    directives go as the run's system prompt, so the message is stored and shown as typed."""
+    client = logged_in(make_user())
+    typed = "What is the weather in Paris?"
+    response = client.post(reverse("demo:chat"), {"prompt": typed, "scenario": "r3"}, HTTP_ACCEPT="application/json")
+    assert response.status_code == 201, response.content
+    run = _wait_until_finished(response.json()["run_id"])
+    assert run.status == "completed", (run.error_kind, run.error_message)
+    user_messages = Message.objects.filter(thread=run.thread, role="user").order_by("position")
+    assert user_messages[0].content == [{"type": "text", "text": typed}]
+    assert run.thread.title == typed
+    events = RecoveryEvent.objects.filter(run=run, name="llm_stream_interrupted")
+    assert [e.plan for e in events] == ["truncate_before_tool"]
+    answers = Message.objects.filter(thread=run.thread, role="assistant").order_by("position")
+    first = answers[0].content
+    assert first[0] == {"type": "text", "text": "Let me check the weather for you."}
+    assert [b["name"] for b in first if b["type"] == "tool_use"] == ["get_weather"]
+
+
+@pytest.mark.django_db
+def test_a_system_prompt_must_be_a_string(db: Any) -> None:
+    client = logged_in(make_user())
+    response = post_json(client, RUNS, {"prompt": "Hi", "system": ["be brief"]})
+    assert response.status_code == 400
+    assert response.json()["error"] == "'system' must be a string."
+    response = post_json(client, RUNS, {"prompt": "Hi", "system": "be\x00brief"})
+    assert response.status_code == 400
+    assert "NUL" in response.json()["error"]
+    assert not Run.objects.exists()

@@ -67,9 +67,13 @@ def assert_page_shows_the_committed_answer(chat: ChatPage, run_id: str) -> dict[
     [("r1", "continue_text"), ("r3", "truncate_before_tool"), ("r4", "whole_restart")],
 )
 def test_each_recovery_plan_ends_with_the_committed_text_on_the_page(chat: ChatPage, scenario: str, plan: str) -> None:
-    run_id = chat.send("Tell me about lighthouses and the sea. [[words=120]]", scenario)
+    typed = "Tell me about lighthouses and the sea. [[words=120]]"
+    run_id = chat.send(typed, scenario)
     assert chat.wait_until_finished() == "completed"
     state = assert_page_shows_the_committed_answer(chat, run_id)
+    # the scenario steers the fake through the run's system prompt: the message is shown as typed
+    shown = chat.page.locator("#sr-transcript li[data-role=user] .sr-text").first.text_content()
+    assert shown == typed
     assert {(r["phase"], r["plan"]) for r in state["recoveries"]} == {("backoff", plan), ("continuing", plan)}
     recovery = chat.page.locator("#sr-recovery")
     assert recovery.is_visible()

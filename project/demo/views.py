@@ -30,7 +30,9 @@ class Scenario:
     key: str
     label: str
     faults: tuple[str, ...] = ()
-    suffix: str = ""  # prompt directives appended to what the visitor typed
+    # the fake's directives, sent as the run's system prompt: what the visitor typed is
+    # stored and shown as typed
+    directives: str = ""
     demo_tools: bool = False
     max_tokens: int | None = None
     thinking_budget: int | None = None
@@ -44,7 +46,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "r3",
         "R3 truncate_before_tool: cut inside a tool call's arguments",
         ("cut:events=15",),
-        suffix=f" [[text={R3_TOOL_TEXT}]] [[tool=get_weather]]",
+        directives=f"[[text={R3_TOOL_TEXT}]] [[tool=get_weather]]",
         demo_tools=True,
     ),
     Scenario(
@@ -83,7 +85,8 @@ class DemoChatView(ChatView):
     def run_options(self, form: forms.Form) -> dict[str, Any]:
         scenario = SCENARIO_BY_KEY[form.cleaned_data.get("scenario") or "none"]
         options: dict[str, Any] = {
-            "prompt": form.cleaned_data["prompt"] + scenario.suffix,
+            "prompt": form.cleaned_data["prompt"],
+            "system": scenario.directives or None,
             "faults": list(scenario.faults),
             "demo_tools": scenario.demo_tools,
         }

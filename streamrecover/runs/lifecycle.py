@@ -87,6 +87,7 @@ def create_run(
     if provider not in app_settings.PROVIDERS:
         raise ValueError(f"unknown provider {provider!r}; configured: {', '.join(sorted(app_settings.PROVIDERS))}")
     prompt = cut_secrets(prompt)  # as written, but never the app's own API key (docs/recovery.md)
+    system = cut_secrets(system) if system is not None else None
     with transaction.atomic():
         notices: list[ToolNotice] = []
         if thread is None:

@@ -2,7 +2,9 @@
 
 The planned answer is a pure function of the conversation, so an interrupted and
 continued run can be compared with an uninterrupted one, byte for byte. It is built
-from the last user text prompt; directives anywhere in that prompt steer it:
+from the last user text prompt; directives anywhere in that prompt steer it, and so do
+those of the system prompt (where both give one, the prompt's wins), so a caller can steer
+the fake without writing into a user's words:
 
 ``[[words=N]]``
     Length of the answer text in words (default 120; the short text before a tool call
@@ -63,7 +65,7 @@ import json
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 DEFAULT_WORDS = 120
@@ -134,6 +136,7 @@ class Conversation:
     turns: tuple[Turn, ...]
     tools: tuple[ToolOffer, ...] = ()
     thinking: bool = False
+    system: str = ""  # the system prompt's text: its directives apply, its words are not the topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,8 +220,22 @@ class Directives:
 
     @classmethod
     def of(cls, conversation: Conversation) -> Directives:
-        """The directives of the conversation's last user text prompt."""
-        return cls.parse(_prompt(conversation.turns))
+        """The directives of the system prompt, then of the conversation's last user text prompt
+        (which win where both give one); the topic is the prompt's alone."""
+        prompt = _prompt(conversation.turns)
+        system = cls.parse(conversation.system)
+        own = cls.parse(prompt)
+        if not _DIRECTIVE.search(conversation.system):
+            return own
+        defaults = cls()
+        return replace(
+            own,
+            **{
+                f.name: getattr(system, f.name)
+                for f in fields(cls)
+                if f.name != "topic" and getattr(own, f.name) == getattr(defaults, f.name)
+            },
+        )
 
 
 def _prompt(turns: Sequence[Turn]) -> str:
@@ -229,7 +246,7 @@ def plan_answer(conversation: Conversation, *, tool_id_prefix: str = "toolu_") -
     """The full answer to a conversation that ends with a user turn."""
     turns = conversation.turns
     prompt = _prompt(turns)
-    directives = Directives.parse(prompt)
+    directives = Directives.of(conversation)
     last = turns[-1] if turns else Turn("user")
     if last.tool_results:
         return Plan((_text_block(_after_tools_text(prompt, directives, last.tool_results)),), "end_turn")

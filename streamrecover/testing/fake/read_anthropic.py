@@ -17,6 +17,7 @@ from typing import Any
 from ...providers.anthropic import NO_PREFILL_MODELS
 from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn, signature_valid
+from .read_openai import content_text
 
 # A family-first Claude id and its version, wherever it sits in the name (Bedrock's
 # ``anthropic.claude-opus-4-6-v1:0``, Vertex's ``claude-opus-4-6@20260101``). The minor
@@ -66,7 +67,7 @@ def interpret(body: Any, *, counting: bool = False) -> Interpretation:
         model=model,
         stream=body.get("stream") is True,
         mode=mode,
-        conversation=Conversation(base, tools, thinking),
+        conversation=Conversation(base, tools, thinking, content_text(body.get("system"))),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
         instructions=instructions,

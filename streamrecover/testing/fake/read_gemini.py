@@ -17,6 +17,7 @@ from typing import Any
 
 from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn
+from .read_openai import content_text
 from .wire_gemini import signature_ok
 
 _SIGNATURE_DOCS = "https://ai.google.dev/gemini-api/docs/thought-signatures"
@@ -70,12 +71,17 @@ def interpret(body: Any, *, model: str, stream: bool) -> Interpretation:
         model=model,
         stream=stream,
         mode=mode,
-        conversation=Conversation(base, _tools(body.get("tools")), thinking),
+        conversation=Conversation(base, _tools(body.get("tools")), thinking, _system(body.get("systemInstruction"))),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
         instructions=instructions,
         max_tokens=_max_tokens(config),
     )
+
+
+def _system(instruction: Any) -> str:
+    """The text of ``systemInstruction``'s parts."""
+    return content_text(instruction.get("parts")) if isinstance(instruction, Mapping) else ""
 
 
 def _max_tokens(config: Mapping[str, Any]) -> int | None:

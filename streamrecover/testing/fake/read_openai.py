@@ -65,7 +65,7 @@ def interpret(body: Any) -> Interpretation:
         model=model,
         stream=body.get("stream") is True,
         mode=mode,
-        conversation=Conversation(base, _tools(body.get("tools")), thinking=reasoner),
+        conversation=Conversation(base, _tools(body.get("tools")), thinking=reasoner, system=_system(messages)),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
         instructions=instructions,
@@ -135,6 +135,15 @@ def content_text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     return ""
+
+
+def _system(messages: list[Any]) -> str:
+    """The text of the system and developer messages, one to a line."""
+    return "\n".join(
+        content_text(m.get("content"))
+        for m in messages
+        if isinstance(m, Mapping) and m.get("role") in ("system", "developer")
+    )
 
 
 def _turn(index: int, message: Any) -> Turn | None:

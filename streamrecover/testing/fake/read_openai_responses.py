@@ -42,7 +42,9 @@ def interpret(body: Any) -> Interpretation:
         model=model,
         stream=body.get("stream") is True,
         mode=mode,
-        conversation=Conversation(base, _tools(body.get("tools")), isinstance(body.get("reasoning"), Mapping)),
+        conversation=Conversation(
+            base, _tools(body.get("tools")), isinstance(body.get("reasoning"), Mapping), _system(body, raw)
+        ),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
         instructions=instructions,
@@ -78,6 +80,19 @@ def _tools(tools: Any) -> tuple[ToolOffer, ...]:
         parameters = tool.get("parameters")
         offers.append(ToolOffer(tool["name"], parameters if isinstance(parameters, Mapping) else {}))
     return tuple(offers)
+
+
+def _system(body: Mapping[str, Any], items: list[Any]) -> str:
+    """The ``instructions`` and the text of the system and developer messages, one to a line."""
+    texts = [body["instructions"]] if isinstance(body.get("instructions"), str) else []
+    texts += [
+        content_text(item.get("content"))
+        for item in items
+        if isinstance(item, Mapping)
+        and item.get("type", "message") == "message"
+        and item.get("role") in ("system", "developer")
+    ]
+    return "\n".join(texts)
 
 
 def _turn(index: int, item: Any) -> Turn | None:
