@@ -78,6 +78,9 @@ def test_each_recovery_plan_ends_with_the_committed_text_on_the_page(chat: ChatP
     recovery = chat.page.locator("#sr-recovery")
     assert recovery.is_visible()
     assert recovery.get_attribute("data-phase") == "recovered"
+    # a whole restart kept nothing: the page says the answer started over, not that it went on
+    said = "started over" if plan == "whole_restart" else "went on"
+    assert recovery.text_content() == f"Recovered: the answer {said} after the break."
     if scenario == "r3":
         assert "get_weather" in chat.page.locator("#sr-transcript .sr-tool").first.text_content()
         assert len(chat.shown_assistant_texts()) == 2  # the tool call's turn and the answer after the result

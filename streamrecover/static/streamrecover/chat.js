@@ -267,6 +267,10 @@
       text = "Stream interrupted \u2014 reconnecting\u2026 (attempt " + frame.attempt + ", plan " + frame.plan +
         ", retry in " + Number(frame.backoff_s || 0).toFixed(1) + " s)";
       setStatus("recovering");
+    } else if (phase === "continuing" && frame.plan === "whole_restart") {
+      // nothing of the answer could be kept (the client was reset): it starts over, not on
+      text = "Reconnected \u2014 nothing could be kept, the answer starts over (attempt " + frame.attempt + ", " +
+        frame.plan + ")";
     } else if (phase === "continuing") {
       text = "Reconnected \u2014 continuing from where it stopped (attempt " + frame.attempt + ", " + frame.plan + ")";
     } else {
@@ -283,8 +287,10 @@
       page.snapshots.push({ seq: frame.seq, status: frame.status, partial: (frame.partial || []).length });
     }
     if (el.recovery.dataset.phase === "continuing" && /_delta$/.test(frame.type)) {
+      var restarted = page.recoveries.length && page.recoveries[page.recoveries.length - 1].plan === "whole_restart";
       el.recovery.dataset.phase = "recovered";
-      el.recovery.textContent = "Recovered: the answer went on after the break.";
+      el.recovery.textContent = restarted ? "Recovered: the answer started over after the break."
+        : "Recovered: the answer went on after the break.";
       if (page.status === "recovering") setStatus("running");
     }
   }
