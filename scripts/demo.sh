@@ -13,6 +13,10 @@ PORT=${DEMO_PORT:-8000}
 $PY manage.py migrate --verbosity 0
 
 if [ "${1:-}" = "cli" ]; then
+  # The command marks each break, continuation and recovery in the answer it streams to
+  # stdout; the structured log lines (stderr, same terminal) would land in the middle of its
+  # words. LOG_LEVEL=INFO make demo-cli shows them too.
+  export LOG_LEVEL=${LOG_LEVEL:-ERROR}
   exec $PY manage.py streamrecover_run --provider fake --model fake-claude \
     --prompt "Tell me a story about a lighthouse keeper. [[words=160]]" \
     --fault "cut:bytes=2500" --fault "error:events=30,type=overloaded_error" --backoff-scale 0.5
