@@ -359,12 +359,15 @@ def check_proxy_failover(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
         where = f"{SETTINGS_NAME}['PROXY_FAILOVER'][{source!r}]"
         entry = conf["PROVIDERS"][target["PROVIDER"]]
         fmt = proxy_wire_format(entry, target["MODEL"])
+        if source == "gemini":
+            continue  # to another Gemini provider only (the setting's own validation), fields as sent
         if fmt is None:
             found.append(
                 Error(
                     f"{where} falls back to {target['PROVIDER']!r} (adapter {entry.get('ADAPTER')!r}), which cannot "
                     f"take a {source} client's tools and settings: its proxied requests would never fail over.",
-                    hint="Fall back to a provider whose ADAPTER is 'anthropic', 'openai' or 'openai-responses'.",
+                    hint="Fall back to a provider whose ADAPTER is 'anthropic', 'openai' or 'openai-responses' "
+                    "(a Gemini provider is a fallback for Gemini requests only).",
                     id="streamrecover.E003",
                 )
             )

@@ -36,17 +36,29 @@ MAX_STORED_INT = 2**31 - 1
 PROXY_ADAPTER_FORMATS: dict[str, str] = {"anthropic": "anthropic", "openai": "openai", "openai-responses": "responses"}
 
 
-def proxy_wire_format(provider: Mapping[str, Any], model: str) -> str | None:
-    """The wire format a ``PROVIDERS`` entry speaks for ``model`` (the built-in fake's follows the
-    model's name), or None for one the healing endpoint cannot write a client's fields for
-    (Gemini, a custom adapter)."""
+def proxy_adapter(provider: Mapping[str, Any], model: str) -> str:
+    """The adapter a ``PROVIDERS`` entry uses for ``model`` (the built-in fake's follows the model's name)."""
     adapter = str(provider.get("ADAPTER", ""))
     if str(provider.get("BASE_URL", "")).startswith(FAKE_BASE_URL.split("//")[0] + "//"):
         from .testing import fake_adapter  # the fake's format follows the model name
 
         adapter = fake_adapter(adapter, model)
-    return PROXY_ADAPTER_FORMATS.get(adapter)
+    return adapter
 
+
+def proxy_wire_format(provider: Mapping[str, Any], model: str) -> str | None:
+    """The wire format a ``PROVIDERS`` entry speaks for ``model``, or None for one the healing
+    endpoint cannot write a client's fields for (Gemini, a custom adapter)."""
+    return PROXY_ADAPTER_FORMATS.get(proxy_adapter(provider, model))
+
+
+# The settings naming the provider that serves each of the healing endpoint's wire formats.
+PROXY_PROVIDER_KEYS = (
+    "PROXY_ANTHROPIC_PROVIDER",
+    "PROXY_OPENAI_PROVIDER",
+    "PROXY_RESPONSES_PROVIDER",
+    "PROXY_GEMINI_PROVIDER",
+)
 
 CHECKPOINT_STORES = ("memory", "orm", "redis")
 EXECUTIONS = ("inprocess", "celery")
@@ -158,6 +170,7 @@ DEFAULTS: dict[str, Any] = {
     "PROXY_ANTHROPIC_PROVIDER": "anthropic",
     "PROXY_OPENAI_PROVIDER": "openai",
     "PROXY_RESPONSES_PROVIDER": "openai-responses",
+    "PROXY_GEMINI_PROVIDER": "gemini",
     "PROXY_DEFAULT_MAX_TOKENS": 4096,
     # The largest request body the healing endpoint reads (it ignores DATA_UPLOAD_MAX_MEMORY_SIZE,
     # made for form posts): Anthropic takes 32 MB, images included; a larger one is a 413.
@@ -247,6 +260,10 @@ def _provider_problems(name: str, entry: Any) -> list[str]:
     return problems
 
 
+def _speaks_gemini(entry: Any, model: str) -> bool:
+    return isinstance(entry, Mapping) and proxy_adapter(entry, model) == "gemini"
+
+
 def _failover_problems(failover: Any, providers: Mapping[str, Any]) -> list[str]:
     where = f"{SETTINGS_NAME}['PROXY_FAILOVER']"
     if failover is None:
@@ -258,14 +275,21 @@ def _failover_problems(failover: Any, providers: Mapping[str, Any]) -> list[str]
         ]
     problems = []
     for format, target in failover.items():
-        if format not in ("anthropic", "openai", "responses"):
-            problems.append(f"{where} has an unknown wire format {format!r}: 'anthropic', 'openai' or 'responses'.")
+        if format not in ("anthropic", "openai", "responses", "gemini"):
+            problems.append(
+                f"{where} has an unknown wire format {format!r}: 'anthropic', 'openai', 'responses' or 'gemini'."
+            )
         elif not isinstance(target, Mapping) or set(target) != {"PROVIDER", "MODEL"}:
             problems.append(f"{where}[{format!r}] must be a dict with exactly 'PROVIDER' and 'MODEL'.")
         elif target["PROVIDER"] not in providers:
             problems.append(f"{where}[{format!r}]['PROVIDER'] is {target['PROVIDER']!r}, which is not in PROVIDERS.")
         elif not isinstance(target["MODEL"], str) or not target["MODEL"]:
             problems.append(f"{where}[{format!r}]['MODEL'] must be a non-empty string.")
+        elif format == "gemini" and not _speaks_gemini(providers[target["PROVIDER"]], target["MODEL"]):
+            problems.append(
+                f"{where}['gemini'] falls back to {target['PROVIDER']!r}, which is not a Gemini provider: a Gemini "
+                "request's fields are written for Gemini only, so it fails over only to another Gemini provider."
+            )
     return problems
 
 
@@ -324,7 +348,7 @@ def validate(user: Any) -> list[str]:
         return problems
     for name, entry in providers.items():
         problems.extend(_provider_problems(name, entry))
-    for key in ("PROXY_ANTHROPIC_PROVIDER", "PROXY_OPENAI_PROVIDER", "PROXY_RESPONSES_PROVIDER"):
+    for key in PROXY_PROVIDER_KEYS:
         if merged[key] not in providers:
             problems.append(
                 f"{SETTINGS_NAME}[{key!r}] is {merged[key]!r}, which is not in PROVIDERS "

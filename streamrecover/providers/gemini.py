@@ -51,9 +51,21 @@ from .common import (
 )
 from .modelname import path_segments
 
-__all__ = ["API_VERSION", "CONTENT_STOPS", "FINISH_REASONS", "GeminiAdapter", "GeminiStreamParser"]
+__all__ = [
+    "API_VERSION",
+    "CONTENT_STOPS",
+    "FINISH_REASONS",
+    "PART",
+    "GeminiAdapter",
+    "GeminiStreamParser",
+    "method_url",
+    "model_parts",
+]
 
 API_VERSION = "v1beta"
+# A canonical block holding a Gemini part as a client sent it (the healing endpoint's Gemini
+# surface: inline data, code execution, a function response...): sent back without its ``type``.
+PART = "gemini_part"
 
 # finishReason -> normalized stop reason. The content stops end the answer as it is and
 # are never continued (``content_filter`` is one of the engine's never-continue stops).
@@ -319,9 +331,10 @@ def _user_parts(content: Any, names: Mapping[str, str]) -> list[dict[str, Any]]:
     return parts
 
 
-def _model_parts(content: Any) -> list[dict[str, Any]]:
-    """Text, signed thought text (``thought: true``) and function calls with their signatures.
-    A thought run's signature that also rides on a call is sent once, on the call."""
+def model_parts(content: Any) -> list[dict[str, Any]]:
+    """Text, signed thought text (``thought: true``) and function calls with their signatures, and
+    parts kept as a client sent them (``PART``). A thought run's signature that also rides on a call
+    is sent once, on the call."""
     if isinstance(content, str):
         return [{"text": content}] if content else []
     call_signatures = {b.get("signature") for b in content if b.get("type") == "tool_use" and b.get("signature")}
@@ -346,6 +359,8 @@ def _model_parts(content: Any) -> list[dict[str, Any]]:
             if block.get("signature"):
                 part["thoughtSignature"] = block["signature"]
             parts.append(part)
+        elif btype == PART:
+            parts.append({k: v for k, v in block.items() if k != "type"})
         # redacted thinking and other providers' blocks: nothing Gemini can take
     return parts
 
@@ -357,7 +372,7 @@ def contents(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for message in messages:
         role = "model" if message["role"] == "assistant" else "user"
         if message["role"] == "assistant":
-            parts = _model_parts(message["content"])
+            parts = model_parts(message["content"])
         else:
             parts = _user_parts(message["content"], names)
         if not parts:
@@ -367,6 +382,13 @@ def contents(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append({"role": role, "parts": parts})
     return out
+
+
+def method_url(base_url: str, model: str, *, stream: bool = True) -> str:
+    """``streamGenerateContent?alt=sse`` (or ``generateContent``, one JSON answer) of ``model``."""
+    name = path_segments(model)  # the name stays in its own path segments
+    method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    return f"{base_url.rstrip('/')}/{API_VERSION}/models/{name}:{method}"
 
 
 def _retry_delay(error: Any) -> float | None:
@@ -416,9 +438,7 @@ class GeminiAdapter(ContinueMessageOnly):
                 body[key] = {**body[key], **value}
             else:
                 body[key] = value
-        model = path_segments(request.model)  # the name stays in its own path segments
-        url = f"{config.base_url.rstrip('/')}/{API_VERSION}/models/{model}:streamGenerateContent?alt=sse"
-        return HTTPRequest("POST", url, headers, body)
+        return HTTPRequest("POST", method_url(config.base_url, request.model), headers, body)
 
     def new_parser(self) -> GeminiStreamParser:
         return GeminiStreamParser()

@@ -9,11 +9,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..conf import app_settings
+from ..conf import app_settings, proxy_adapter
 from ..models import Message, ProxyKey, Run, Thread
 from ..providers.modelname import model_name_problem
 from ..redaction import cut_secrets
-from .inbound import ANTHROPIC, OPENAI, ProxyRequest, json_path, walk_json
+from .inbound import ANTHROPIC, GEMINI, OPENAI, ProxyRequest, json_path, walk_json
 from .translate import Translated, translate, wire_format
 
 
@@ -28,7 +28,9 @@ class Refused(Exception):
 # What a run's model column holds.
 MODEL_MAX_LENGTH: int = Run._meta.get_field("model").max_length or 0
 # Where each format's system prompt came from (a run keeps it in its options).
-_SYSTEM_FIELD = {ANTHROPIC: "system", OPENAI: "messages[0].content"}
+_SYSTEM_FIELD = {ANTHROPIC: "system", OPENAI: "messages[0].content", GEMINI: "systemInstruction"}
+# Where each format names its output limit, when it is not ``max_tokens``.
+_MAX_TOKENS_FIELD = {GEMINI: "generationConfig.maxOutputTokens"}
 
 
 def model_allowed(key: ProxyKey, model: str) -> bool:
@@ -51,7 +53,8 @@ def check_limits(key: ProxyKey, request: ProxyRequest) -> None:
         if not request.max_tokens_given:
             request.max_tokens = min(request.max_tokens, key.max_tokens)
         elif request.max_tokens > key.max_tokens:
-            raise Refused(400, f"max_tokens: {request.max_tokens} is above this key's limit of {key.max_tokens}.")
+            field = _MAX_TOKENS_FIELD.get(request.format, "max_tokens")
+            raise Refused(400, f"{field}: {request.max_tokens} is above this key's limit of {key.max_tokens}.")
 
 
 def admit(key: ProxyKey, request: ProxyRequest, provider: str, faults: list[str]) -> Run:
@@ -97,7 +100,11 @@ def check_storable(request: ProxyRequest) -> None:
 
 def _served(request: ProxyRequest, provider: str) -> Translated:
     """The client's fields for the endpoint's provider: as sent, or translated when the provider
-    speaks another wire format (a Responses client served by Claude, say)."""
+    speaks another wire format (a Responses client served by Claude, say). A Gemini client's fields
+    are written for Gemini only: its provider must be one."""
+    if request.format == GEMINI:
+        refuse_other_api(request, provider)
+        return Translated(dict(request.extra), fmt=request.format)
     served = wire_format(app_settings.PROVIDERS[provider], request.model)
     if served is None or served == request.format:
         return Translated(dict(request.extra), fmt=served or request.format)
@@ -105,6 +112,13 @@ def _served(request: ProxyRequest, provider: str) -> Translated:
     if translated.refused:
         raise Refused(400, f"This endpoint's provider speaks another API: {translated.refused}.")
     return translated
+
+
+def refuse_other_api(request: ProxyRequest, provider: str) -> None:
+    """Raise ``Refused`` (400) when a Gemini client's provider is not a Gemini one: no field of
+    a Gemini request is translated to another API."""
+    if proxy_adapter(app_settings.PROVIDERS[provider], request.model) != "gemini":
+        raise Refused(400, "This endpoint's provider speaks another API; a Gemini request needs a Gemini provider.")
 
 
 def _failover(request: ProxyRequest, served: Translated) -> tuple[dict[str, Any] | None, str | None]:
@@ -115,6 +129,8 @@ def _failover(request: ProxyRequest, served: Translated) -> tuple[dict[str, Any]
     if not target:
         return None, None
     failover: dict[str, Any] = {"provider": target["PROVIDER"], "model": target["MODEL"]}
+    if request.format == GEMINI:  # another Gemini provider (the setting's validation): the fields as sent
+        return failover, None
     fmt = wire_format(app_settings.PROVIDERS[target["PROVIDER"]], target["MODEL"])
     if fmt is None:
         return None, f"the fallback provider {target['PROVIDER']!r} takes no translated fields"

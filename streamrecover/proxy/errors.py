@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import JsonResponse
 
-from .inbound import ANTHROPIC, Format
+from .inbound import ANTHROPIC, GEMINI, Format
 
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
@@ -23,6 +23,23 @@ _OPENAI_TYPES = {
     404: ("invalid_request_error", "model_not_found"),
     413: ("invalid_request_error", "request_too_large"),
     429: ("requests", "rate_limit_exceeded"),
+}
+
+# HTTP status -> Gemini's google.rpc status name (a mid-stream error carries the name's own code)
+_GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    402: "FAILED_PRECONDITION",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
+    409: "ABORTED",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
 }
 
 
@@ -53,12 +70,16 @@ def error_type(format: Format, status: int) -> str:
     """The provider's error type for ``status`` (a mid-stream error event carries it too)."""
     if format == ANTHROPIC:
         return _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    if format == GEMINI:
+        return _GEMINI_STATUS.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
     return _OPENAI_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))[0]
 
 
 def error_response(format: Format, status: int, message: str) -> JsonResponse:
     if format == ANTHROPIC:
         body: dict[str, object] = {"type": "error", "error": {"type": error_type(format, status), "message": message}}
+    elif format == GEMINI:
+        body = {"error": {"code": status, "message": message, "status": error_type(format, status)}}
     else:
         kind, code = _OPENAI_TYPES.get(status, (error_type(format, status), None))
         body = {"error": {"message": message, "type": kind, "param": None, "code": code}}

@@ -1,4 +1,5 @@
-"""A client's request in a provider's own format (Anthropic Messages, OpenAI Chat or Responses) in the run's terms.
+"""A client's request in a provider's own format (Anthropic Messages, OpenAI Chat or Responses) in the run's terms
+(Gemini's: ``inbound_gemini``).
 
 The conversation becomes canonical messages (the engine's block shape); the fields the engine
 works with (model, ``max_tokens``, system, temperature, extended thinking) are read out, and
@@ -14,11 +15,12 @@ from typing import Any, Final, Literal
 
 from ..providers.common import LONE_SURROGATE
 
-Format = Literal["anthropic", "openai", "responses"]
+Format = Literal["anthropic", "openai", "responses", "gemini"]
 ANTHROPIC: Final = "anthropic"
 OPENAI: Final = "openai"
 RESPONSES: Final = "responses"
-FORMATS: Final = (ANTHROPIC, OPENAI, RESPONSES)
+GEMINI: Final = "gemini"
+FORMATS: Final = (ANTHROPIC, OPENAI, RESPONSES, GEMINI)
 
 # Fields the proxy itself decides: never passed on as the client sent them.
 _OWN_FIELDS = frozenset(
@@ -73,7 +75,8 @@ class ProxyRequest:
         return ""
 
 
-def parse(format: Format, raw: bytes, default_max_tokens: int) -> ProxyRequest:
+def load_body(raw: bytes) -> dict[str, Any]:
+    """The request body: a JSON object whose values can be sent on and stored (``_check_values``)."""
     try:
         body = json.loads(raw or b"null", parse_constant=_no_constant)
     except (ValueError, RecursionError):  # RecursionError: nested too deep for the decoder
@@ -81,6 +84,11 @@ def parse(format: Format, raw: bytes, default_max_tokens: int) -> ProxyRequest:
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     _check_values(body)
+    return body
+
+
+def parse(format: Format, raw: bytes, default_max_tokens: int) -> ProxyRequest:
+    body = load_body(raw)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("model: Field required")

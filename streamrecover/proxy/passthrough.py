@@ -22,10 +22,11 @@ from ..engine.contentcoding import decoded
 from ..engine.contract import ModelRequest
 from ..engine.errors import StreamInterrupted
 from ..engine.retry import parse_retry_after
+from ..providers.gemini import method_url
 from ..providers.registry import get_adapter
 from ..testing import fake_provider
 from .errors import error_response
-from .inbound import RESPONSES, ProxyRequest
+from .inbound import GEMINI, RESPONSES, ProxyRequest
 
 RETRIED = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
@@ -39,7 +40,13 @@ async def forward(request: ProxyRequest, provider: str) -> HttpResponse:
     built = adapter.build_request(model_request)
     headers = {**built.headers, "accept": "application/json", "accept-encoding": "identity"}
     body = dict(request.body)
-    if not request.max_tokens_given:  # an OpenAI request without one: the default (or the key's limit)
+    url = built.url
+    if request.format == GEMINI:  # ``generateContent``: the model and method are the URL's
+        url = method_url(config.base_url, request.model, stream=False)
+        if not request.max_tokens_given:
+            config_key = "generation_config" if "generation_config" in body else "generationConfig"
+            body[config_key] = {**(body.get(config_key) or {}), "maxOutputTokens": request.max_tokens}
+    elif not request.max_tokens_given:  # an OpenAI request without one: the default (or the key's limit)
         body[_limit_name(request, built.json)] = request.max_tokens
     engine = app_settings.engine_config()
     attempts = engine.max_request_retries + 1
@@ -47,7 +54,7 @@ async def forward(request: ProxyRequest, provider: str) -> HttpResponse:
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                async with client.stream("POST", built.url, json=body, headers=headers) as response:
+                async with client.stream("POST", url, json=body, headers=headers) as response:
                     if response.status_code in RETRIED and not last:
                         retry_after = parse_retry_after(response.headers)
                     else:

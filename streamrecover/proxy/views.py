@@ -1,5 +1,5 @@
-"""The healing endpoint's views: ``v1/messages`` (Anthropic Messages), ``v1/chat/completions`` (OpenAI Chat)
-and ``v1/responses`` (OpenAI Responses).
+"""The healing endpoint's views: ``v1/messages`` (Anthropic Messages), ``v1/chat/completions`` (OpenAI Chat),
+``v1/responses`` (OpenAI Responses) and ``v1beta/models/{model}:streamGenerateContent`` (Gemini).
 
 A streamed request becomes a run executed in this process; its answer streams back in the
 client's own wire format, recovered in place when the upstream breaks. A non-streamed request
@@ -21,27 +21,37 @@ from django.views.decorators.http import require_POST
 from ..conf import app_settings
 from ..models import ProxyKey
 from ..testing import is_fake
-from .admission import Refused, admit, check_limits
+from .admission import Refused, admit, check_limits, refuse_other_api
 from .errors import error_response
-from .inbound import ANTHROPIC, OPENAI, RESPONSES, BadRequest, Format, beta_flags, parse
+from .inbound import ANTHROPIC, GEMINI, OPENAI, RESPONSES, BadRequest, Format, ProxyRequest, beta_flags, parse
+from .inbound_gemini import parse_gemini
 from .keys import find_key
 from .passthrough import forward
 from .relay import Item, ProxyStream, RelaySink, RunEnded, start_run_thread
 from .translate import wire_format
 from .wire import AnthropicWriter, OpenAIWriter, Writer
+from .wire_gemini import GeminiWriter
 from .wire_responses import ResponsesWriter
 
 log = structlog.get_logger("streamrecover")
 
 # Faults for the built-in fake provider only (tests and demos): ignored for any real provider.
 FAULTS_HEADER = "x-streamrecover-faults"
+# What a client is told of a missing or unknown key, in its provider's words.
+_BAD_KEY = {
+    ANTHROPIC: "invalid x-api-key",
+    GEMINI: "API key not valid. Please pass a valid API key.",
+}
 
 
 def _raw_key(request: HttpRequest, format: Format) -> str:
     """The key as each SDK sends it: ``x-api-key`` (Anthropic; its ``auth_token`` sends a bearer
-    token, also taken) or ``Authorization: Bearer`` (OpenAI)."""
+    token, also taken), ``x-goog-api-key`` (Gemini: google-genai never sends it as ``?key=``) or
+    ``Authorization: Bearer`` (OpenAI)."""
     if format == ANTHROPIC and request.headers.get("x-api-key"):
         return request.headers["x-api-key"].strip()
+    if format == GEMINI:
+        return request.headers.get("x-goog-api-key", "").strip()
     authorization = request.headers.get("authorization", "")
     return authorization[7:].strip() if authorization.lower().startswith("bearer ") else ""
 
@@ -49,6 +59,8 @@ def _raw_key(request: HttpRequest, format: Format) -> str:
 def _provider(format: Format) -> str:
     if format == ANTHROPIC:
         return str(app_settings.PROXY_ANTHROPIC_PROVIDER)
+    if format == GEMINI:
+        return str(app_settings.PROXY_GEMINI_PROVIDER)
     return str(app_settings.PROXY_OPENAI_PROVIDER if format == OPENAI else app_settings.PROXY_RESPONSES_PROVIDER)
 
 
@@ -79,18 +91,17 @@ def _body(request: HttpRequest) -> bytes | None:
     return None if len(body) > limit else body
 
 
-async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
+async def _serve(request: HttpRequest, format: Format, gemini: tuple[str, bool] | None = None) -> HttpResponse:
+    """One request; ``gemini``: a Gemini request's model and whether it streams (from its URL)."""
     key: ProxyKey | None = await sync_to_async(find_key)(_raw_key(request, format))
     if key is None:
-        return error_response(
-            format, 401, "invalid x-api-key" if format == ANTHROPIC else "Incorrect API key provided."
-        )
+        return error_response(format, 401, _BAD_KEY.get(format, "Incorrect API key provided."))
     raw = _body(request)
     if raw is None:
         limit = int(app_settings.PROXY_MAX_BODY_BYTES)
         return error_response(format, 413, f"The request body is over this endpoint's limit of {limit} bytes.")
     try:
-        parsed = parse(format, raw, int(app_settings.PROXY_DEFAULT_MAX_TOKENS))
+        parsed = _parse(format, raw, gemini)
     except BadRequest as exc:
         return error_response(format, 400, str(exc))
     if format == ANTHROPIC:
@@ -104,6 +115,8 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
     if not parsed.stream:
         try:
             check_limits(key, parsed)
+            if format == GEMINI:
+                refuse_other_api(parsed, provider)
         except Refused as refused:
             return error_response(format, refused.status, refused.message)
         if wire_format(app_settings.PROVIDERS[provider], parsed.model) not in (format, None):
@@ -123,6 +136,8 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
         writer = AnthropicWriter(f"msg_{run.pk.hex}", parsed.model)
     elif format == OPENAI:
         writer = OpenAIWriter(f"chatcmpl-{run.pk.hex}", parsed.model, parsed.include_usage)
+    elif format == GEMINI:
+        writer = GeminiWriter(run.pk.hex, parsed.model)
     else:
         echoed = {**parsed.body, "max_output_tokens": parsed.max_tokens}
         writer = ResponsesWriter(f"resp_{run.pk.hex}", parsed.model, echoed)
@@ -145,6 +160,13 @@ async def _serve(request: HttpRequest, format: Format) -> HttpResponse:
     return response
 
 
+def _parse(format: Format, raw: bytes, gemini: tuple[str, bool] | None) -> ProxyRequest:
+    default = int(app_settings.PROXY_DEFAULT_MAX_TOKENS)
+    if gemini is not None:
+        return parse_gemini(raw, gemini[0], gemini[1], default)
+    return parse(format, raw, default)
+
+
 @csrf_exempt
 @require_POST
 async def messages(request: HttpRequest) -> HttpResponse:
@@ -164,3 +186,14 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
 async def responses(request: HttpRequest) -> HttpResponse:
     """``POST v1/responses``: the OpenAI Responses API."""
     return await _serve(request, RESPONSES)
+
+
+@csrf_exempt
+@require_POST
+async def generate_content(request: HttpRequest, version: str, model: str, method: str) -> HttpResponse:
+    """``POST {version}/models/{model}:streamGenerateContent?alt=sse`` and ``:generateContent``:
+    the Gemini API (``v1beta``, ``v1``, ``v1alpha``: the provider is asked as its adapter asks)."""
+    stream = method == "streamGenerateContent"
+    if stream and request.GET.get("alt") != "sse":
+        return error_response(GEMINI, 400, "This endpoint streams as server-sent events only: add ?alt=sse.")
+    return await _serve(request, GEMINI, (model, stream))

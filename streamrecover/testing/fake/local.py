@@ -5,7 +5,7 @@ process starts one fake server on loopback and every later use shares it (spacin
 events by ``STREAMRECOVER_FAKE_EVENT_DELAY`` seconds, so a demo streams visibly). Its wire format
 follows the model name: OpenAI-style names (``gpt-*``, ``o1``/``o3``/``o4``, ``deepseek-*``)
 get the Chat Completions format, everything else the Anthropic Messages format; a provider whose
-``ADAPTER`` is ``openai-responses`` gets the Responses format whatever the model.
+``ADAPTER`` is ``openai-responses`` (or ``gemini``) gets the Responses (Gemini) format whatever the model.
 
 With ``STREAMRECOVER_FAKE_URL`` set (e.g. ``http://127.0.0.1:8765``, a
 ``manage.py streamrecover_fake_provider`` in its own process, as a real provider is),
@@ -67,8 +67,8 @@ def is_openai_style(model: str) -> bool:
 
 
 def fake_adapter(adapter: str, model: str) -> str:
-    """The adapter a ``fake://`` provider gets: Responses when configured so, else the model's format."""
-    if adapter == "openai-responses":
+    """The adapter a ``fake://`` provider gets: Responses or Gemini when configured so, else the model's format."""
+    if adapter in ("openai-responses", "gemini"):
         return adapter
     return "openai" if is_openai_style(model) else "anthropic"
 
@@ -79,7 +79,7 @@ def materialize(config: ProviderConfig, model: str) -> ProviderConfig:
         return config
     base = local_fake_server().base_url
     name = fake_adapter(config.name, model)
-    url = base if name == "anthropic" else f"{base}/v1"
+    url = base if name in ("anthropic", "gemini") else f"{base}/v1"  # the Gemini adapter adds its version
     # the fake plays OpenAI's own API, whose o-series and gpt-5 take only max_completion_tokens
     field = config.max_tokens_field or ("max_completion_tokens" if name == "openai" else None)
     return replace(config, name=name, base_url=url, api_key=config.api_key or "fake-key", max_tokens_field=field)

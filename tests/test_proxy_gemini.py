@@ -1,0 +1,353 @@
+"""The healing endpoint's Gemini surface (``v1beta/models/{model}:streamGenerateContent``), seen by the
+official ``google-genai`` client pointed at it (Daphne serving the app in a thread) with the fake's
+Gemini dialect upstream breaking the stream at every event boundary: the client's text and function
+calls equal the uninterrupted answer, one finish reason and the usage of every upstream call on the
+last chunk, what the client was shown is what was stored; the key's limits and the provider's errors
+reach the client as the SDK's own exceptions, and a non-streamed request passes through."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+from django.test import override_settings
+from google import genai
+from google.genai import errors, types
+
+from streamrecover import checks
+from streamrecover.models import Attempt, Message, Run
+from streamrecover.proxy.keys import issue_key
+from streamrecover.proxy.views import FAULTS_HEADER
+from streamrecover.testing import DEFAULT_SCENARIO, parse_faults
+from streamrecover.testing.fake.local import local_fake_server
+from streamrecover.testing.host import wait_for
+
+from .proxy_helpers import daphne_url, proxy_settings, sweep
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROVIDER_KEY = "AIza-provider-secret-51c0d7"
+MODEL = "gemini-2.5-flash"
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def _providers() -> dict[str, Any]:
+    return {"fake-gemini": {"ADAPTER": "gemini", "BASE_URL": "fake://streamrecover", "API_KEY": PROVIDER_KEY}}
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    """The proxy's prefix on Daphne; the Gemini surface served by the fake's Gemini dialect."""
+    configured = proxy_settings(settings.STREAMRECOVER, PROVIDERS=_providers(), PROXY_GEMINI_PROVIDER="fake-gemini")
+    with override_settings(STREAMRECOVER=configured):
+        yield daphne_url() + "/streamrecover/proxy"
+
+
+@pytest.fixture
+def raw_key(django_user_model: Any) -> str:
+    user = django_user_model.objects.create_user("gemini-user", password="x")
+    return issue_key(user)[1]
+
+
+def client_for(site: str, key: str, faults: str = "") -> genai.Client:
+    headers = {FAULTS_HEADER: faults} if faults else {}
+    return genai.Client(api_key=key, http_options=types.HttpOptions(base_url=site, headers=headers))
+
+
+def tool_config(**more: Any) -> types.GenerateContentConfig:
+    return types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=[types.FunctionDeclaration(**WEATHER)])],  # type: ignore[arg-type]
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        **more,
+    )
+
+
+def answer(site: str, key: str, prompt: Any, faults: str = "", **config: Any) -> dict[str, Any]:
+    """One streamed answer through the proxy with ``generate_content_stream``, checked as the client sees it."""
+    client = client_for(site, key, faults)  # held: a client closes its connections when collected
+    chunks = list(
+        client.models.generate_content_stream(
+            model=MODEL, contents=prompt, config=config.pop("config", None) or types.GenerateContentConfig(**config)
+        )
+    )
+    assert chunks
+    ids = {c.response_id for c in chunks}
+    assert len(ids) == 1, ids
+    finishes = [c.candidates[0].finish_reason for c in chunks if c.candidates and c.candidates[0].finish_reason]
+    assert len(finishes) == 1, finishes
+    assert chunks[-1].candidates
+    assert chunks[-1].candidates[0].finish_reason  # on the last chunk
+    assert [c.usage_metadata is not None for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    parts = [p for c in chunks for p in (c.candidates[0].content.parts or [])]  # type: ignore[union-attr,index]
+    headers = {k.lower(): v for k, v in (chunks[0].sdk_http_response.headers or {}).items()}  # type: ignore[union-attr]
+    run_id = headers["x-streamrecover-run"]
+    assert ids == {run_id.replace("-", "")}
+    return {
+        "text": "".join(p.text for p in parts if p.text and not p.thought),
+        "thoughts": [p.text for p in parts if p.thought],
+        "calls": [(p.function_call.name, p.function_call.args) for p in parts if p.function_call],
+        "finish": finishes[0],
+        "usage": chunks[-1].usage_metadata,
+        "run_id": run_id,
+    }
+
+
+def direct(prompt: str, **body: Any) -> list[dict[str, Any]]:
+    """The fake's own chunks for ``prompt``, uninterrupted (each is a boundary to cut at)."""
+    url = f"{local_fake_server().base_url}/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+    contents = [{"role": "user", "parts": [{"text": prompt}]}]
+    response = httpx.post(url, json={"contents": contents, **body}, headers={"x-goog-api-key": "k"})
+    return [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+
+
+def stored_assistant(run_id: str) -> list[dict[str, Any]]:
+    report = wait_for(run_id)
+    assert report.status == "completed", report.error
+    answer = Message.objects.filter(run_id=run_id, role="assistant").order_by("position").last()  # the history's before
+    assert answer is not None
+    return list(answer.content)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "tools"),
+    [
+        pytest.param("Tell me about rivers [[words=30]]", False, id="text"),
+        pytest.param("Check the weather [[words=24]] [[tool]]", True, id="text-then-call"),
+    ],
+)
+def test_gemini_client_sees_one_uninterrupted_answer_at_every_break(
+    site: str, raw_key: str, prompt: str, tools: bool
+) -> None:
+    config = {"config": tool_config()} if tools else {}
+    body = {"tools": [{"functionDeclarations": [WEATHER]}]} if tools else {}
+    chunks = direct(prompt, **body)
+    parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
+    clean = answer(site, raw_key, prompt, **config)
+    # the uninterrupted answer through the endpoint is the provider's own
+    assert clean["text"] == "".join(p.get("text", "") for p in parts)
+    assert clean["calls"] == [
+        (p["functionCall"]["name"], p["functionCall"]["args"]) for p in parts if "functionCall" in p
+    ]
+    assert bool(clean["calls"]) == tools
+    assert clean["finish"] == types.FinishReason.STOP
+    events = len(chunks)
+    assert events > 6
+    cuts = range(1, events)
+    for cut, seen in zip(
+        cuts, sweep(lambda faults: answer(site, raw_key, prompt, faults, **config), cuts), strict=True
+    ):
+        at = f"cut:events={cut}"
+        assert (seen["text"], seen["calls"], seen["finish"]) == (clean["text"], clean["calls"], clean["finish"]), at
+        stored = stored_assistant(seen["run_id"])
+        assert seen["text"] == "".join(b["text"] for b in stored if b["type"] == "text"), at
+        attempts = Attempt.objects.filter(run_id=seen["run_id"])
+        usage = seen["usage"]
+        assert usage.prompt_token_count == sum(a.input_tokens or 0 for a in attempts), at
+        assert usage.candidates_token_count == sum(a.output_tokens or 0 for a in attempts), at
+        assert usage.total_token_count == usage.prompt_token_count + usage.candidates_token_count, at
+        names = set(Run.objects.get(pk=seen["run_id"]).events.values_list("name", flat=True))
+        assert attempts.count() >= 2, at  # every cut loses a chunk: the last one carries the finish reason
+        assert {"llm_stream_interrupted", "llm_stream_continuation_started"} <= names, at
+
+
+def test_thoughts_arrive_whole_before_the_answer_and_usage_counts_them(site: str, raw_key: str) -> None:
+    prompt = "Tell me about rivers [[words=16]]"
+    thinking = types.ThinkingConfig(include_thoughts=True, thinking_budget=1024)
+    clean = answer(site, raw_key, prompt, thinking_config=thinking)
+    assert len(clean["thoughts"]) == 1  # the provider's eight thought chunks, whole, once the text started
+    assert clean["thoughts"][0].startswith("Let me think about")
+    for cut in (2, 5, 10, 13):  # inside the thoughts, then inside the text
+        seen = answer(site, raw_key, prompt, f"cut:events={cut}", thinking_config=thinking)
+        assert seen["text"] == clean["text"], f"cut:events={cut}"
+        assert seen["thoughts"] == clean["thoughts"], f"cut:events={cut}"  # one whole part, never a piece of one
+        attempts = Attempt.objects.filter(run_id=seen["run_id"])
+        usage = seen["usage"]
+        output = sum(a.output_tokens or 0 for a in attempts)
+        assert usage.thoughts_token_count
+        assert usage.candidates_token_count + usage.thoughts_token_count == output
+
+
+def test_a_conversation_with_a_function_response_reaches_the_provider_as_sent(site: str, raw_key: str) -> None:
+    """History with a model turn's call and the user's function response, a system instruction and
+    the client's generation settings: every request of the run (the continuation too) carries them."""
+    history = [
+        types.Content(role="user", parts=[types.Part(text="What is the weather in Paris? [[words=20]]")]),
+        types.Content(
+            role="model",
+            parts=[types.Part(function_call=types.FunctionCall(name="get_weather", args={"city": "Paris"}))],
+        ),
+        types.Content(
+            role="user",
+            parts=[
+                types.Part(
+                    function_response=types.FunctionResponse(name="get_weather", response={"sky": "sunny", "c": 21})
+                )
+            ],
+        ),
+    ]
+    config = tool_config(system_instruction="Answer briefly.", temperature=0.25, top_k=7)
+    seen = answer(site, raw_key, history, "cut:events=3", config=config)
+    assert seen["text"]
+    run = Run.objects.get(pk=seen["run_id"])
+    assert run.options["system"] == "Answer briefly."
+    sent = [a.request["json"] for a in Attempt.objects.filter(run=run).order_by("index")]
+    assert len(sent) == 2
+    for body in sent:
+        assert body["contents"][1]["parts"] == [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]
+        assert body["contents"][2]["parts"] == [
+            {"functionResponse": {"name": "get_weather", "response": {"sky": "sunny", "c": 21}}}
+        ]
+        assert body["systemInstruction"]["parts"] == [{"text": "Answer briefly."}]
+        assert body["generationConfig"]["temperature"] == 0.25
+        assert body["generationConfig"]["topK"] == 7
+        assert [d["name"] for d in body["tools"][0]["functionDeclarations"]] == ["get_weather"]
+    assert sent[0]["generationConfig"]["maxOutputTokens"] == 4096  # PROXY_DEFAULT_MAX_TOKENS
+    assert sent[1]["generationConfig"]["maxOutputTokens"] < 4096  # what is left of it
+    assert seen["text"] == "".join(b["text"] for b in stored_assistant(seen["run_id"]) if b["type"] == "text")
+
+
+def test_nothing_salvageable_after_text_was_sent_raises_the_sdks_server_error(site: str, raw_key: str) -> None:
+    with pytest.raises(errors.ServerError) as raised:
+        answer(site, raw_key, "Tell me about rivers [[words=40]] [[seam=restart_new]]", "cut:events=6")
+    assert raised.value.code == 500
+    assert "could not be continued in place" in (raised.value.message or "")
+    wait_for(Run.objects.get().pk)  # the run itself still completes and is stored
+
+
+def test_a_permanent_error_before_anything_streamed_is_the_providers_http_error(site: str, raw_key: str) -> None:
+    with pytest.raises(errors.ClientError) as raised:
+        answer(site, raw_key, "Hello", "status:400")
+    assert raised.value.code == 400
+    assert raised.value.status == "INVALID_ARGUMENT"
+    wait_for(Run.objects.get().pk)
+
+
+def test_keys_and_limits_answer_as_the_sdk_raises_them(site: str, raw_key: str, django_user_model: Any) -> None:
+    from streamrecover.proxy.admission import admit
+    from streamrecover.proxy.inbound_gemini import parse_gemini
+    from streamrecover.proxy.keys import revoke_key
+
+    def ask(key: str, model: str = MODEL, **config: Any) -> None:
+        client = client_for(site, key)
+        list(
+            client.models.generate_content_stream(
+                model=model, contents="Hi", config=types.GenerateContentConfig(**config)
+            )
+        )
+
+    for key in ("sk-sr-wrong", ""):
+        url = f"{site}/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+        refused = httpx.post(url, json={"contents": [{"parts": [{"text": "Hi"}]}]}, headers={"x-goog-api-key": key})
+        assert refused.status_code == 401
+        assert refused.json()["error"]["status"] == "UNAUTHENTICATED"
+    with pytest.raises(errors.ClientError) as raised:
+        ask("sk-sr-wrong")
+    assert raised.value.code == 401
+    # the key is taken as google-genai sends it, not in another SDK's header
+    bearer = httpx.post(
+        f"{site}/v1beta/models/{MODEL}:streamGenerateContent?alt=sse",
+        json={"contents": [{"parts": [{"text": "Hi"}]}]},
+        headers={"authorization": f"Bearer {raw_key}"},
+    )
+    assert bearer.status_code == 401
+    revoke_key(raw_key)
+    with pytest.raises(errors.ClientError, match="401"):
+        ask(raw_key)
+
+    user = django_user_model.objects.create_user("limited", password="x")
+    key, raw = issue_key(user, allowed_models=["gemini-2.5-*"], max_tokens=100, max_concurrent=1)
+    with pytest.raises(errors.ClientError) as raised:
+        ask(raw, model="gemini-2.0-pro")
+    assert (raised.value.code, raised.value.status) == (403, "PERMISSION_DENIED")
+    with pytest.raises(errors.ClientError) as raised:
+        ask(raw, max_output_tokens=101)
+    assert (raised.value.code, raised.value.status) == (400, "INVALID_ARGUMENT")
+    assert "generationConfig.maxOutputTokens" in (raised.value.message or "")
+    with pytest.raises(errors.ClientError, match="one candidate"):
+        ask(raw, candidate_count=2)
+    # one stream open already (a run of this key that has not ended): the second is refused
+    body = json.dumps({"contents": [{"parts": [{"text": "Hi"}]}]}).encode()
+    admit(key, parse_gemini(body, MODEL, True, 10), "fake-gemini", [])
+    with pytest.raises(errors.ClientError) as raised:
+        ask(raw)
+    assert (raised.value.code, raised.value.status) == (429, "RESOURCE_EXHAUSTED")
+    assert Run.objects.count() == 1
+
+
+def test_a_request_without_max_output_tokens_asks_for_the_keys_lower_limit(site: str, django_user_model: Any) -> None:
+    user = django_user_model.objects.create_user("capped", password="x")
+    raw = issue_key(user, max_tokens=300)[1]
+    seen = answer(site, raw, "Tell me about rivers [[words=6]]")
+    first = Attempt.objects.filter(run_id=seen["run_id"]).get()
+    assert first.request["json"]["generationConfig"]["maxOutputTokens"] == 300
+
+
+def test_a_non_streamed_request_passes_through_with_pre_stream_retries_only(site: str, raw_key: str) -> None:
+    fake = local_fake_server()
+    before = len(fake.log_for(DEFAULT_SCENARIO))
+    fake.set_faults(DEFAULT_SCENARIO, parse_faults(["status:503", "ok", "status:400"]))
+    client = client_for(site, raw_key)
+    whole = client.models.generate_content(model=MODEL, contents="Tell me about rivers [[words=9]]")
+    assert whole.text
+    assert whole.candidates[0].finish_reason == types.FinishReason.STOP  # type: ignore[index]
+    received = fake.log_for(DEFAULT_SCENARIO)[before:]
+    assert len(received) == 2  # the 503, then the answer
+    assert received[-1].request["generationConfig"]["maxOutputTokens"] == 4096  # PROXY_DEFAULT_MAX_TOKENS
+    with pytest.raises(errors.ClientError) as raised:  # a permanent error is the client's at once
+        client.models.generate_content(model=MODEL, contents="Tell me about rivers [[words=9]]")
+    assert raised.value.code == 400
+    assert PROVIDER_KEY not in whole.model_dump_json()
+    assert not Run.objects.exists()
+
+
+def test_a_gemini_request_to_a_provider_of_another_api_is_refused(site: str, raw_key: str) -> None:
+    other = {**proxy_settings(settings.STREAMRECOVER, PROVIDERS=_providers()), "PROXY_GEMINI_PROVIDER": "fake"}
+    with override_settings(STREAMRECOVER=other):
+        with pytest.raises(errors.ClientError, match="Gemini provider"):
+            answer(site, raw_key, "Hi")
+        client = client_for(site, raw_key)
+        with pytest.raises(errors.ClientError, match="Gemini provider"):
+            client.models.generate_content(model=MODEL, contents="Hi")
+    assert not Run.objects.exists()
+
+
+def test_failover_continues_a_gemini_answer_on_another_gemini_provider(site: str, raw_key: str) -> None:
+    prompt = "Tell me about rivers [[words=30]]"
+    expected = answer(site, raw_key, prompt)["text"]
+    backup = {"ADAPTER": "gemini", "BASE_URL": "fake://streamrecover"}
+    configured = {
+        **settings.STREAMRECOVER,
+        "MAX_CONTINUATIONS": 1,
+        "PROVIDERS": {**settings.STREAMRECOVER["PROVIDERS"], "fake-gemini-backup": backup},
+        "PROXY_FAILOVER": {"gemini": {"PROVIDER": "fake-gemini-backup", "MODEL": "gemini-2.5-pro"}},
+    }
+    with override_settings(STREAMRECOVER=configured):
+        seen = answer(site, raw_key, prompt, "cut:events=4;cut:events=3")
+    assert seen["text"] == expected  # one stream, the same answer
+    assert seen["text"] == "".join(b["text"] for b in stored_assistant(seen["run_id"]) if b["type"] == "text")
+    run = Run.objects.get(pk=seen["run_id"])
+    failover = run.events.get(name="llm_stream_failover").payload
+    assert (failover["to_provider"], failover["to_model"]) == ("fake-gemini-backup", "gemini-2.5-pro")
+    last = Attempt.objects.filter(run=run).order_by("index").last()
+    assert last is not None
+    assert "/models/gemini-2.5-pro:streamGenerateContent" in last.request["url"]
+
+
+def test_gemini_settings_name_a_provider_and_fail_over_only_to_gemini() -> None:
+    from streamrecover.conf import validate
+
+    assert any("PROXY_GEMINI_PROVIDER" in p for p in validate({"PROXY_GEMINI_PROVIDER": "nowhere"}))
+    to_gemini = {"PROXY_FAILOVER": {"gemini": {"PROVIDER": "gemini", "MODEL": "gemini-2.5-pro"}}}
+    assert validate(to_gemini) == []
+    with override_settings(STREAMRECOVER=to_gemini):
+        assert checks.check_proxy_failover() == []  # no E003: the fields go as they are
+    to_claude = {"PROXY_FAILOVER": {"gemini": {"PROVIDER": "anthropic", "MODEL": "claude-sonnet-4-5"}}}
+    assert [p for p in validate(to_claude) if "not a Gemini provider" in p]
