@@ -222,6 +222,13 @@ def test_nothing_salvageable_after_text_was_sent_raises_the_sdks_server_error(si
     wait_for(Run.objects.get().pk)  # the run itself still completes and is stored
 
 
+def test_a_permanent_error_mid_answer_raises_the_sdks_client_error_with_its_status(site: str, raw_key: str) -> None:
+    with pytest.raises(errors.ClientError) as raised:
+        answer(site, raw_key, "Tell me about rivers [[words=40]]", "error:events=5,type=INVALID_ARGUMENT")
+    assert (raised.value.code, raised.value.status) == (400, "INVALID_ARGUMENT")
+    assert wait_for(Run.objects.get().pk).status == "failed"
+
+
 def test_a_permanent_error_before_anything_streamed_is_the_providers_http_error(site: str, raw_key: str) -> None:
     with pytest.raises(errors.ClientError) as raised:
         answer(site, raw_key, "Hello", "status:400")
@@ -344,7 +351,8 @@ def test_failover_continues_a_gemini_answer_on_another_gemini_provider(site: str
 def test_gemini_settings_name_a_provider_and_fail_over_only_to_gemini() -> None:
     from streamrecover.conf import validate
 
-    assert any("PROXY_GEMINI_PROVIDER" in p for p in validate({"PROXY_GEMINI_PROVIDER": "nowhere"}))
+    assert validate({"PROXY_GEMINI_PROVIDER": "gemini"}) == []  # the default, a key of its own
+    assert [p for p in validate({"PROXY_GEMINI_PROVIDER": "nowhere"}) if "'nowhere', which is not in PROVIDERS" in p]
     to_gemini = {"PROXY_FAILOVER": {"gemini": {"PROVIDER": "gemini", "MODEL": "gemini-2.5-pro"}}}
     assert validate(to_gemini) == []
     with override_settings(STREAMRECOVER=to_gemini):

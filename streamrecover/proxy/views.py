@@ -1,5 +1,5 @@
 """The healing endpoint's views: ``v1/messages`` (Anthropic Messages), ``v1/chat/completions`` (OpenAI Chat),
-``v1/responses`` (OpenAI Responses) and ``v1beta/models/{model}:streamGenerateContent`` (Gemini).
+``v1/responses`` (OpenAI Responses) and ``{v1,v1beta,v1alpha}/models/{model}:streamGenerateContent`` (Gemini).
 
 A streamed request becomes a run executed in this process; its answer streams back in the
 client's own wire format, recovered in place when the upstream breaks. A non-streamed request
@@ -192,7 +192,8 @@ async def responses(request: HttpRequest) -> HttpResponse:
 @require_POST
 async def generate_content(request: HttpRequest, version: str, model: str, method: str) -> HttpResponse:
     """``POST {version}/models/{model}:streamGenerateContent?alt=sse`` and ``:generateContent``:
-    the Gemini API (``v1beta``, ``v1``, ``v1alpha``: the provider is asked as its adapter asks)."""
+    the Gemini API (``v1``, google-genai's default, ``v1beta``, ``v1alpha``: the provider is asked
+    at its adapter's version)."""
     stream = method == "streamGenerateContent"
     if stream and request.GET.get("alt") != "sse":
         return error_response(GEMINI, 400, "This endpoint streams as server-sent events only: add ?alt=sse.")
