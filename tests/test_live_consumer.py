@@ -290,6 +290,26 @@ async def test_when_the_buffer_has_expired_a_reconnect_gets_a_snapshot_from_the_
     await close(ws)
 
 
+async def test_a_client_that_connects_after_a_run_failed_shows_its_error(owner: Any) -> None:
+    """A reload after a run failed: the snapshot carries the run's error, and the reference
+    client keeps it as client.js does (``onStatus(status, error)``), so a test sees what a user
+    is told; it kept only the status."""
+    run = await new_run(owner, "Short [[words=8]]", faults=["status:400,message=prompt is too long"])
+    result = await starter.execute_here(str(run.pk))
+    assert result is not None
+    assert result.status == "failed"
+    assert result.error
+    ws = await socket(run.pk, owner)
+    snapshot = await receive(ws)
+    await close(ws)
+    assert snapshot["type"] == "snapshot"
+    view = ClientView().apply_all([snapshot])
+    assert (view.status, view.error) == ("failed", result.error)
+    assert "prompt is too long" in view.error["message"]
+    stored = await Run.objects.aget(pk=run.pk)
+    assert (view.error["kind"], view.error["message"]) == (stored.error_kind, stored.error_message)
+
+
 async def test_an_exhausted_answer_stays_after_the_buffer_expires_and_the_thread_goes_on(owner: Any) -> None:
     """Text streamed before the continuation budget ran out is committed as the client saw it:
     a reload after the replay buffer is gone (a restart, expiry) still shows it, and a follow-up

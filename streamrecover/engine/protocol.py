@@ -319,6 +319,7 @@ class FrameReducer:
                 item["block"]: PartialBlock.from_content(item["content"]) for item in frame.get("partial", [])
             }
             self.status = frame.get("status")
+            self.error = frame.get("error")  # a run that ended failed, exhausted or cancelled carries why
         elif kind == FrameKind.RUN_STATUS:
             self.status = frame.get("status")
             self.error = frame.get("error")
