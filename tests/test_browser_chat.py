@@ -379,6 +379,34 @@ def test_client_js_shows_server_tools_citations_and_compaction_like_the_referenc
     assert result["stats"]["mismatches"] == 0
 
 
+@pytest.mark.parametrize("faults", [[], ["cut:events=6"]])
+def test_client_js_finds_a_gemini_function_call_with_its_thought_signature_equal_to_what_it_rebuilt(
+    client_page: Any, fake_server: Any, faults: list[str]
+) -> None:
+    """A Gemini 3 function call is committed with its thought signature, which no frame carries:
+    client.js counted that turn as a mismatch (``client.stats``, what the page and its tests
+    check), the reference client did not."""
+    frames = _engine_frames(
+        fake_server,
+        "Weather? [[words=30]] [[tool=get_weather]]",
+        wire="gemini",
+        model="gemini-3-pro-preview",
+        tools=demo_registry(),
+        thinking_budget=2048,
+        faults=faults,
+    )
+    committed = [
+        f["message"] for f in frames if f["type"] == "message_committed" and f["message"]["role"] == "assistant"
+    ]
+    assert any(b["type"] == "tool_use" and b.get("signature") for m in committed for b in m["content"])
+    result = client_page.evaluate(JS_TRACE, frames)
+    assert result["trace"] == _python_trace(frames)
+    assert result["stats"]["checked"] == len(committed)
+    assert result["stats"]["mismatches"] == 0
+    view = ClientView().apply_all(frames)
+    assert [rebuilt == stored for rebuilt, stored in view.turns] == [True] * len(committed)
+
+
 # ---- chat.js renders each frame in place: the transcript follows the reference client ---------------
 
 CHAT_JS = CLIENT_JS.with_name("chat.js")

@@ -71,9 +71,15 @@
     return content;
   }
 
-  /* A block without what the client is never sent (thinking signatures). */
+  /* A block without what the client is never sent (thinking and function-call signatures:
+   * a Gemini function call's thought signature is in its committed message, never in a frame). */
   function comparable(block) {
     if (block.type === "thinking") return { type: "thinking", thinking: block.thinking || "" };
+    if (block.type === "tool_use" && "signature" in block) {
+      var call = Object.assign({}, block);
+      delete call.signature;
+      return call;
+    }
     return block;
   }
 
