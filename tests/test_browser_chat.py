@@ -5,6 +5,7 @@ with no character missing or doubled, and model output is only ever text."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 import uuid
@@ -518,3 +519,103 @@ def test_chat_js_renders_each_frame_in_place_and_shows_what_the_reference_client
         for position, item in enumerate(shown):
             if item[1]:
                 assert nodes.setdefault(position, item[0]) == item[0], (position, shown)
+
+
+# ---- a tool call's input reads the same on every surface ----------------------------------------
+
+LOCATE_ARGUMENTS = ('{"city": "Zürich", ', '"lat": 47.0, "lon": 8.55, ', '"radius_km": 1e-7, "2": "second"}')
+
+
+def _tool_call_turn(fake_server: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A model's answer that calls a tool with numbers Python and JavaScript write differently
+    (a recorded stream, through the engine): the frames up to its commit, and the committed message."""
+    from .harness import run
+    from .recorded_reading import _args, _text, anthropic_stream
+
+    raw = anthropic_stream(
+        [
+            ({"type": "text", "text": ""}, _text("Let me look it up.")),
+            ({"type": "tool_use", "id": "toolu_01Locate", "name": "locate", "input": {}}, _args(*LOCATE_ARGUMENTS)),
+        ],
+        stop="tool_use",
+    )
+    outcome = _run_async(lambda: run(fake_server, "Locate", recording=raw, model="claude-sonnet-4-5"))
+    frames = outcome.sink.frames
+    end = next(
+        i for i, f in enumerate(frames) if f["type"] == "message_committed" and f["message"]["role"] == "assistant"
+    )
+    return frames[: end + 1], frames[end]["message"]
+
+
+def test_a_tool_calls_input_reads_the_same_live_after_a_reload_and_without_javascript(
+    chat: ChatPage, browser: Any, fake_server: Any, demo_db: Path
+) -> None:
+    """The input shown once the call is committed, live (from its message_committed frame), after
+    a reload (from the stored message) and on the page rendered without JavaScript: one text, the
+    stored value as the script writes it. The page without JavaScript wrote Python's JSON
+    (``47.0``, ``1e-07``, the keys as stored) where the script shows ``47``, ``1e-7`` and the
+    integer-like key first."""
+    from streamrecover.live.snapshot import RunRecord, build_snapshot
+
+    frames, message = _tool_call_turn(fake_server)
+    assert message["content"][1]["input"] == {
+        "city": "Zürich",
+        "lat": 47.0,
+        "lon": 8.55,
+        "radius_km": 1e-7,
+        "2": "second",
+    }
+    user = {"role": "user", "content": [{"type": "text", "text": "Locate"}]}
+    page = browser.new_page()
+    page.set_content(CHAT_PAGE)
+    page.add_script_tag(path=str(CLIENT_JS))
+    page.add_script_tag(path=str(CHAT_JS))
+    page.evaluate(
+        JS_SHOWN_TRACE, [build_snapshot(RunRecord(frames[0]["run_id"], "running", None, {0: user}), None), *frames]
+    )
+    live = page.locator("#sr-transcript .sr-tool").all_text_contents()
+    page.close()
+
+    # the same answer, stored in a thread of the demo (SQLite keeps the JSON text as written)
+    chat.page.goto(f"{chat.base_url}/streamrecover/")
+    chat.send("Where is Zürich? [[words=5]]")
+    assert chat.wait_until_finished() == "completed"
+    thread_id = int(chat.page.evaluate("window.__streamrecover.threadId"))
+    with sqlite3.connect(demo_db) as db:
+        db.execute(
+            "UPDATE streamrecover_message SET content = ? WHERE id = (SELECT id FROM streamrecover_message"
+            " WHERE thread_id = ? AND role = 'assistant' ORDER BY position DESC LIMIT 1)",
+            (json.dumps(message["content"]), thread_id),
+        )
+    chat.page.reload()  # the thread's page
+    chat.wait_until_finished()
+    reloaded = chat.page.locator("#sr-transcript .sr-tool").all_text_contents()
+    plain_context = browser.new_context(java_script_enabled=False, storage_state=chat.page.context.storage_state())
+    plain = plain_context.new_page()
+    plain.goto(chat.page.url)
+    rendered = plain.locator("#sr-transcript .sr-tool").all_text_contents()
+    plain_context.close()
+
+    expected = '\U0001f527 locate({"2":"second","city":"Zürich","lat":47,"lon":8.55,"radius_km":1e-7})'
+    assert live == [expected]
+    assert reloaded == [expected]
+    assert rendered == [expected]
+
+
+def test_the_page_without_javascript_writes_json_values_as_chromium_writes_them(client_page: Any) -> None:
+    """``as_json`` (a tool call's input, a tool result's content on the page rendered without
+    JavaScript) against Chromium's own ``JSON.stringify`` of the same value, received as JSON as
+    the script receives it: numbers as doubles, integer-like keys first, lone surrogates escaped."""
+    from streamrecover.templatetags.streamrecover_chat import as_json
+
+    values: list[Any] = [
+        {"city": "Zürich", "lat": 47.0, "lon": 8.55, "radius_km": 1e-7, "2": "second"},
+        [3.0, -0.0, 0.1, 1.5e-6, 1e-6, 1e-7, 12.5, 100.0, 1e16, 1e20, 1e21, 5e-324, 1.7976931348623157e308],
+        [2**53 + 1, 123456789012345678901234, -(10**30), 0, -7],
+        {"10": 1, "9": 2, "a": 3, "01": 4, "4294967295": 5, "4294967294": 6, "": 7, "-1": 8},
+        ['quote " backslash \\ newline \n tab \t nul \x00 \x1f \x7f \u2028 café 🚀 \ud800 <b>&'],
+        {"nested": [{"b": None, "a": [True, False, {}], "ä": []}]},
+    ]
+    received = [json.dumps(value) for value in values]  # as a frame carries it
+    written = client_page.evaluate("texts => texts.map(text => JSON.stringify(JSON.parse(text)))", received)
+    assert [as_json(value) for value in values] == written

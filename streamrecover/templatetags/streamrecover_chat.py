@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import template
+
+from ..chat.jsjson import stringify
 
 register = template.Library()
 
 
 @register.filter
 def as_json(value: Any) -> str:
-    """``value`` as JSON, compact and with non-ASCII text kept, as ``JSON.stringify`` shows it
-    (a tool call's input). Not marked safe: the template escapes it."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """``value`` as the page's script shows it: ``JSON.stringify(value)``, character for character
+    (a tool call's input: ``3.0`` as ``3``, integer-like keys first). Not marked safe: the
+    template escapes it."""
+    return stringify(value)
 
 
 @register.filter
