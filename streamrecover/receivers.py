@@ -7,13 +7,13 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.db.models.signals import pre_delete
 
-from . import dispatch
 from .analytics import rollup
 from .conf import reload_app_settings
 from .live.publisher import announce_cancelled_in_queue
 from .models import Run
 from .runs import deferred
 from .runs.signals import run_cancel_awaits_worker, run_cancelled_in_queue, run_requeued, run_settled
+from .starter import start_in_thread
 
 
 def fold_settled_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
@@ -35,9 +35,12 @@ def publish_cancelled_run(sender: Any, run_id: Any, error: dict[str, str], **kwa
 
 
 def start_cancelled_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
-    """A queued run cancelled after it had started: the worker that claims it commits what its
-    checkpoint kept and ends it. Started again here, as the message that queued it may be gone."""
-    dispatch.enqueue_run(run_id)
+    """A queued run cancelled after it had started: claimed here, in a thread of the process that
+    cancelled it, which commits what its checkpoint kept and ends it, asking the provider nothing.
+    Not handed to the workers: the run would stay ``queued`` until one was free (none is, when its
+    worker died alone), and its clients would not see the cancel. A worker that takes a message
+    queued for it later finds it ended (or claimed) and runs nothing."""
+    start_in_thread(str(run_id))
 
 
 def unfold_deleted_run(sender: type[Run], instance: Run, **kwargs: Any) -> None:

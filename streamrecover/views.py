@@ -224,8 +224,8 @@ def _run_or_404(request: HttpRequest, run_id: Any) -> Run | None:
 @require_POST
 @login_required_json
 def cancel_run(request: HttpRequest, run_id: Any) -> JsonResponse:
-    """``POST api/runs/<id>/cancel/``: a queued run stops at once, a running one within a tick (as
-    does a queued one that had started: its next worker commits what its client was shown)."""
+    """``POST api/runs/<id>/cancel/``: a queued run stops at once, a running one within a tick (a
+    queued one that had started at once too: this process commits what its client was shown)."""
     run = _run_or_404(request, run_id)
     if run is None:
         return error(404, f"No run {run_id} of yours.")

@@ -344,3 +344,78 @@ def test_cancel_command_cancels_a_queued_run(celery_settings):
     run = lifecycle.create_run(prompt="never started", provider="fake", model="fake-claude")
     call_command("streamrecover_cancel", str(run.pk), stdout=io.StringIO())
     assert status_of(run.pk) == "cancelled"
+
+
+def test_a_run_cancelled_in_the_queue_after_its_worker_died_ends_cancelled_at_once(celery_settings, workers, slow_fake):
+    """Its worker is killed mid-answer, the sweep puts it back in the queue, and its user presses
+    stop before any worker is free to claim it. The cancel left it ``queued`` (its snapshot and its
+    clients said so) until some worker took its message. Now the cancelling process ends it there
+    and then: ``cancelled``, with the text its client was shown committed, and told to a client
+    watching it; the worker that takes its message later runs nothing."""
+    from asgiref.sync import sync_to_async
+    from channels.testing import WebsocketCommunicator
+    from django.test import Client
+
+    from project.asgi import application
+    from streamrecover.testing.client import ClientView
+
+    from .factories import make_user
+
+    owner = make_user()
+    first = workers("w1")
+    run = lifecycle.create_run(prompt=LONG, provider="fake", model="fake-claude", owner=owner)
+    dispatch.enqueue_run(run)
+    store = RedisCheckpointStore(app_settings.REDIS_URL, ttl_s=3600)
+
+    def checkpoint_text() -> str:
+        checkpoint = asyncio.run(store.get(str(run.pk)))
+        return checkpoint.blocks[0]["text"] if checkpoint and checkpoint.blocks else ""
+
+    try:
+        wait_for(lambda: len(checkpoint_text()) > 300, timeout=120, what="a checkpoint with text")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{first.log()}") from exc
+    first.kill()  # kill -9 in the middle of the stream: no worker is left
+    saved = checkpoint_text()
+    time.sleep(2.2)  # the heartbeat goes stale
+    assert dispatch.sweep_stale_runs() == [str(run.pk)]
+    assert status_of(run.pk) == "queued"
+    calls = len(slow_fake.log_for("default"))
+    browser = Client()
+    browser.force_login(owner)
+    cookie = f"sessionid={browser.cookies['sessionid'].value}".encode()
+
+    async def watch_the_cancel() -> list[dict]:
+        headers = [(b"origin", b"http://testserver"), (b"cookie", cookie)]
+        ws = WebsocketCommunicator(application, f"/ws/streamrecover/runs/{run.pk}/", headers=headers)
+        assert (await ws.connect(timeout=10))[0]
+        frames = [await ws.receive_json_from(timeout=10)]  # the snapshot
+        assert await sync_to_async(lifecycle.request_cancel)(run.pk, "user pressed stop")
+        try:
+            while not (frames[-1]["type"] in ("run_status", "snapshot") and frames[-1]["status"] == "cancelled"):
+                frames.append(await ws.receive_json_from(timeout=10))
+        finally:
+            await ws.disconnect()
+        return frames
+
+    frames = asyncio.run(watch_the_cancel())
+    assert frames[0]["type"] == "snapshot"
+    wait_for(lambda: status_of(run.pk) == "cancelled", timeout=10, what="the cancel")
+    view = ClientView().apply_all(frames)
+    assert (view.status, view.error) == ("cancelled", {"kind": "cancel", "message": "user pressed stop"})
+    assert [m["role"] for m in view.messages] == ["user", "assistant"]
+    shown = view.messages[1]["content"]
+    assert [b["type"] for b in shown] == ["text"]
+    assert shown[0]["text"].startswith(saved.rstrip()[:300])  # what its client was shown, kept
+    assert Message.objects.get(thread=run.thread, role="assistant").content == shown
+    assert view.turns == [(shown, shown)]  # it rebuilt exactly what was committed
+    assert len(slow_fake.log_for("default")) == calls  # nothing asked of the provider
+    run.refresh_from_db()
+    claims = run.claims
+
+    second = workers("w2")  # takes the messages that queued it: it runs nothing
+    wait_for(lambda: "streamrecover.execute_run" in second.log() and "succeeded" in second.log(), what="the message")
+    run.refresh_from_db()
+    assert (run.status, run.claims) == ("cancelled", claims)
+    assert len(slow_fake.log_for("default")) == calls
+    assert Message.objects.filter(thread=run.thread).count() == 2

@@ -25,7 +25,7 @@ from django.db import connections
 from django.utils import timezone
 from structlog.testing import capture_logs
 
-from streamrecover import dispatch
+from streamrecover import dispatch, starter
 from streamrecover.engine.sink import CollectingSink
 from streamrecover.models import Attempt, Message, Run, StreamCheckpoint, ToolCallResult
 from streamrecover.runs import execution, lifecycle
@@ -432,45 +432,36 @@ def _died_mid_answer_and_swept() -> tuple[Run, ClientView]:
     return run, view
 
 
-def test_a_run_cancelled_while_queued_after_its_worker_died_commits_the_text_its_client_was_shown(monkeypatch):
+def test_a_run_cancelled_while_queued_after_its_worker_died_commits_the_text_its_client_was_shown():
     """Its worker died mid-answer, the sweep put it back in the queue, and its user pressed stop
-    before a worker claimed it: the cancel ended the run there and then, without the text its
-    client had been shown (the sweep later deleted the checkpoint that held it). Now the run is
-    started again, already cancelled, and the worker that claims it commits that text."""
+    before a worker claimed it. Ended there and then, the run lost the text its client had been
+    shown (the sweep later deleted the checkpoint that held it); left to a worker, it stayed
+    ``queued`` until one was free. The process that cancels it claims it at once, already
+    cancelled, and commits that text, asking the provider nothing."""
     run, view = _died_mid_answer_and_swept()
     shown = view.reconstructed()
 
-    started: list[str] = []
-    monkeypatch.setattr(dispatch, "enqueue_run", lambda run_id: started.append(str(run_id)))
-    assert lifecycle.request_cancel(run.pk, "user pressed stop")
-    assert started == [str(run.pk)]  # handed to a worker, already cancelled
-    assert not Run.objects.get(pk=run.pk).is_terminal
-
     calls = _provider_calls()
-    again = CollectingSink()
-    result = asyncio.run(execution.execute_run(str(run.pk), worker="next:2", extra_sinks=[again]))
-    _release_orm_thread()
+    assert lifecycle.request_cancel(run.pk, "user pressed stop")
+    for ending in starter.run_threads(run.pk):  # this process ends it, in a thread: no worker
+        ending.join(timeout=30)
 
-    assert result is not None
-    assert result.status == Run.Status.CANCELLED
     assert _provider_calls() == calls  # neither continued nor asked for again
     stored = _thread(run)
     assert [m["role"] for m in stored] == ["user", "assistant"]
     assert stored[1]["content"] == shown  # exactly the text the client was shown
-    view.apply_all(again.frames)
-    assert view.turns == [(shown, shown)]
     final = Run.objects.get(pk=run.pk)
     assert (final.status, final.error_kind, final.error_message) == ("cancelled", "cancel", "user pressed stop")
     assert asyncio.run(execution.checkpoint_store_from_settings().get(str(run.pk))) is None
+    assert asyncio.run(execution.execute_run(str(run.pk), worker="next:2")) is None  # a later message runs nothing
+    assert _provider_calls() == calls
     _release_orm_thread()
 
 
-def test_a_queued_run_that_never_started_is_still_cancelled_at_once(monkeypatch):
+def test_a_queued_run_that_never_started_is_still_cancelled_at_once():
     run = lifecycle.create_run(prompt=STOPPED, model=MODELS["anthropic"])
-    started: list[str] = []
-    monkeypatch.setattr(dispatch, "enqueue_run", lambda run_id: started.append(str(run_id)))
     assert lifecycle.request_cancel(run.pk, "user pressed stop")
-    assert started == []
+    assert starter.run_threads(run.pk) == []  # nothing to commit: no thread claims it
     final = Run.objects.get(pk=run.pk)
     assert (final.status, final.error_kind, final.error_message) == ("cancelled", "cancel", "user pressed stop")
 

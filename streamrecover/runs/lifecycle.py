@@ -357,8 +357,8 @@ def _cancelled_in_queue_on_commit(run: Run, error: dict[str, str]) -> None:
 
 def request_cancel(run_id: str | uuid.UUID, reason: str = CANCELLED_BY_USER) -> bool:
     """Ask a run to stop. A queued run that never started is cancelled at once; a running one
-    within a tick; a queued one that had started (its worker died) by the worker that claims it
-    next, which commits the text its checkpoint kept (it is started again for that)."""
+    within a tick; a queued one that had started (its worker died) by the claim that
+    ``run_cancel_awaits_worker``'s receiver makes at once, which commits the text its checkpoint kept."""
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.is_terminal:
@@ -366,10 +366,10 @@ def request_cancel(run_id: str | uuid.UUID, reason: str = CANCELLED_BY_USER) -> 
         run.cancel_requested = True
         run.cancel_reason = reason[:200]
         if run.status == Run.Status.QUEUED and run.started_at is not None:
-            # Its checkpoint may hold text its client was shown, which only a worker commits
+            # Its checkpoint may hold text its client was shown, which only a claim commits
             # (``engine.turn``): ended here, that text was lost. It stays queued, cancelled from
-            # the start of its next claim (``_claim_locked``), and is started again once this
-            # commits: the message that queued it may be gone (a second one finds it claimed).
+            # the start of its next claim (``_claim_locked``), which the receiver makes once this
+            # commits, in this process (a worker's message for it then finds it claimed or ended).
             _cancel_awaits_worker_on_commit(run)
         elif run.status == Run.Status.QUEUED:
             # Decided under the run's lock: a claim now finds it cancelled, so no worker will

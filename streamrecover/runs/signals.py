@@ -5,7 +5,8 @@
 its state changes; ``run_cancelled_in_queue`` once the transaction that cancelled a run no
 worker held has committed (no worker will publish its end: the receiver does), with the
 ``error`` its end carries; ``run_cancel_awaits_worker`` once the transaction that asked a queued
-run that had started to stop has committed (a worker must end it: the receiver starts it). All
+run that had started to stop has committed (it must be claimed to be ended: the receiver claims it
+in a thread of this process). All
 carry ``run_id``. ``streamrecover.receivers`` connects them.
 """
 

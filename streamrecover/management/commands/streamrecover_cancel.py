@@ -1,8 +1,8 @@
 """The ``streamrecover_cancel RUN_ID`` command: stop a run; no continuation follows.
 
 A queued run cancelled after it had started (its worker died) must be claimed once more, so
-that what its client was shown is committed: in the one-process mode the thread that does it
-is this command's, and a thread dies with its process, so the command waits for it.
+that what its client was shown is committed: the thread that does it is this command's (in
+every mode), and a thread dies with its process, so the command waits for it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         if not request_cancel(opts["run_id"], opts["reason"]):
             raise CommandError(f"run {opts['run_id']} does not exist or has already ended")
         self.stdout.write(f"cancel requested for {opts['run_id']}")
-        threads = run_threads(opts["run_id"])  # started here (one-process mode) to end the run
+        threads = run_threads(opts["run_id"])  # started here to end the run (a queued run that had started)
         if threads:
             self.stdout.write("waiting for the run to commit what its client was shown")
             for thread in threads:
