@@ -167,7 +167,7 @@ def test_without_javascript_a_tool_calls_input_and_result_are_shown_as_json_like
         "input": {"city": "Zürich <b>&", "unit": "°C"},
     }
     make_message(thread, role="assistant", content=[{"type": "text", "text": "Let me check."}, tool_call])
-    result = [{"text": "Sunny, 22 °C", "type": "text"}]  # in jsonb's key order: PostgreSQL keeps it so
+    result = [{"text": "Sunny, 22 °C", "type": "text"}]  # stored as written, on every database
     make_message(thread, role="user", content=[{"type": "tool_result", "tool_use_id": "toolu_01", "content": result}])
 
     html = logged_in(user).get(f"/chat/threads/{thread.pk}/").content.decode()

@@ -65,3 +65,28 @@ def test_output_the_database_would_refuse_is_committed_as_streamed(fake_server, 
     client.force_login(owner)
     shown = client.get(f"/streamrecover/api/threads/{run.thread_id}/").json()["messages"]
     assert shown[-1]["content"] == [{"type": "text", "text": ANSWER}]
+
+
+def test_a_tool_calls_input_keeps_the_key_order_the_model_wrote(fake_server) -> None:
+    """The database gives back the object the model streamed: PostgreSQL's jsonb would hand the
+    keys back shortest first (``unit`` before ``location``), another object than the model's."""
+    from django.db import connection
+
+    owner = make_user()
+    run = lifecycle.create_run(prompt="Weather? [[tool=get_weather]]", owner=owner, demo_tools=True)
+    written = {"location": "Zürich", "unit": "celsius", "days": [{"zz": 1, "a": 2}], "": "empty"}
+    message = Message.objects.create(
+        thread_id=run.thread_id,
+        run=run,
+        position=1,
+        role=Message.Role.ASSISTANT,
+        content=[{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": written}],
+    )
+    stored = Message.objects.get(pk=message.pk).content[0]["input"]
+    assert stored == written
+    assert list(stored) == list(written)
+    assert list(stored["days"][0]) == ["zz", "a"]
+    with connection.cursor() as cursor:  # the column holds the JSON as written, UTF-8 included
+        cursor.execute("SELECT content FROM streamrecover_message WHERE id = %s", [message.pk])
+        (raw,) = cursor.fetchone()
+    assert '"location": "Zürich", "unit": "celsius"' in raw
