@@ -84,6 +84,9 @@ def test_each_recovery_plan_ends_with_the_committed_text_on_the_page(chat: ChatP
     assert recovery.text_content() == f"Recovered: the answer {said} after the break."
     if scenario == "r3":
         assert "get_weather" in chat.page.locator("#sr-transcript .sr-tool").first.text_content()
+        # the tool result rides in a user turn (the provider's shape), but the reader did not write it
+        roles = chat.page.locator("#sr-transcript li .sr-role").all_text_contents()
+        assert roles == ["user", "assistant", "tool results", "assistant"]
         assert len(chat.shown_assistant_texts()) == 2  # the tool call's turn and the answer after the result
     if scenario == "r4":
         assert chat.page.locator("#sr-transcript .sr-thinking").count() == 1  # the restarted turn's only

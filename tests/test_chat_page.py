@@ -175,4 +175,6 @@ def test_without_javascript_a_tool_calls_input_and_result_are_shown_as_json_like
     assert shown(html, "sr-tool") == ['\U0001f527 get_weather({"city":"Zürich <b>&","unit":"°C"})']
     assert shown(html, "sr-tool-result") == ['\u21b3 [{"text":"Sunny, 22 °C","type":"text"}]']
     assert "&lt;b&gt;&amp;" in html  # escaped by the template, never markup
+    # the tool result rides in a user turn (the provider's shape), but the reader did not write it
+    assert shown(html, "sr-role") == ["user", "assistant", "tool results"]
     assert "{'city'" not in html

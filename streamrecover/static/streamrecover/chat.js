@@ -75,6 +75,16 @@
   }
 
   /* state: "committed", "streaming", or the run's final status for blocks never committed. */
+  /* A user message that only carries tool results: the provider's shape puts them in a user
+   * turn, but the reader did not write them. */
+  function roleLabel(message) {
+    var content = message.content || [];
+    if (message.role === "user" && content.length && content.every(function (b) { return b && b.type === "tool_result"; })) {
+      return "tool results";
+    }
+    return message.role;
+  }
+
   function setItemState(item, role, state) {
     item.li.dataset.streaming = state === "streaming" ? "true" : "false";
     item.li.dataset.committed = state === "committed" ? "true" : "false";
@@ -86,7 +96,7 @@
 
   function messageNode(message, state) {
     var item = messageItem(message.role);
-    setItemState(item, message.role, state);
+    setItemState(item, roleLabel(message), state);
     (message.content || []).forEach(function (block) {
       item.li.appendChild(blockNode(block));
     });
