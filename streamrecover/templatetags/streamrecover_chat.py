@@ -26,8 +26,10 @@ def role_label(message: Any) -> str:
     (the provider's shape puts them in a user turn; the reader did not write them), as the script
     labels it."""
     content = message.get("content") if isinstance(message, dict) else None
-    if message.get("role") == "user" and content and all(
-        isinstance(block, dict) and block.get("type") == "tool_result" for block in content
+    if (
+        message.get("role") == "user"
+        and content
+        and all(isinstance(block, dict) and block.get("type") == "tool_result" for block in content)
     ):
         return str(_("tool results"))
     return str(message.get("role", ""))
