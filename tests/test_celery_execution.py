@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -174,9 +175,11 @@ def test_worker_completes_a_run_through_injected_cuts(celery_settings, workers, 
     assert redis.Redis.from_url(django_settings.CELERY_RESULT_BACKEND).keys("celery-task-meta-*") == []
 
 
-def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(celery_settings, workers, slow_fake):
+def _kill_worker_mid_stream(workers: Any, owner: Any = None) -> tuple[Run, RedisCheckpointStore, str]:
+    """A long run started on worker ``w1``, which is killed (-9) once its checkpoint holds text:
+    the run, the checkpoint store and the text the last checkpoint kept."""
     first = workers("w1")
-    run = lifecycle.create_run(prompt=LONG, provider="fake", model="fake-claude")
+    run = lifecycle.create_run(prompt=LONG, provider="fake", model="fake-claude", owner=owner)
     dispatch.enqueue_run(run)
     store = RedisCheckpointStore(app_settings.REDIS_URL, ttl_s=3600)
 
@@ -189,8 +192,12 @@ def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(cele
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{first.log()}") from exc
     first.kill()  # kill -9 in the middle of the stream
+    return run, store, checkpoint_text()
+
+
+def test_killed_worker_run_is_resumed_from_its_checkpoint_by_another_worker(celery_settings, workers, slow_fake):
+    run, store, saved = _kill_worker_mid_stream(workers)
     assert status_of(run.pk) == "running"
-    saved = checkpoint_text()
 
     second = workers("w2")
     time.sleep(2.2)  # the heartbeat goes stale
@@ -362,21 +369,7 @@ def test_a_run_cancelled_in_the_queue_after_its_worker_died_ends_cancelled_at_on
     from .factories import make_user
 
     owner = make_user()
-    first = workers("w1")
-    run = lifecycle.create_run(prompt=LONG, provider="fake", model="fake-claude", owner=owner)
-    dispatch.enqueue_run(run)
-    store = RedisCheckpointStore(app_settings.REDIS_URL, ttl_s=3600)
-
-    def checkpoint_text() -> str:
-        checkpoint = asyncio.run(store.get(str(run.pk)))
-        return checkpoint.blocks[0]["text"] if checkpoint and checkpoint.blocks else ""
-
-    try:
-        wait_for(lambda: len(checkpoint_text()) > 300, timeout=120, what="a checkpoint with text")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{first.log()}") from exc
-    first.kill()  # kill -9 in the middle of the stream: no worker is left
-    saved = checkpoint_text()
+    run, _, saved = _kill_worker_mid_stream(workers, owner=owner)  # no worker is left
     time.sleep(2.2)  # the heartbeat goes stale
     assert dispatch.sweep_stale_runs() == [str(run.pk)]
     assert status_of(run.pk) == "queued"
