@@ -136,7 +136,11 @@ STREAMRECOVER: dict[str, Any] = {
     "PROXY_ANTHROPIC_PROVIDER": "fake",
     "PROXY_OPENAI_PROVIDER": "fake",
     "PROXY_RESPONSES_PROVIDER": "fake-responses",
-    "PROVIDERS": {"fake-responses": {"ADAPTER": "openai-responses", "BASE_URL": "fake://streamrecover"}},
+    "PROXY_GEMINI_PROVIDER": "fake-gemini",
+    "PROVIDERS": {
+        "fake-responses": {"ADAPTER": "openai-responses", "BASE_URL": "fake://streamrecover"},
+        "fake-gemini": {"ADAPTER": "gemini", "BASE_URL": "fake://streamrecover"},
+    },
 }
 
 # --- Auth, i18n, static -------------------------------------------------------------------
