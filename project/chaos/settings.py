@@ -34,8 +34,10 @@ STREAMRECOVER = {
         "fake-openai": {"ADAPTER": "openai", "BASE_URL": f"{_FAKE_URL}/v1", "API_KEY": "sk-chaos-not-a-real-key-0000"},
     },
     "DEFAULT_PROVIDER": "fake",
-    # The chaos load does not go through the healing endpoint; its Responses provider is the default one.
+    # The chaos load does not go through the healing endpoint; its Responses and Gemini providers
+    # are the default ones.
     "PROXY_RESPONSES_PROVIDER": "openai-responses",
+    "PROXY_GEMINI_PROVIDER": "gemini",
     # Short everything: the backoff (1, 2, 4... s scaled to 20, 40, 80... ms), a stall is an
     # interruption after 2 s, a worker that stops beating for 2 s is swept.
     "BACKOFF_SCALE": 0.02,
