@@ -52,13 +52,13 @@ def proxy_wire_format(provider: Mapping[str, Any], model: str) -> str | None:
     return PROXY_ADAPTER_FORMATS.get(proxy_adapter(provider, model))
 
 
-# The settings naming the provider that serves each of the healing endpoint's wire formats.
-PROXY_PROVIDER_KEYS = (
-    "PROXY_ANTHROPIC_PROVIDER",
-    "PROXY_OPENAI_PROVIDER",
-    "PROXY_RESPONSES_PROVIDER",
-    "PROXY_GEMINI_PROVIDER",
-)
+# Each of the healing endpoint's wire formats -> the setting naming the provider that serves it.
+PROXY_PROVIDER_SETTINGS: dict[str, str] = {
+    "anthropic": "PROXY_ANTHROPIC_PROVIDER",
+    "openai": "PROXY_OPENAI_PROVIDER",
+    "responses": "PROXY_RESPONSES_PROVIDER",
+    "gemini": "PROXY_GEMINI_PROVIDER",
+}
 
 CHECKPOINT_STORES = ("memory", "orm", "redis")
 EXECUTIONS = ("inprocess", "celery")
@@ -348,7 +348,7 @@ def validate(user: Any) -> list[str]:
         return problems
     for name, entry in providers.items():
         problems.extend(_provider_problems(name, entry))
-    for key in PROXY_PROVIDER_KEYS:
+    for key in PROXY_PROVIDER_SETTINGS.values():
         if merged[key] not in providers:
             problems.append(
                 f"{SETTINGS_NAME}[{key!r}] is {merged[key]!r}, which is not in PROVIDERS "

@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from ..conf import app_settings
+from ..conf import PROXY_PROVIDER_SETTINGS, app_settings
 from ..models import ProxyKey
 from ..testing import is_fake
 from .admission import Refused, admit, check_limits, refuse_other_api
@@ -57,11 +57,7 @@ def _raw_key(request: HttpRequest, format: Format) -> str:
 
 
 def _provider(format: Format) -> str:
-    if format == ANTHROPIC:
-        return str(app_settings.PROXY_ANTHROPIC_PROVIDER)
-    if format == GEMINI:
-        return str(app_settings.PROXY_GEMINI_PROVIDER)
-    return str(app_settings.PROXY_OPENAI_PROVIDER if format == OPENAI else app_settings.PROXY_RESPONSES_PROVIDER)
+    return str(getattr(app_settings, PROXY_PROVIDER_SETTINGS[format]))
 
 
 def _faults(request: HttpRequest, provider: str) -> list[str]:
