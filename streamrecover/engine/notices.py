@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 
@@ -19,7 +19,7 @@ def tool_notice(id: str | None, name: str | None, reason: str) -> ToolNotice:
     return {"id": id, "name": name, "reason": reason}
 
 
-def stored_notice(stored: dict[str, Any]) -> ToolNotice:
+def stored_notice(stored: Mapping[str, Any]) -> ToolNotice:
     """A notice read back from JSON, keeping only its own keys (what else a row holds stays there)."""
     return tool_notice(stored.get("id"), stored.get("name"), str(stored.get("reason") or ""))
 

@@ -317,7 +317,7 @@ def finish_many(ends: Sequence[RunEnd]) -> set[str]:
         # Threads locked in key order too, after the runs
         for run, end in sorted(((run, end) for run, end in kept if end.notices), key=lambda pair: pair[0].thread_id):
             thread = Thread.objects.select_for_update().get(pk=run.thread_id)  # for create_run
-            kept_notices = [stored_notice(dict(notice)) for notice in end.notices]
+            kept_notices = [stored_notice(notice) for notice in end.notices]
             thread.pending_notices = [*thread.pending_notices, *kept_notices]
             thread.save(update_fields=["pending_notices"])
         for run, _ in kept:
