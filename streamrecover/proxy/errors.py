@@ -25,21 +25,29 @@ _OPENAI_TYPES = {
     429: ("requests", "rate_limit_exceeded"),
 }
 
-# HTTP status -> Gemini's google.rpc status name (a mid-stream error carries the name's own code)
+# google.rpc status name -> the HTTP code it goes with (a mid-stream error event carries it)
+GEMINI_CODES = {
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "OUT_OF_RANGE": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "ABORTED": 409,
+    "RESOURCE_EXHAUSTED": 429,
+    "INTERNAL": 500,
+    "UNIMPLEMENTED": 501,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
+
+# HTTP status -> Gemini's google.rpc status name: each name's own code (400 is INVALID_ARGUMENT, the
+# first), and a name for the statuses that have none of their own
 _GEMINI_STATUS = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
+    **{code: name for name, code in reversed(GEMINI_CODES.items())},
     402: "FAILED_PRECONDITION",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
     408: "DEADLINE_EXCEEDED",
-    409: "ABORTED",
     413: "INVALID_ARGUMENT",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    501: "UNIMPLEMENTED",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
 }
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..providers.gemini import FINISH_REASONS, model_parts
+from .errors import GEMINI_CODES
 from .splice import Op, TextPiece, WholeBlock
 from .wire import TurnUsage, _json
 
@@ -27,21 +28,6 @@ _FINISH = {
     "content_filter": "SAFETY",
     "refusal": "SAFETY",
     "malformed_function_call": "MALFORMED_FUNCTION_CALL",
-}
-# google.rpc status name -> the HTTP code it goes with
-_CODES = {
-    "INVALID_ARGUMENT": 400,
-    "FAILED_PRECONDITION": 400,
-    "OUT_OF_RANGE": 400,
-    "UNAUTHENTICATED": 401,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "ABORTED": 409,
-    "RESOURCE_EXHAUSTED": 429,
-    "INTERNAL": 500,
-    "UNIMPLEMENTED": 501,
-    "UNAVAILABLE": 503,
-    "DEADLINE_EXCEEDED": 504,
 }
 
 
@@ -98,6 +84,6 @@ class GeminiWriter:
 
     def error(self, error_type: str, message: str) -> bytes:
         """``error_type`` is a google.rpc status name (an unsplicable break's ``api_error`` is ``INTERNAL``)."""
-        status = error_type if error_type in _CODES else "INTERNAL"
-        error = {"code": _CODES[status], "message": message, "status": status}
+        status = error_type if error_type in GEMINI_CODES else "INTERNAL"
+        error = {"code": GEMINI_CODES[status], "message": message, "status": status}
         return f"data: {_json({'error': error})}\r\n\r\n".encode()
