@@ -65,7 +65,7 @@ def interpret(body: Any) -> Interpretation:
         model=model,
         stream=body.get("stream") is True,
         mode=mode,
-        conversation=Conversation(base, _tools(body.get("tools")), thinking=reasoner, system=_system(messages)),
+        conversation=Conversation(base, _tools(body.get("tools")), thinking=reasoner, system=system_text(messages)),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
         instructions=instructions,
@@ -137,8 +137,9 @@ def content_text(content: Any) -> str:
     return ""
 
 
-def _system(messages: list[Any]) -> str:
-    """The text of the system and developer messages, one to a line."""
+def system_text(messages: list[Any]) -> str:
+    """The text of the system and developer messages, one to a line (Chat messages and Responses
+    input items alike: the items without a role are not messages)."""
     return "\n".join(
         content_text(m.get("content"))
         for m in messages

@@ -13,7 +13,7 @@ from typing import Any
 
 from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn
-from .read_openai import content_text
+from .read_openai import content_text, system_text
 from .wire_openai_responses import reasoning_valid
 
 _ROLES = ("user", "assistant", "system", "developer")
@@ -85,14 +85,8 @@ def _tools(tools: Any) -> tuple[ToolOffer, ...]:
 def _system(body: Mapping[str, Any], items: list[Any]) -> str:
     """The ``instructions`` and the text of the system and developer messages, one to a line."""
     texts = [body["instructions"]] if isinstance(body.get("instructions"), str) else []
-    texts += [
-        content_text(item.get("content"))
-        for item in items
-        if isinstance(item, Mapping)
-        and item.get("type", "message") == "message"
-        and item.get("role") in ("system", "developer")
-    ]
-    return "\n".join(texts)
+    messages = system_text(items)
+    return "\n".join([*texts, messages] if messages else texts)
 
 
 def _turn(index: int, item: Any) -> Turn | None:
