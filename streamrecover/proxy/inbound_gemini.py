@@ -23,6 +23,8 @@ from .inbound import GEMINI, BadRequest, ProxyRequest, _max_tokens, _object, _st
 # renamed, or the provider would get the field twice.
 _ADAPTER_FIELDS = ("generationConfig", "systemInstruction")
 _MAX_TOKENS = ("maxOutputTokens", "max_output_tokens")
+# A function call read as a tool_use block; one with other fields is kept whole.
+_CALL_FIELDS = frozenset({"id", "name", "args"})
 
 
 def _snake(name: str) -> str:
@@ -130,16 +132,7 @@ def _model_block(part: dict[str, Any], calls: dict[tuple[str, str], int]) -> dic
     if part.get("thought") is True and keys <= {"text", "thought"} | signed and isinstance(signature, str | None):
         return {"type": "thinking", "thinking": _string(part.get("text", ""), "text"), "signature": signature or ""}
     call = _get(part, "functionCall")
-    if (
-        isinstance(call, Mapping)
-        and keys <= {"functionCall", "function_call"} | signed
-        and set(call)
-        <= {
-            "id",
-            "name",
-            "args",
-        }
-    ):
+    if isinstance(call, Mapping) and keys <= {"functionCall", "function_call"} | signed and set(call) <= _CALL_FIELDS:
         name = _string(call.get("name"), "functionCall.name")
         args = _object(call.get("args") or {}, "functionCall.args")
         call_id = call.get("id")
