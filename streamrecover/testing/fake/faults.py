@@ -210,7 +210,7 @@ class Fault:
 
     def __str__(self) -> str:
         data = self.to_dict()
-        kind = data.pop("kind")
+        kind = str(data.pop("kind"))
         parts = [str(data.pop("code"))] if "code" in data else []
         parts += [f"{key}={_format(value)}" for key, value in data.items()]
         return kind + (":" + ",".join(parts) if parts else "")

@@ -8,6 +8,7 @@ bytes are; both wire formats are told apart by their bytes (Anthropic events are
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from .wire import WireEvent, compact
@@ -18,7 +19,7 @@ HTML_PAGE = (
 )
 
 
-def named(events: tuple[WireEvent, ...] | list[WireEvent]) -> bool:
+def named(events: Sequence[WireEvent]) -> bool:
     """True for the Anthropic format (every event has an ``event:`` line)."""
     return bool(events) and events[0].data.startswith(b"event:")
 

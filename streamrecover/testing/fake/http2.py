@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -100,6 +101,10 @@ class H2ServerConnection:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _forget(self, stream_id: int, _task: asyncio.Task[None]) -> None:
+        """A stream's response is over: its task is no longer one to cancel."""
+        self._streams.pop(stream_id, None)
+
     def _on_event(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.RequestReceived):
             headers = [(str(k), str(v)) for k, v in event.headers or []]
@@ -114,11 +119,11 @@ class H2ServerConnection:
             if received is not None:
                 task = asyncio.ensure_future(self._respond(event.stream_id, _request(*received)))
                 self._streams[event.stream_id] = task
-                task.add_done_callback(lambda _t, sid=event.stream_id: self._streams.pop(sid, None))
+                task.add_done_callback(functools.partial(self._forget, event.stream_id))
         elif isinstance(event, h2.events.StreamReset):
-            task = self._streams.get(event.stream_id)
-            if task is not None:
-                task.cancel()
+            running = self._streams.get(event.stream_id)
+            if running is not None:
+                running.cancel()
         elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
             self.window.set()
         elif isinstance(event, h2.events.ConnectionTerminated):

@@ -378,9 +378,9 @@ def seam_plan(plan: Plan, rest: Plan, prefix_text: str, directives: Directives, 
     new_text = _text_block(lead + tail)
     if text_index is None:
         return Plan((new_text, *rest.blocks), rest.stop_reason)
-    blocks = list(rest.blocks)
-    blocks[text_index] = new_text
-    return Plan(tuple(blocks), rest.stop_reason)
+    edited = list(rest.blocks)
+    edited[text_index] = new_text
+    return Plan(tuple(edited), rest.stop_reason)
 
 
 def sign_thinking(thinking: str) -> str:

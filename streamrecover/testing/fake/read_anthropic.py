@@ -276,7 +276,7 @@ def _check_prefill(index: int, message: Mapping[str, Any], model: str, thinking:
     if thinking:
         first = blocks[0].get("type") if blocks else "text"
         if first not in ("thinking", "redacted_thinking"):
-            raise RequestRejected(f"{_thinking_first(index, first)}. {_THINKING_FIRST_ADVICE}")
+            raise RequestRejected(f"{_thinking_first(index, str(first))}. {_THINKING_FIRST_ADVICE}")
         raise RequestRejected(f"messages.{index}: Prefilling the assistant response is not supported with thinking.")
     last_text = content if isinstance(content, str) else blocks[-1].get("text") if blocks else None
     if isinstance(last_text, str) and last_text and last_text != last_text.rstrip():

@@ -133,7 +133,8 @@ def _check_reasoning(index: int, item: Mapping[str, Any]) -> None:
 
 
 def _check_pairing(items: list[Any]) -> None:
-    calls = {i.get("call_id") for i in items if isinstance(i, Mapping) and i.get("type") == "function_call"}
+    # (a call's call_id is a string: ``_turn`` refused the request otherwise)
+    calls = {str(i.get("call_id")) for i in items if isinstance(i, Mapping) and i.get("type") == "function_call"}
     outputs = {i.get("call_id") for i in items if isinstance(i, Mapping) and i.get("type") == "function_call_output"}
     for call_id in outputs - calls:
         raise RequestRejected(f"No tool call found for function call output with call_id {call_id}.", param="input")
