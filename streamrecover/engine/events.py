@@ -6,6 +6,7 @@ for every provider. Indices are the provider's block indices within one HTTP res
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +135,17 @@ class UsageUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerMetadata:
+    """What the provider says about the answer besides its content and usage (Gemini's finish
+    message, safety ratings, citation and grounding metadata). The engine does not read it: it
+    keeps it on the attempt (``AttemptRecord.metadata``, each key replacing the attempt's earlier
+    value, as providers resend it whole) for whoever writes the provider's own format again. The
+    adapter that sends it names its shape (``providers.gemini.CandidateMetadata``)."""
+
+    values: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
 class StopReason:
     """The provider's stop reason, normalized: end_turn, tool_use, max_tokens,
     stop_sequence, refusal, content_filter, context_overflow, pause_turn, or the raw value.
@@ -171,6 +183,7 @@ StreamEvent = (
     | FieldDelta
     | BlockStop
     | UsageUpdate
+    | AnswerMetadata
     | StopReason
     | StreamEnd
     | ProviderErrorEvent

@@ -219,6 +219,9 @@ class AttemptRecord:
     stop_reason: str | None = None
     stop_sequence: str | None = None  # the stop sequence that ended it, where the provider names it
     outcome: str = AttemptOutcome.PENDING
+    # the provider's ``AnswerMetadata`` so far, the latest value per key (not stored: read by
+    # the healing endpoint's writers)
+    metadata: dict[str, object] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -23,6 +23,7 @@ from .blocks import REASONING, REDACTED_THINKING, TEXT, THINKING, TOOL_USE, Accu
 from .context import RunContext
 from .errors import BodyDecodeError, InterruptCause, ParseError, StreamInterrupted
 from .events import (
+    AnswerMetadata,
     BlockStart,
     BlockStop,
     CitationDelta,
@@ -346,6 +347,8 @@ class Translator:
             case UsageUpdate(usage=usage):
                 record.usage = record.usage.merged(usage)
                 self.final_usage = True
+            case AnswerMetadata(values=values):
+                record.metadata = {**record.metadata, **values}
             case StopReason():
                 self.acc.apply(event)
             case ProviderErrorEvent():

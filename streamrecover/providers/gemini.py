@@ -3,7 +3,11 @@
 Each SSE event is a whole ``GenerateContentResponse`` chunk: ``candidates[0].content.parts``
 (text, thought text, whole function calls), ``usageMetadata`` (cumulative) on every chunk,
 and ``finishReason`` on the last one. There is no terminator event: the chunk with the
-``finishReason`` is the end, so a body that ends before it is a break.
+``finishReason`` is the end, so a body that ends before it is a break. A chunk's usage is
+applied before its parts, so what the parts stream counts them. The candidate's
+``finishMessage``, ``safetyRatings``, ``citationMetadata`` and ``groundingMetadata`` are
+passed on as they came (``AnswerMetadata``, a ``CandidateMetadata``), for a Gemini client of
+the healing endpoint.
 
 Thought signatures: a ``thoughtSignature`` signs the response's thought run (the thinking
 block closes with it) wherever it arrives, and one on a ``functionCall`` part also rides on
@@ -18,11 +22,12 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig
 from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
+    AnswerMetadata,
     BlockStart,
     BlockStop,
     MessageStart,
@@ -56,8 +61,10 @@ __all__ = [
     "CONTENT_STOPS",
     "FINISH_REASONS",
     "PART",
+    "CandidateMetadata",
     "GeminiAdapter",
     "GeminiStreamParser",
+    "candidate_metadata",
     "method_url",
     "model_parts",
 ]
@@ -108,6 +115,68 @@ _STREAM_STATUS: dict[str, tuple[str, ErrorClass]] = {
     "NOT_FOUND": ("model_not_found", ErrorClass.PERMANENT),
     "PROMPT_BLOCKED": ("prompt_blocked", ErrorClass.PERMANENT),
 }
+
+
+class SafetyRating(TypedDict, total=False):
+    category: str
+    probability: str  # NEGLIGIBLE, LOW, MEDIUM, HIGH
+    blocked: bool
+    probabilityScore: float
+    severity: str
+    severityScore: float
+
+
+class CitationSource(TypedDict, total=False):
+    """A recited source; ``startIndex``/``endIndex`` are byte offsets into the candidate's text."""
+
+    startIndex: int
+    endIndex: int
+    uri: str
+    title: str
+    license: str
+    publicationDate: dict[str, int]
+
+
+class CitationMetadata(TypedDict, total=False):
+    citationSources: list[CitationSource]
+
+
+class GroundingMetadata(TypedDict, total=False):
+    """Search grounding: the sources (``groundingChunks``), what of the text each supports
+    (``groundingSupports``, whose segments are offsets into the candidate's text), the queries and
+    the search entry point Google asks to be shown. The nested objects pass as they came."""
+
+    groundingChunks: list[dict[str, object]]
+    groundingSupports: list[dict[str, object]]
+    webSearchQueries: list[str]
+    searchEntryPoint: dict[str, object]
+    retrievalMetadata: dict[str, object]
+
+
+class CandidateMetadata(TypedDict, total=False):
+    """What candidate 0 says about the answer besides its content (``AnswerMetadata.values``)."""
+
+    finishMessage: str
+    safetyRatings: list[SafetyRating]
+    citationMetadata: CitationMetadata
+    groundingMetadata: GroundingMetadata
+
+
+def candidate_metadata(candidate: Mapping[str, Any]) -> CandidateMetadata:
+    """The candidate's metadata fields of the right JSON type (a field of another is left out)."""
+    metadata = CandidateMetadata()
+    message, ratings = candidate.get("finishMessage"), candidate.get("safetyRatings")
+    citations, grounding = candidate.get("citationMetadata"), candidate.get("groundingMetadata")
+    if isinstance(message, str) and message:
+        metadata["finishMessage"] = message
+    if isinstance(ratings, list):
+        metadata["safetyRatings"] = cast(list[SafetyRating], [r for r in ratings if isinstance(r, dict)])
+    if isinstance(citations, dict):
+        metadata["citationMetadata"] = cast(CitationMetadata, citations)
+    if isinstance(grounding, dict):
+        metadata["groundingMetadata"] = cast(GroundingMetadata, grounding)
+    return metadata
+
 
 _CONTEXT_MARKERS = ("exceeds the maximum number of tokens", "input token count", "context window")
 # A 429 that waiting a minute cannot fix: a daily quota (``QuotaFailure``'s quotaId), or a tier
@@ -183,6 +252,8 @@ class GeminiStreamParser:
             reason = str(feedback["blockReason"])
             return [*out, ProviderErrorEvent("PROMPT_BLOCKED", f"the prompt was blocked ({reason})")]
         usage = chunk.get("usageMetadata")
+        if usage:  # first: the parts' frames then go out with the count that includes them
+            out.append(UsageUpdate(_usage(usage)))
         finish: str | None = None
         for candidate in candidates:
             if candidate.get("index", 0) != 0:
@@ -191,8 +262,9 @@ class GeminiStreamParser:
             for part in content.get("parts") or ():
                 self._part(part, out)
             finish = candidate.get("finishReason") or None
-        if usage:
-            out.append(UsageUpdate(_usage(usage)))
+            metadata = candidate_metadata(candidate)
+            if metadata:
+                out.append(AnswerMetadata(metadata))
         if finish is not None:
             self._finish(str(finish), out)
         return out
