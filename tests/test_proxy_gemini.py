@@ -2,11 +2,15 @@
 official ``google-genai`` client pointed at it (Daphne serving the app in a thread) with the fake's
 Gemini dialect upstream breaking the stream at every event boundary: the client's text and function
 calls equal the uninterrupted answer, one finish reason and the usage of every upstream call on the
-last chunk, what the client was shown is what was stored; the key's limits and the provider's errors
-reach the client as the SDK's own exceptions, and a non-streamed request passes through."""
+last chunk (every chunk carrying the usage so far, never less than the one before), the candidate's
+finish message, safety ratings, grounding and citations on the last chunk (the offset-bearing ones
+dropped once a break spliced the text), what the client was shown is what was stored; the key's
+limits and the provider's errors reach the client as the SDK's own exceptions, and a non-streamed
+request passes through."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -85,7 +89,11 @@ def answer(site: str, key: str, prompt: Any, faults: str = "", **config: Any) ->
     assert len(finishes) == 1, finishes
     assert chunks[-1].candidates
     assert chunks[-1].candidates[0].finish_reason  # on the last chunk
-    assert [c.usage_metadata is not None for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    usages = [_counts(c.usage_metadata) for c in chunks]  # on every chunk, as Gemini's own
+    for earlier, later in itertools.pairwise(usages):
+        assert all(a <= b for a, b in zip(earlier, later, strict=True)), usages  # never less than before
+    for prompt_tokens, candidates, thoughts, total in usages:
+        assert total == prompt_tokens + candidates + thoughts, usages
     parts = [p for c in chunks for p in (c.candidates[0].content.parts or [])]  # type: ignore[union-attr,index]
     headers = {k.lower(): v for k, v in (chunks[0].sdk_http_response.headers or {}).items()}  # type: ignore[union-attr]
     run_id = headers["x-streamrecover-run"]
@@ -96,8 +104,25 @@ def answer(site: str, key: str, prompt: Any, faults: str = "", **config: Any) ->
         "calls": [(p.function_call.name, p.function_call.args) for p in parts if p.function_call],
         "finish": finishes[0],
         "usage": chunks[-1].usage_metadata,
+        "usages": usages,
+        "candidate": chunks[-1].candidates[0],
         "run_id": run_id,
     }
+
+
+def _counts(usage: types.GenerateContentResponseUsageMetadata | None) -> tuple[int, int, int, int]:
+    """(prompt, candidates, thoughts, total) of a chunk's usage (a count Gemini leaves out is 0)."""
+    assert usage is not None
+    assert usage.prompt_token_count
+    assert usage.total_token_count
+    counts = (usage.candidates_token_count, usage.thoughts_token_count, usage.total_token_count)
+    return (usage.prompt_token_count, *(count or 0 for count in counts))  # type: ignore[return-value]
+
+
+def _direct_counts(chunk: dict[str, Any]) -> tuple[int, int, int, int]:
+    usage = chunk["usageMetadata"]
+    fields = ("promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "totalTokenCount")
+    return tuple(usage.get(name, 0) for name in fields)  # type: ignore[return-value]
 
 
 def direct(prompt: str, **body: Any) -> list[dict[str, Any]]:
@@ -138,6 +163,9 @@ def test_gemini_client_sees_one_uninterrupted_answer_at_every_break(
     ]
     assert bool(clean["calls"]) == tools
     assert clean["finish"] == types.FinishReason.STOP
+    # chunk by chunk the usage the provider's own chunks carried (the last one is the finish chunk)
+    assert clean["usages"][:-1] == [_direct_counts(c) for c in chunks]
+    assert clean["usages"][-1] == _direct_counts(chunks[-1])
     events = len(chunks)
     assert events > 6
     cuts = range(1, events)
@@ -153,6 +181,8 @@ def test_gemini_client_sees_one_uninterrupted_answer_at_every_break(
         assert usage.prompt_token_count == sum(a.input_tokens or 0 for a in attempts), at
         assert usage.candidates_token_count == sum(a.output_tokens or 0 for a in attempts), at
         assert usage.total_token_count == usage.prompt_token_count + usage.candidates_token_count, at
+        assert seen["usages"][-1] == max(seen["usages"]), at  # the sum, never below a running count
+        assert len(set(seen["usages"])) > 2, at  # counts that grow as the answer streams
         names = set(Run.objects.get(pk=seen["run_id"]).events.values_list("name", flat=True))
         assert attempts.count() >= 2, at  # every cut loses a chunk: the last one carries the finish reason
         assert {"llm_stream_interrupted", "llm_stream_continuation_started"} <= names, at
@@ -163,6 +193,7 @@ def test_thoughts_arrive_whole_before_the_answer_and_usage_counts_them(site: str
     thinking = types.ThinkingConfig(include_thoughts=True, thinking_budget=1024)
     clean = answer(site, raw_key, prompt, thinking_config=thinking)
     assert len(clean["thoughts"]) == 1  # the provider's eight thought chunks, whole, once the text started
+    assert all(thoughts for _, _, thoughts, _ in clean["usages"])  # counted from the chunk that shows them
     assert clean["thoughts"][0].startswith("Let me think about")
     for cut in (2, 5, 10, 13):  # inside the thoughts, then inside the text
         seen = answer(site, raw_key, prompt, f"cut:events={cut}", thinking_config=thinking)
@@ -173,6 +204,131 @@ def test_thoughts_arrive_whole_before_the_answer_and_usage_counts_them(site: str
         output = sum(a.output_tokens or 0 for a in attempts)
         assert usage.thoughts_token_count
         assert usage.candidates_token_count + usage.thoughts_token_count == output
+        assert all(thoughts for _, _, thoughts, _ in seen["usages"]), f"cut:events={cut}"
+
+
+def raw_chunks(site: str, key: str, prompt: str, faults: str = "", **body: Any) -> list[dict[str, Any]]:
+    """The endpoint's chunks as JSON, read off the wire (google-genai 3.6's reader of the Gemini API
+    drops ``finishMessage``: a client sees it only there)."""
+    url = f"{site}/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+    headers = {"x-goog-api-key": key, **({FAULTS_HEADER: faults} if faults else {})}
+    contents = [{"role": "user", "parts": [{"text": prompt}]}]
+    response = httpx.post(url, json={"contents": contents, **body}, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    return [json.loads(line[6:]) for line in response.text.split("\r\n") if line.startswith("data: ")]
+
+
+def test_the_finish_message_reaches_the_client_after_every_break(site: str, raw_key: str) -> None:
+    prompt = "Check the weather [[words=24]] [[tool]]"
+    body = {"tools": [{"functionDeclarations": [WEATHER]}]}
+    upstream = direct(prompt, **body)
+    message = upstream[-1]["candidates"][0]["finishMessage"]  # Gemini explains a stop at function calls
+    for cut in (0, 2, len(upstream) - 1):
+        chunks = raw_chunks(site, raw_key, prompt, f"cut:events={cut}" if cut else "", **body)
+        finishing = [c["candidates"][0] for c in chunks if "finishReason" in c["candidates"][0]]
+        assert [c.get("finishMessage") for c in finishing] == [message], cut  # once, on the last chunk
+        assert chunks[-1]["candidates"][0] is finishing[0], cut
+        assert all("finishMessage" not in c["candidates"][0] for c in chunks[:-1]), cut
+    plain = raw_chunks(site, raw_key, "Tell me about rivers [[words=12]]", "cut:events=2")
+    assert "finishMessage" not in plain[-1]["candidates"][0]  # none where Gemini gave none
+
+
+def test_grounding_and_citations_reach_the_client_and_lose_their_offsets_once_a_break_splices_the_text(
+    site: str, raw_key: str
+) -> None:
+    prompt = "Tell me about rivers [[words=30]] [[cite]]"
+    chunks = direct(prompt)
+    upstream = chunks[-1]["candidates"][0]
+    clean = answer(site, raw_key, prompt)
+    grounding, citations = clean["candidate"].grounding_metadata, clean["candidate"].citation_metadata
+    assert grounding is not None  # on the last chunk, where Gemini puts them
+    assert citations is not None
+    assert [c.web.uri for c in grounding.grounding_chunks] == [
+        c["web"]["uri"] for c in upstream["groundingMetadata"]["groundingChunks"]
+    ]
+    assert grounding.web_search_queries == upstream["groundingMetadata"]["webSearchQueries"]
+    assert grounding.search_entry_point.rendered_content  # Google asks for it to be shown
+    # an uninterrupted answer's offsets point into the text the client got (UTF-8 bytes)
+    text = clean["text"].encode()
+    assert len(grounding.grounding_supports) == 2
+    for support in grounding.grounding_supports:
+        segment = support.segment
+        assert text[segment.start_index or 0 : segment.end_index].decode() == segment.text
+    assert [(c.uri, c.end_index) for c in citations.citations] == [
+        (c["uri"], c["endIndex"]) for c in upstream["citationMetadata"]["citationSources"]
+    ]
+    cuts = range(1, len(chunks))
+    for cut, seen in zip(cuts, sweep(lambda faults: answer(site, raw_key, prompt, faults), cuts), strict=True):
+        assert seen["text"] == clean["text"], cut
+        grounding = seen["candidate"].grounding_metadata
+        # the continuation's own search: its sources and queries pass on, but its offsets count
+        # from its own text, which the client got after the kept text: they are dropped
+        assert grounding is not None, cut
+        assert grounding.grounding_chunks, cut
+        assert grounding.web_search_queries, cut
+        assert grounding.search_entry_point, cut
+        assert grounding.grounding_supports is None, cut
+        assert seen["candidate"].citation_metadata is None, cut
+
+
+def test_safety_ratings_and_a_content_stop_after_a_break_reach_the_client(site: str, raw_key: str) -> None:
+    prompt = "Tell me about rivers [[words=40]]"
+    refused = answer(site, raw_key, "Tell me about rivers [[refuse]]")
+    assert refused["finish"] == types.FinishReason.SAFETY
+    blocked = [(r.category, r.probability, r.blocked) for r in refused["candidate"].safety_ratings or []]
+    assert (types.HarmCategory.HARM_CATEGORY_DANGEROUS_CONTENT, types.HarmProbability.HIGH, True) in blocked
+    # the continuation after a break is the one stopped for safety: the answer ends there, rated
+    seen = answer(site, raw_key, prompt, "cut:events=3;error:events=3,type=SAFETY")
+    assert seen["finish"] == types.FinishReason.SAFETY
+    assert seen["text"]
+    assert [(r.category, r.probability, r.blocked) for r in seen["candidate"].safety_ratings or []] == blocked
+    assert Attempt.objects.filter(run_id=seen["run_id"]).count() == 2
+
+
+def test_an_answer_spliced_from_attempts_is_rated_by_the_worst_of_them() -> None:
+    """Each attempt rated the text it produced and the client's answer holds all of it: per category the
+    highest probability, blocked if any attempt blocked; the finish message is the last attempt's."""
+    from streamrecover.proxy.gemini_metadata import spliced_metadata
+    from streamrecover.proxy.wire import AttemptMetadata
+
+    first = {
+        "finishMessage": "cut",
+        "safetyRatings": [
+            {"category": "HARM_CATEGORY_HARASSMENT", "probability": "MEDIUM"},
+            {"category": "HARM_CATEGORY_HATE_SPEECH", "probability": "LOW", "blocked": True},
+        ],
+    }
+    last = {
+        "safetyRatings": [
+            {"category": "HARM_CATEGORY_HARASSMENT", "probability": "LOW"},
+            {"category": "HARM_CATEGORY_HATE_SPEECH", "probability": "HIGH"},
+        ],
+    }
+    shown = spliced_metadata([AttemptMetadata(first, interrupted=True), AttemptMetadata(last, interrupted=False)])
+    assert shown.get("safetyRatings") == [
+        {"category": "HARM_CATEGORY_HARASSMENT", "probability": "MEDIUM"},
+        {"category": "HARM_CATEGORY_HATE_SPEECH", "probability": "HIGH", "blocked": True},
+    ]
+    assert "finishMessage" not in shown  # the first attempt's said why it stopped, not why the answer did
+
+
+def test_a_chunks_usage_never_shows_less_than_an_earlier_chunks() -> None:
+    """Were the turn's summed count ever revised down (an attempt's estimate withdrawn), the client
+    would still see counts that only grow, the last chunk's the highest."""
+    from streamrecover.proxy.splice import TextPiece
+    from streamrecover.proxy.wire import TurnUsage
+    from streamrecover.proxy.wire_gemini import GeminiWriter
+
+    def usage_of(chunk: bytes) -> dict[str, int]:
+        return dict(json.loads(chunk.decode().removeprefix("data: "))["usageMetadata"])
+
+    writer = GeminiWriter("response", MODEL)
+    high = usage_of(writer.ops([TextPiece(0, "a")], TurnUsage(input_tokens=10, output_tokens=8, reasoning_tokens=3)))
+    low = usage_of(writer.ops([TextPiece(0, "b")], TurnUsage(input_tokens=9, output_tokens=6, reasoning_tokens=2)))
+    assert high == {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 18, "thoughtsTokenCount": 3}
+    assert low == high
+    last = usage_of(writer.end("end_turn", TurnUsage(input_tokens=12, output_tokens=9, reasoning_tokens=2)))
+    assert last == {"promptTokenCount": 12, "candidatesTokenCount": 6, "totalTokenCount": 21, "thoughtsTokenCount": 3}
 
 
 def test_a_conversation_with_a_function_response_reaches_the_provider_as_sent(site: str, raw_key: str) -> None:

@@ -24,7 +24,7 @@ from ..redaction import redact_text
 from .errors import error_type, status_for
 from .inbound import ANTHROPIC, Format
 from .splice import Splicer, Unsplicable
-from .wire import TurnUsage, Writer
+from .wire import AttemptMetadata, TurnUsage, Writer
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,7 @@ class AttemptSeen:
     outcome: str
     stop_reason: str | None
     stop_sequence: str | None
+    metadata: dict[str, object] = field(default_factory=dict)  # the provider's answer metadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class RelaySink(BaseSink):
                 attempt.outcome,
                 attempt.stop_reason,
                 attempt.stop_sequence,
+                dict(attempt.metadata),
             )
         )
 
@@ -181,7 +183,7 @@ class ProxyStream:
             return b""
         head = b"" if self.started else self.writer.start(self.usage())
         self.started = True
-        return head + self.writer.ops(ops)
+        return head + self.writer.ops(ops, self.usage())
 
     def _ended(self, ended: RunEnded) -> bytes:
         if self.done:
@@ -193,7 +195,12 @@ class ProxyStream:
             head = b"" if self.started else self.writer.start(self.usage())
             self.started = True
             stop_reason = self._stop_reason()
-            return head + tail + self.writer.end(stop_reason, self.usage(), self._stop_sequence(stop_reason))
+            metadata = [
+                AttemptMetadata(seen.metadata, seen.outcome == AttemptOutcome.INTERRUPTED)
+                for _, seen in sorted(self.attempts.items())
+            ]
+            end = self.writer.end(stop_reason, self.usage(), self._stop_sequence(stop_reason), metadata)
+            return head + tail + end
         self.ended = ended
         if not self.started:
             self.done = True

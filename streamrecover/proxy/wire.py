@@ -1,8 +1,9 @@
 """The downstream stream in each provider's own wire format, written from the splicer's ops.
 
-One writer per response: ``start`` once, ``ops`` as blocks are released, then ``end`` (the
-stop reason and the turn's usage summed over its attempts) or ``error`` (the provider's own
-mid-stream error event). Ids are the run's, so one stream has one id however many upstream
+One writer per response: ``start`` once, ``ops`` as blocks are released (with the turn's usage
+so far, which Gemini's chunks carry), then ``end`` (the stop reason, the turn's usage summed over
+its attempts and each attempt's answer metadata, which Gemini's last chunk carries) or ``error``
+(the provider's own mid-stream error event). Ids are the run's, so one stream has one id however many upstream
 calls served it.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,6 +50,15 @@ class TurnUsage:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptMetadata:
+    """One attempt's answer metadata (``AttemptRecord.metadata``, the provider's own fields) and
+    whether the attempt broke (its text then goes on in another attempt's)."""
+
+    values: Mapping[str, object]
+    interrupted: bool
+
+
 def _json(payload: Any) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
@@ -63,8 +73,17 @@ def _data(payload: Any) -> bytes:
 
 class Writer(Protocol):
     def start(self, usage: TurnUsage) -> bytes: ...
-    def ops(self, ops: Iterable[Op]) -> bytes: ...
-    def end(self, stop_reason: str, usage: TurnUsage, stop_sequence: str | None = None) -> bytes: ...
+    def ops(self, ops: Iterable[Op], usage: TurnUsage) -> bytes: ...
+    def end(
+        self,
+        stop_reason: str,
+        usage: TurnUsage,
+        stop_sequence: str | None = None,
+        metadata: Sequence[AttemptMetadata] = (),
+    ) -> bytes:
+        """``metadata``: each attempt's of the turn, in order."""
+        ...
+
     def error(self, error_type: str, message: str) -> bytes: ...
 
 
@@ -88,7 +107,7 @@ class AnthropicWriter:
         }
         return _event("message_start", {"type": "message_start", "message": message})
 
-    def ops(self, ops: Iterable[Op]) -> bytes:
+    def ops(self, ops: Iterable[Op], usage: TurnUsage) -> bytes:
         out: list[bytes] = []
         for op in ops:
             if isinstance(op, OpenText):
@@ -149,7 +168,13 @@ class AnthropicWriter:
         out.append(_event("content_block_stop", {"type": "content_block_stop", "index": index}))
         return out
 
-    def end(self, stop_reason: str, usage: TurnUsage, stop_sequence: str | None = None) -> bytes:
+    def end(
+        self,
+        stop_reason: str,
+        usage: TurnUsage,
+        stop_sequence: str | None = None,
+        metadata: Sequence[AttemptMetadata] = (),
+    ) -> bytes:
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
@@ -197,7 +222,7 @@ class OpenAIWriter:
     def start(self, usage: TurnUsage) -> bytes:
         return self._chunk({"role": "assistant", "content": "", "refusal": None})
 
-    def ops(self, ops: Iterable[Op]) -> bytes:
+    def ops(self, ops: Iterable[Op], usage: TurnUsage) -> bytes:
         out: list[bytes] = []
         for op in ops:
             if isinstance(op, TextPiece):
@@ -217,7 +242,13 @@ class OpenAIWriter:
             # other blocks (redacted thinking, server tools) have no place in a chat completion
         return b"".join(out)
 
-    def end(self, stop_reason: str, usage: TurnUsage, stop_sequence: str | None = None) -> bytes:
+    def end(
+        self,
+        stop_reason: str,
+        usage: TurnUsage,
+        stop_sequence: str | None = None,
+        metadata: Sequence[AttemptMetadata] = (),
+    ) -> bytes:
         """Chat's ``finish_reason`` is ``stop`` at a stop sequence too, naming none."""
         out = [self._chunk({}, FINISH_REASONS.get(stop_reason, "stop"))]
         if self.include_usage:

@@ -12,12 +12,12 @@ be spliced truthfully.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .splice import CloseBlock, Op, OpenText, TextPiece, WholeBlock
-from .wire import TurnUsage, _event, _json
+from .wire import AttemptMetadata, TurnUsage, _event, _json
 
 # the request fields a response object repeats (the rest is the proxy's)
 _ECHOED = ("instructions", "tool_choice", "tools", "temperature", "top_p", "parallel_tool_calls", "text", "metadata")
@@ -104,7 +104,7 @@ class ResponsesWriter:
             "response.in_progress", {"response": self._response("in_progress")}
         )
 
-    def ops(self, ops: Iterable[Op]) -> bytes:
+    def ops(self, ops: Iterable[Op], usage: TurnUsage) -> bytes:
         out: list[bytes] = []
         for op in ops:
             if isinstance(op, OpenText):
@@ -198,7 +198,13 @@ class ResponsesWriter:
         self.output.append(done)
         return out
 
-    def end(self, stop_reason: str, usage: TurnUsage, stop_sequence: str | None = None) -> bytes:
+    def end(
+        self,
+        stop_reason: str,
+        usage: TurnUsage,
+        stop_sequence: str | None = None,
+        metadata: Sequence[AttemptMetadata] = (),
+    ) -> bytes:
         """Responses takes no stop sequences, so names none."""
         tail = self._close_message()
         incomplete = _INCOMPLETE.get(stop_reason)

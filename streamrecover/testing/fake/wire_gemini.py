@@ -6,8 +6,13 @@ with ``": "`` after keys and a bare ``,`` between members, as the API writes it.
 the last one carries the ``finishReason`` (there is no terminator event). Text pieces are grouped a few
 to a chunk; function calls arrive whole, all of them in one chunk. With ``includeThoughts`` the answer
 starts with ``thought: true`` parts; their ``thoughtSignature`` rides on the first function call when
-there is one (as the API sends it), otherwise on the last thought part. A refusal is a ``SAFETY`` stop
-with no content; the ``error`` fault with a finish reason as its type (``error:events=5,type=SAFETY``)
+there is one (as the API sends it), otherwise on the last thought part. A cited answer (``[[cite]]``)
+is one grounded in a search: its last chunk carries the ``groundingMetadata`` (the sources as
+``groundingChunks``, each cited span as a ``groundingSupports`` segment of UTF-8 byte offsets into this
+response's text, the search queries and entry point) and a ``citationMetadata`` naming the first
+source for the first span; a continuation's response grounds its own text, its offsets counted from
+its own start. A refusal is a ``SAFETY`` stop with no content and the ``safetyRatings`` that blocked
+it; the ``error`` fault with a finish reason as its type (``error:events=5,type=SAFETY``)
 stops the answer there with that reason, as a content stop cuts a real answer short. Errors are
 Google's ``{"error": {"code", "message", "status"}}``, pretty-printed, as the API sends them.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -127,6 +133,43 @@ def _content(parts: list[dict[str, Any]], finish: str | None = None, **more: Any
     return candidate
 
 
+def _grounded(plan: Plan) -> dict[str, Any]:
+    """A cited answer's grounding and citation metadata (nothing for another answer): each source
+    supports a run of a few words of this response's text, its segment in UTF-8 byte offsets from
+    the start of that text (``startIndex`` left out at 0, as proto JSON leaves out zeros)."""
+    cited = next((b for b in plan.blocks if b.kind is BlockKind.TEXT and b.cited), None)
+    if cited is None:
+        return {}
+    text = plan.text
+    sources = [(str(c.get("url", "")), str(c.get("title", ""))) for c in cited.citations]
+    if not sources:  # a continuation's: the first response gave the block's citations
+        topic = stable_token("gemini-grounding", text, length=10)
+        sources = [(f"https://example.com/{topic}-{n}", f"Source {n + 1}") for n in range(2)]
+    words = [m.span() for m in re.finditer(r"\S+", text)]
+    supports: list[dict[str, Any]] = []
+    for number in range(len(sources)):
+        run = words[number * 4 : number * 4 + 4]
+        if not run:
+            break
+        start, end = run[0][0], run[-1][1]
+        segment: dict[str, Any] = {"endIndex": len(text[:end].encode()), "text": text[start:end]}
+        if start:
+            segment = {"startIndex": len(text[:start].encode()), **segment}
+        supports.append({"segment": segment, "groundingChunkIndices": [number]})
+    query = " ".join(text.split()[:4])
+    grounding = {
+        "groundingChunks": [{"web": {"uri": uri, "title": title}} for uri, title in sources],
+        "groundingSupports": supports,
+        "webSearchQueries": [query],
+        "searchEntryPoint": {"renderedContent": f'<div class="chip">{query}</div>'},
+    }
+    more: dict[str, Any] = {"groundingMetadata": grounding}
+    if supports:
+        span = {k: v for k, v in supports[0]["segment"].items() if k != "text"}
+        more["citationMetadata"] = {"citationSources": [{**span, "uri": sources[0][0]}]}
+    return more
+
+
 def _groups(pieces: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [pieces[i : i + PIECES_PER_CHUNK] for i in range(0, len(pieces), PIECES_PER_CHUNK)]
 
@@ -169,6 +212,8 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
             writer.output += tokens
         last = number == len(pending) - 1
         more = {"finishMessage": "Model generated function call(s)."} if last and calls else {}
+        if last:
+            more.update(_grounded(plan))
         events.append(writer.chunk(_content(parts, finish if last else None, **more), tokens=tokens, text=text))
     return events
 
