@@ -17,7 +17,15 @@ from streamrecover.engine.contract import (
     ToolSpec,
 )
 from streamrecover.engine.errors import ErrorClass, ParseError
-from streamrecover.engine.events import ProviderErrorEvent, StopReason, StreamEnd, StreamEvent, UsageUpdate
+from streamrecover.engine.events import (
+    AnswerMetadata,
+    ProviderErrorEvent,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    UsageUpdate,
+)
 from streamrecover.engine.sse import SSEDecoder
 from streamrecover.providers.gemini import GeminiAdapter, GeminiStreamParser
 from streamrecover.providers.registry import get_adapter
@@ -69,6 +77,45 @@ def test_text_chunks_then_stop_end_the_stream_with_usage() -> None:
     final = [e for e in events if isinstance(e, UsageUpdate)][-1]
     assert (final.usage.input_tokens, final.usage.output_tokens) == (8, 12)  # thoughts are billed as output
     assert final.usage.reasoning_tokens == 7  # and shown apart
+
+
+def test_a_chunks_usage_comes_before_its_parts() -> None:
+    """What a chunk's parts stream is counted in the usage the engine holds when it passes them on."""
+    events, _ = parse(_chunk([{"text": "Hello"}], usage={"promptTokenCount": 8, "candidatesTokenCount": 2}))
+    kinds = [type(e) for e in events if isinstance(e, UsageUpdate | TextDelta)]
+    assert kinds == [UsageUpdate, TextDelta]
+
+
+def test_the_candidates_metadata_is_passed_on_as_it_came() -> None:
+    grounding = {
+        "groundingChunks": [{"web": {"uri": "https://example.com/a", "title": "A"}}],
+        "groundingSupports": [{"segment": {"endIndex": 5, "text": "Hello"}, "groundingChunkIndices": [0]}],
+        "webSearchQueries": ["hello"],
+    }
+    ratings = [{"category": "HARM_CATEGORY_HARASSMENT", "probability": "NEGLIGIBLE"}]
+    chunk = json.loads(_chunk([{"text": "Hello"}], "STOP")[6:])
+    chunk["candidates"][0].update(
+        finishMessage="Done.",
+        safetyRatings=ratings,
+        citationMetadata={"citationSources": [{"endIndex": 5, "uri": "https://example.com/b"}]},
+        groundingMetadata=grounding,
+    )
+    events, _ = parse("data: " + json.dumps(chunk) + "\r\n\r\n")
+    metadata = [e.values for e in events if isinstance(e, AnswerMetadata)]
+    assert metadata == [
+        {
+            "finishMessage": "Done.",
+            "safetyRatings": ratings,
+            "citationMetadata": {"citationSources": [{"endIndex": 5, "uri": "https://example.com/b"}]},
+            "groundingMetadata": grounding,
+        }
+    ]
+    # a field of the wrong JSON type is left out, and a candidate with none sends nothing
+    chunk["candidates"][0].update(finishMessage=7, groundingMetadata=["not", "an", "object"])
+    events, _ = parse("data: " + json.dumps(chunk) + "\r\n\r\n")
+    assert [set(e.values) for e in events if isinstance(e, AnswerMetadata)] == [{"safetyRatings", "citationMetadata"}]
+    events, _ = parse(_chunk([{"text": "Hello"}], "STOP"))
+    assert not [e for e in events if isinstance(e, AnswerMetadata)]
 
 
 def test_a_stream_without_a_finish_reason_never_ends() -> None:
