@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from streamrecover.testing import parse_faults
 from streamrecover.testing.fake import FakeProviderServer
 from streamrecover.testing.tools import demo_registry
 
@@ -98,6 +99,47 @@ def test_framing_is_crlf_data_events_with_the_finish_on_the_last(fake_server: Fa
     chunks = [json.loads(e[6:]) for e in body.decode().split("\r\n\r\n") if e]
     assert [("finishReason" in c["candidates"][0]) for c in chunks] == [False] * (len(chunks) - 1) + [True]
     assert all({"usageMetadata", "modelVersion", "responseId"} <= c.keys() for c in chunks)
+
+
+def _chunks(server: FakeProviderServer, prompt: str, faults: list[str] | None = None) -> list[dict[str, Any]]:
+    scenario = uuid.uuid4().hex
+    if faults:
+        server.set_faults(scenario, parse_faults(faults))
+    url = f"{server.base_url}/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+    body = {"contents": [{"parts": [{"text": prompt}]}]}
+    response = httpx.post(url, json=body, headers={"x-goog-api-key": "AIza-fake", "x-fake-scenario": scenario})
+    return [json.loads(e[6:]) for e in response.text.split("\r\n\r\n") if e]
+
+
+def test_a_content_stop_chunk_carries_the_usage_and_ids_as_every_chunk_does(fake_server: FakeProviderServer) -> None:
+    chunks = _chunks(fake_server, "A story [[words=40]]", ["error:events=3,type=SAFETY"])
+    assert len(chunks) == 4
+    last = chunks[-1]
+    assert last["candidates"][0]["finishReason"] == "SAFETY"
+    assert last["candidates"][0]["safetyRatings"]
+    assert {"usageMetadata", "modelVersion", "responseId"} <= last.keys()
+    assert last["usageMetadata"] == chunks[-2]["usageMetadata"]  # nothing more was generated
+    assert last["responseId"] == chunks[0]["responseId"]
+
+
+def test_a_cited_answer_is_grounded_on_its_last_chunk(fake_server: FakeProviderServer) -> None:
+    chunks = _chunks(fake_server, "Tell me about rivers [[words=30]] [[cite]]")
+    assert all("groundingMetadata" not in c["candidates"][0] for c in chunks[:-1])
+    candidate = chunks[-1]["candidates"][0]
+    grounding = candidate["groundingMetadata"]
+    text = "".join(p.get("text", "") for c in chunks for p in c["candidates"][0]["content"]["parts"]).encode()
+    assert len(grounding["groundingChunks"]) == len(grounding["groundingSupports"]) == 2
+    for support in grounding["groundingSupports"]:  # UTF-8 byte offsets into the response's text
+        segment = support["segment"]
+        assert text[segment.get("startIndex", 0) : segment["endIndex"]].decode() == segment["text"]
+    assert grounding["webSearchQueries"]
+    assert grounding["searchEntryPoint"]["renderedContent"]
+    (source,) = candidate["citationMetadata"]["citationSources"]
+    assert source["uri"] == grounding["groundingChunks"][0]["web"]["uri"]
+    assert source["endIndex"] == grounding["groundingSupports"][0]["segment"]["endIndex"]
+    plain = _chunks(fake_server, "Tell me about rivers [[words=30]]")[-1]["candidates"][0]
+    assert "groundingMetadata" not in plain
+    assert "citationMetadata" not in plain
 
 
 def test_google_shaped_errors(fake_server: FakeProviderServer) -> None:

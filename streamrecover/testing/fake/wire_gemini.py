@@ -264,14 +264,17 @@ def error_body(spec: ErrorSpec, request_id: str) -> bytes:
 
 def error_event(error_type: str | None, message: str | None, *, after: WireEvent | None = None) -> WireEvent:
     """A mid-stream error chunk (HTTP status stays 200), or, when ``error_type`` is a finish
-    reason (``SAFETY``, ``RECITATION``, ...), the final chunk of a content stop."""
+    reason (``SAFETY``, ``RECITATION``, ...), the final chunk of a content stop: with the usage,
+    model and response id of the chunk it comes ``after``, as every chunk of the answer has them."""
     if error_type in FINISH_STOPS:
         candidate: dict[str, Any] = {"content": {"parts": [{"text": ""}], "role": "model"}}
         candidate["finishReason"] = error_type
         candidate["index"] = 0
         if error_type == "SAFETY":
             candidate["safetyRatings"] = _SAFETY_RATINGS
-        return _event({"candidates": [candidate]})
+        earlier = json.loads(after.data.decode().removeprefix("data: ")) if after is not None else {}
+        kept = ("usageMetadata", "modelVersion", "responseId")
+        return _event({"candidates": [candidate], **{k: earlier[k] for k in kept if k in earlier}})
     status = error_type or "UNAVAILABLE"
     error = {
         "code": _CODES.get(status, 500),
