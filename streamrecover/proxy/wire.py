@@ -3,8 +3,8 @@
 One writer per response: ``start`` once, ``ops`` as blocks are released (with the turn's usage
 so far, which Gemini's chunks carry), then ``end`` (the stop reason, the turn's usage summed over
 its attempts and each attempt's answer metadata, which Gemini's last chunk carries) or ``error``
-(the provider's own mid-stream error event). Ids are the run's, so one stream has one id however many upstream
-calls served it.
+(the provider's own mid-stream error event). Ids are the run's, so one stream has one id however
+many upstream calls served it.
 """
 
 from __future__ import annotations
