@@ -235,6 +235,29 @@ async def test_a_gemini_3_tool_call_keeps_its_signature_across_a_break(fake_serv
         assert reconstructed == committed
 
 
+async def test_a_gemini_3_call_is_signed_when_its_thoughts_are_not_shown(fake_server: FakeProviderServer) -> None:
+    """A Gemini 3 model thinks whether or not the request asks for its thoughts: its first call
+    is signed all the same, cut or not, and the turn with the tool's result is accepted."""
+    prompt = "Weather? [[words=12]] [[tool=get_weather]]"
+    kw: dict[str, Any] = {"wire": "gemini", "model": "gemini-3-pro-preview", "tools": demo_registry()}
+    for faults in ([], ["cut:events=2"]):
+        outcome = await run(fake_server, prompt, faults=faults, **kw)
+        assert outcome.status == "completed", outcome.result.error
+        call = next(b for b in outcome.assistant[0]["content"] if b["type"] == "tool_use")
+        assert call["signature"]
+        assert not any(b["type"] == "thinking" for b in outcome.assistant[0]["content"])
+
+
+def test_a_whole_gemini_3_answer_signs_its_first_call(fake_server: FakeProviderServer) -> None:
+    url = f"{fake_server.base_url}/v1beta/models/gemini-3-pro-preview:generateContent"
+    contents = [{"role": "user", "parts": [{"text": "Weather? [[tool=get_weather]]"}]}]
+    response = httpx.post(url, json={"contents": contents, "tools": [WEATHER_TOOL]}, headers={"x-goog-api-key": "k"})
+    parts = response.json()["candidates"][0]["content"]["parts"]
+    calls = [p for p in parts if "functionCall" in p]
+    assert calls
+    assert calls[0].get("thoughtSignature")
+
+
 def test_google_genai_client_reads_a_whole_answer(fake_server: FakeProviderServer) -> None:
     client = _client(fake_server, uuid.uuid4().hex)
     whole = client.models.generate_content(model=MODEL, contents="Tell me a story [[words=40]]")

@@ -515,3 +515,27 @@ def test_gemini_settings_name_a_provider_and_fail_over_only_to_gemini() -> None:
         assert checks.check_proxy_failover() == []  # no E003: the fields go as they are
     to_claude = {"PROXY_FAILOVER": {"gemini": {"PROVIDER": "anthropic", "MODEL": "claude-sonnet-4-5"}}}
     assert [p for p in validate(to_claude) if "not a Gemini provider" in p]
+
+
+def test_a_gemini_3_call_goes_back_with_its_signature_as_the_sdk_re_encodes_it(site: str, raw_key: str) -> None:
+    """google-genai keeps a thought signature as bytes and sends it back URL-safe base64 encoded
+    (``-`` and ``_``), which the real API reads as it reads the standard alphabet: the second
+    request of a function-calling turn, the model's call sent back as the SDK received it, is
+    answered, not refused as an invalid signature."""
+    client = client_for(site, raw_key)
+    model = "gemini-3-pro-preview"
+    ask = types.Content(role="user", parts=[types.Part(text="Check the weather [[words=12]] [[tool]]")])
+    chunks = list(client.models.generate_content_stream(model=model, contents=[ask], config=tool_config()))
+    parts = [p for c in chunks for p in (c.candidates[0].content.parts or [])]  # type: ignore[union-attr,index]
+    call = next(p for p in parts if p.function_call)
+    assert call.thought_signature
+    sent = call.model_dump(mode="json", exclude_none=True, by_alias=True)["thoughtSignature"]
+    assert {"-", "_"} & set(sent), sent  # what the SDK sends differs from what the API sent
+    result = types.Part(
+        function_response=types.FunctionResponse(name="get_weather", response={"sky": "sunny", "c": 21})
+    )
+    history = [ask, types.Content(role="model", parts=parts), types.Content(role="user", parts=[result])]
+    follow = list(client.models.generate_content_stream(model=model, contents=history, config=tool_config()))
+    text = "".join(p.text or "" for c in follow for p in (c.candidates[0].content.parts or []))  # type: ignore[union-attr,index]
+    assert text.strip()
+    assert follow[-1].candidates[0].finish_reason == types.FinishReason.STOP  # type: ignore[index]

@@ -18,7 +18,7 @@ from typing import Any
 from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn
 from .read_openai import content_text
-from .wire_gemini import signature_ok
+from .wire_gemini import signature_ok, signs_every_call
 
 _SIGNATURE_DOCS = "https://ai.google.dev/gemini-api/docs/thought-signatures"
 
@@ -186,7 +186,7 @@ def _check_signatures(contents: list[Any], model: str) -> None:
             if (
                 call is not None
                 and signature is None
-                and model.startswith("gemini-3")
+                and signs_every_call(model)
                 and i > last_user_text
                 and position == next(j for j, p in enumerate(content["parts"]) if "functionCall" in p)
             ):

@@ -6,7 +6,8 @@ with ``": "`` after keys and a bare ``,`` between members, as the API writes it.
 the last one carries the ``finishReason`` (there is no terminator event). Text pieces are grouped a few
 to a chunk; function calls arrive whole, all of them in one chunk. With ``includeThoughts`` the answer
 starts with ``thought: true`` parts; their ``thoughtSignature`` rides on the first function call when
-there is one (as the API sends it), otherwise on the last thought part. A cited answer (``[[cite]]``)
+there is one (as the API sends it), otherwise on the last thought part. A Gemini 3 model thinks
+whether or not its thoughts are shown: its first function call is signed either way. A cited answer (``[[cite]]``)
 is one grounded in a search: its last chunk carries the ``groundingMetadata`` (the sources as
 ``groundingChunks``, each cited span as a ``groundingSupports`` segment of UTF-8 byte offsets into this
 response's text, the search queries and entry point) and a ``citationMetadata`` naming the first
@@ -80,11 +81,29 @@ def sign(thinking: str) -> str:
     return base64.b64encode(nonce.encode() + base64.b64decode(sign_thinking(nonce))).decode()
 
 
+def signs_every_call(model: str) -> bool:
+    """Gemini 3 models think whether or not the request asks to see their thoughts, and their
+    first function call of a turn always carries a signature, which must come back with it."""
+    return model.startswith("gemini-3")
+
+
+def _signature(plan: Plan, ctx: ResponseContext, thinking: PlannedBlock | None) -> str | None:
+    """The signature of the answer's thinking: of its thought text when it was shown, of the
+    hidden thinking a Gemini 3 model's function call rests on otherwise."""
+    if thinking is not None:
+        return sign(thinking.content)
+    if signs_every_call(ctx.model) and any(b.kind is BlockKind.TOOL_USE for b in plan.blocks):
+        return sign(stable_token("gemini-hidden-thought", ctx.seed, length=22))
+    return None
+
+
 def signature_ok(signature: Any) -> bool:
+    """A signature the fake made, in either base64 alphabet: the bytes field reads both, and
+    google-genai sends a signature back URL-safe encoded whatever alphabet it arrived in."""
     if not isinstance(signature, str):
         return False
     try:
-        raw = base64.b64decode(signature, validate=True)
+        raw = base64.b64decode(signature.replace("-", "+").replace("_", "/"), validate=True)
     except ValueError:
         return False
     nonce = raw[:16].decode("ascii", errors="replace")
@@ -182,7 +201,7 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
         candidate = {"finishReason": "SAFETY", "index": 0, "safetyRatings": _SAFETY_RATINGS}
         return [writer.chunk(candidate)]
     calls = [b for b in plan.blocks if b.kind is BlockKind.TOOL_USE]
-    signature = sign(thinking.content) if thinking is not None else None
+    signature = _signature(plan, ctx, thinking)
     # (parts, tokens, text, is the call chunk) per chunk, then the finish reason goes on the last
     pending: list[tuple[list[dict[str, Any]], int, str, str]] = []  # parts, tokens, text, counter
     for block in plan.blocks:
@@ -228,18 +247,25 @@ def _call_part(call: PlannedBlock, signature: str | None) -> dict[str, Any]:
 def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
     """The ``generateContent`` (non-streaming) body: every part in one response."""
     parts: list[dict[str, Any]] = []
-    writer = _Writer(ctx, any(b.kind is BlockKind.THINKING for b in plan.blocks))
+    thinking = next((b for b in plan.blocks if b.kind is BlockKind.THINKING), None)
+    writer = _Writer(ctx, thinking is not None)
+    signature = _signature(plan, ctx, thinking)  # on the first call when there is one, as when streamed
+    calls = any(b.kind is BlockKind.TOOL_USE for b in plan.blocks)
     for block in plan.blocks:
         count = sum(1 for p in block.pieces if p)
         if block.kind is BlockKind.THINKING:
             writer.thoughts += count
-            parts.append({"text": block.content, "thought": True, "thoughtSignature": sign(block.content)})
+            part: dict[str, Any] = {"text": block.content, "thought": True}
+            if not calls:
+                part["thoughtSignature"] = sign(block.content)
+            parts.append(part)
         elif block.kind is BlockKind.TEXT:
             writer.output += count
             parts.append({"text": block.content})
         else:
             writer.output += count
-            parts.append(_call_part(block, None))
+            parts.append(_call_part(block, signature))
+            signature = None
     candidate = _content(parts, _FINISH.get(plan.stop_reason, "STOP"))
     return {
         "candidates": [candidate],
