@@ -108,7 +108,11 @@ class SignatureDelta:
 
 @dataclass(frozen=True, slots=True)
 class CitationDelta:
-    """One citation of a text block (web search, documents): appended to its ``citations``."""
+    """One citation of a text block (web search, documents): appended to its ``citations``.
+
+    A citation with ``start_index`` and ``end_index`` (``engine.citespan``) covers those characters
+    of the block's text as this response wrote it; the translator moves them onto the turn's
+    block when that block was continued from an earlier attempt's text."""
 
     index: int
     citation: dict[str, Any]

@@ -17,8 +17,10 @@ through ``on_thinking_dropped`` so it records ``discarded_thinking``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Container
-from typing import TypedDict
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
+from . import citespan
 from .blocks import REASONING, REDACTED_THINKING, TEXT, THINKING, TOOL_USE, Accumulator, Block
 from .context import RunContext
 from .errors import BodyDecodeError, InterruptCause, ParseError, StreamInterrupted
@@ -96,7 +98,8 @@ class IndexMapper:
         self._merge_open = self.merge_index is not None
         # a continuation's thinking blocks before its text: they would follow the prefix's text
         self.after_text_thinking: set[int] = set()
-        self._merge_cited = bool(prefix and prefix[-1].citations)
+        # span citations (``citespan``) point into plain text: they do not make a block a cited span
+        self._merge_cited = bool(prefix and any(not citespan.is_span(c) for c in prefix[-1].citations or ()))
         # the ids of the message's tool calls so far: a repeated one is made unique (below)
         self.tool_ids: set[str] = {b.id or "" for b in prefix if b.kind == TOOL_USE}
 
@@ -215,6 +218,7 @@ class Translator:
         # does not stop; ``max_deltas`` is that max_tokens (None: no bound).
         self.output_deltas = 0
         self.max_deltas: int | None = None
+        self.spans = _ContinuedSpans()
 
     def received_tokens(self, text_delta_is_token: bool) -> int:
         """An upper bound on the output tokens received in this response: its bytes, or,
@@ -246,6 +250,8 @@ class Translator:
         self.text_tokens = 0
         self.output_deltas = 0
         self.max_deltas = max_tokens
+        kept = prefix[-1].text if prefix and self.mapper.merge_index is not None and joiner is not None else None
+        self.spans = _ContinuedSpans(len(kept) if kept is not None else None)
 
     def _count_output(self, text: str) -> None:
         """One more output delta; past the budget the stream is broken off before it is applied."""
@@ -272,7 +278,9 @@ class Translator:
                 self.text_tokens += delta_token_bound(text, size) if text else 0
                 target = self._target(event, TEXT, _TEXT)
                 if joiner is not None and target == mapper.merge_index:
+                    self.spans.raw.append(text)
                     await self._joined(target, joiner.feed(text))
+                    await self._settle_spans(target)
                     return
                 self.acc.apply(TextDelta(target, text))
                 await frame(FrameKind.TEXT_DELTA, block=target, text=text)
@@ -301,6 +309,11 @@ class Translator:
                 await self.on_progress(len(sig))
             case CitationDelta(citation=citation):
                 target = self._target(event, TEXT, _TEXT)
+                if self.spans.base is not None and target == mapper.merge_index and citespan.is_span(citation):
+                    # it indexes this response's text, which goes on after the kept text
+                    self.spans.pending.append(citation)
+                    await self._settle_spans(target)
+                    return
                 self.acc.apply(CitationDelta(target, citation))
                 await frame(FrameKind.CITATION, block=target, citation=citation)
             case FieldDelta(field=name, text=text):
@@ -330,6 +343,8 @@ class Translator:
                 target = mapper.target(i, None)
                 if joiner is not None and target == mapper.merge_index and not joiner.decided:
                     await self._joined(target, joiner.flush())
+                if target == mapper.merge_index:
+                    await self._settle_spans(target)
                 stopped = self.acc.apply(BlockStop(target))
                 if stopped is not None and stopped.kind == TOOL_USE:
                     self.in_flight_tool = None
@@ -359,6 +374,8 @@ class Translator:
             case StreamEnd():
                 if joiner is not None and not joiner.decided and mapper.merge_index is not None:
                     await self._joined(mapper.merge_index, joiner.flush())
+                if mapper.merge_index is not None:
+                    await self._settle_spans(mapper.merge_index)
                 raise AttemptDone
 
     async def _redacted_thinking(self, block: Block) -> None:
@@ -390,14 +407,41 @@ class Translator:
             block = self.acc.block_at(target)
             assert block is not None
             block.text = replacement
+            self.spans.replaced(len(replacement))
             await self.ctx.frame(FrameKind.STREAM_RESET, reason="continuation_restart")
             for kept in self.acc.blocks:
                 await replay_block(self.ctx, kept)
             await self.on_progress(len(replacement))
         if text:
+            self.spans.released += len(text)
             self.acc.apply(TextDelta(target, text))
             await self.ctx.frame(FrameKind.TEXT_DELTA, block=target, text=text)
             await self.on_progress(len(text))
+
+    async def _settle_spans(self, target: int) -> None:
+        """Move the continued block's span citations onto its text, once the joiner decided the
+        seam and their text arrived; one whose text the client's does not hold there is dropped,
+        and so is one the block has already (a repeat of the kept text, cited again)."""
+        spans = self.spans
+        if not spans.pending or self.joiner is None or not self.joiner.decided:
+            return
+        block = self.acc.block_at(target)
+        if block is None:
+            return
+        own = "".join(spans.raw)
+        waiting: list[dict[str, Any]] = []
+        for citation in spans.pending:
+            span = citespan.span_of(citation)
+            assert span is not None
+            if span[1] > len(own):
+                waiting.append(citation)  # its text is still to come
+                continue
+            moved = spans.onto(citation, len(own), own, block.text)
+            # a continuation that repeated the kept text cites it again: the block has that citation
+            if moved is not None and moved not in (block.citations or ()):
+                self.acc.apply(CitationDelta(target, moved))
+                await self.ctx.frame(FrameKind.CITATION, block=target, citation=moved)
+        spans.pending = waiting
 
     def join_result(self) -> JoinResult | None:
         """What the joiner did with this response's seam (None: nothing was continued)."""
@@ -418,6 +462,36 @@ async def replay_block(ctx: RunContext, block: Block) -> None:
         await ctx.frame(FrameKind.THINKING_DELTA, block=block.index, thinking=block.text)
     else:  # redacted thinking, server tool calls and results, compaction: whole
         await ctx.frame(FrameKind.BLOCK, block=block.index, content=block.to_content())
+
+
+@dataclass(slots=True)
+class _ContinuedSpans:
+    """The continued block's span citations (``citespan``) of one response, and what is needed to
+    move them: the block's text is the kept text (``base`` characters), then what the joiner
+    released of this response's text (``raw``), which is that text less what it dropped at its
+    start (a repeat of the kept text's end, a prefill's whitespace, a restart's repeat)."""
+
+    base: int | None = None  # None: this response continues no block
+    raw: list[str] = field(default_factory=list)  # the response's own text of the block
+    released: int = 0  # characters of it the block received
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+    def replaced(self, chars: int) -> None:
+        """The continuation replaced the kept text: the block is its ``chars`` released so far."""
+        if self.base is not None:
+            self.base, self.released = 0, chars
+
+    def onto(self, citation: dict[str, Any], own_chars: int, own: str, text: str) -> dict[str, Any] | None:
+        """The citation moved onto the block's ``text``, or None where that text does not hold
+        the characters it cited (they were dropped at the seam, or the shift is not certain)."""
+        assert self.base is not None
+        span = citespan.span_of(citation)
+        assert span is not None
+        shift = self.base - (own_chars - self.released)
+        start, end = span[0] + shift, span[1] + shift
+        if start < 0 or text[start:end] != own[span[0] : span[1]]:
+            return None
+        return citespan.moved(citation, shift)
 
 
 def as_interrupted(exc: BaseException) -> StreamInterrupted:

@@ -43,6 +43,7 @@ from .common import (
     strategy_override,
     with_should_retry,
 )
+from .openai_responses import ANNOTATION_TYPES
 
 __all__ = [
     "NO_PREFILL_MODELS",
@@ -339,8 +340,10 @@ def _content_block(block: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any]
     if btype == "text":
         out = {"type": "text", "text": block["text"]}
-        if block.get("citations"):  # sent back as received (web search answers need them)
-            out["citations"] = block["citations"]
+        # sent back as received (web search answers need them); another API's annotations are not Anthropic's
+        cited = [c for c in block.get("citations") or () if c.get("type") not in ANNOTATION_TYPES]
+        if cited:
+            out["citations"] = cited
     elif btype == "tool_use":
         out = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block.get("input") or {}}
     elif btype == "tool_result":

@@ -22,6 +22,7 @@ from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
     BlockStart,
     BlockStop,
+    CitationDelta,
     MessageStart,
     ProviderErrorEvent,
     StopReason,
@@ -37,8 +38,19 @@ from .azure import azure_headers, azure_url, deployment
 from .common import ContinueMessageOnly, SplitPairs, as_int, excerpt, optional_strings, text_of
 from .openai_chat import OpenAIChatAdapter
 
-__all__ = ["INCOMPLETE_REASONS", "REASONING", "OpenAIResponsesAdapter", "ResponsesStreamParser", "ResumePoint"]
+__all__ = [
+    "ANNOTATION_TYPES",
+    "INCOMPLETE_REASONS",
+    "REASONING",
+    "WEB_SEARCH_CALL",
+    "OpenAIResponsesAdapter",
+    "ResponsesStreamParser",
+    "ResumePoint",
+]
 
+WEB_SEARCH_CALL = "web_search_call"  # the hosted web search tool's output item
+# the annotations of an output text part: they arrive as its text block's citations
+ANNOTATION_TYPES = frozenset({"url_citation", "file_citation", "container_file_citation", "file_path"})
 MIN_OUTPUT_TOKENS = 16  # the smallest ``max_output_tokens`` the API takes
 
 # incomplete_details.reason -> normalized stop reason
@@ -66,9 +78,11 @@ def _usage(raw: Any) -> Usage:
 class ResponsesStreamParser:
     """One response's named events -> normalized stream events.
 
-    Output text parts and function calls are blocks, numbered in order of arrival. A
-    reasoning item becomes one opaque block when its ``output_item.done`` arrives (its final
-    ``encrypted_content`` is only there): a break inside it leaves nothing to discard.
+    Output text parts and function calls are blocks, numbered in order of arrival; a text
+    part's annotations are its citations. A reasoning item becomes one opaque block when its
+    ``output_item.done`` arrives (its final ``encrypted_content`` is only there), and so does a
+    web search call (its action and outcome are only there): a break inside either leaves
+    nothing to discard.
     Events about parts or items this parser never saw open (a native resume starts after
     them) are read as going on in them: a text delta opens a text block.
 
@@ -127,6 +141,8 @@ class ResponsesStreamParser:
             if type(delta) is not str:
                 raise TypeError("delta is not a string")
             return [ToolArgsDelta(block, delta)] if delta else []
+        if kind == "response.output_text.annotation.added":
+            return self._annotation(payload)
         if kind == "response.content_part.added":
             part = payload["part"]
             if part.get("type") in ("output_text", "refusal"):
@@ -159,8 +175,8 @@ class ResponsesStreamParser:
         if kind == "error":
             nested = payload.get("error")
             return [_error_event(nested if isinstance(nested, dict) else payload)]
-        # reasoning summaries, text.done, arguments.done, annotations, tool-specific events:
-        # what they carry arrives whole in the events handled above
+        # reasoning summaries, text.done, arguments.done, a web search's progress events: what
+        # they carry arrives whole in the events handled above
         return []
 
     def _text(self, payload: dict[str, Any], refusal: bool) -> list[StreamEvent]:
@@ -173,6 +189,18 @@ class ResponsesStreamParser:
             out.extend(self._open_text(*key, refusal))
         if delta:
             out.append(TextDelta(self._blocks[key], delta))
+        return out
+
+    def _annotation(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        """An annotation of an output text part (a ``url_citation``: its ``start_index`` and
+        ``end_index`` count characters of that part's text) is a citation of its text block.
+        Only these events are read: the done events and ``response.completed`` repeat them."""
+        annotation = payload["annotation"]
+        if type(annotation) is not dict:
+            raise TypeError("annotation is not an object")
+        key = (payload["item_id"], payload["content_index"])
+        out: list[StreamEvent] = [] if key in self._blocks else self._open_text(*key, False)
+        out.append(CitationDelta(self._blocks[key], annotation))
         return out
 
     def _open_text(self, item_id: str, content_index: int, refusal: bool) -> list[StreamEvent]:
@@ -224,10 +252,11 @@ class ResponsesStreamParser:
             for index in range(len(item.get("content") or ())):
                 out.extend(self._close(item["id"], index))
             return out
-        if kind == REASONING:
+        if kind in (REASONING, WEB_SEARCH_CALL):
             block = self._next
             self._next += 1
-            data = {k: v for k, v in item.items() if k != "status"}
+            # a web search's status says how it ended (completed, failed): kept
+            data = {k: v for k, v in item.items() if k != "status" or kind == WEB_SEARCH_CALL}
             return [BlockStart(block, REASONING, data=data), BlockStop(block)]
         return []
 

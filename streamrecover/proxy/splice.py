@@ -7,8 +7,10 @@ block) and tells live clients when it drops one (``tool_call_cancel``, ``block_c
 call until a later block of another kind shows it ended (parallel calls until the commit), and
 thinking and other blocks until the turn's message is committed (their signatures and final content
 arrive only with it); blocks after a held one wait behind it, so the client sees them in order. A
-text block's citations go out once the block has text (text is always kept; a cited block cut before
-its text is dropped), after the text. Where the client's format shows reasoning for reading only
+block that arrives whole and is kept once text follows it (a Responses ``web_search_call``: a break
+before any text starts the turn over, and the search with it) goes out once a later text block has
+text. A text block's citations go out once the block has text (text is always kept; a cited block
+cut before its text is dropped), after the text. Where the client's format shows reasoning for reading only
 (OpenAI's ``reasoning_content``, a Responses reasoning summary: ``release_unsigned``), thinking goes
 out whole once a later block started, signed or not, and its later drop (DeepSeek's reasoning is
 unsigned: no provider takes it back) takes nothing back from the client. What it releases is
@@ -23,12 +25,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.citespan import is_span
 from ..engine.protocol import FrameKind
 from ..engine.utf8text import Utf8Attr, Utf8Slots
 
 TEXT = "text"
 TOOL_USE = "tool_use"
 THINKING = "thinking"
+# blocks that arrive whole and are kept by a recovery once text follows them
+WHOLE_BEFORE_TEXT = frozenset({"web_search_call"})
 
 
 class Unsplicable(Exception):
@@ -38,7 +43,7 @@ class Unsplicable(Exception):
 @dataclass(frozen=True, slots=True)
 class OpenText:
     index: int  # downstream block index
-    cited: bool = False  # a cited span: its citations follow its text
+    cited: bool = False  # a cited span (Anthropic's): its citations follow its text
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +206,8 @@ class Splicer:
                     if held.down is None or held.down != self.open_index:
                         ops.extend(self._close())
                         held.down = self.open_index = self._next()
-                        ops.append(OpenText(held.down, cited=bool(held.citations)))
+                        cited = any(not is_span(c) for c in held.citations)
+                        ops.append(OpenText(held.down, cited=cited))
                     ops.append(TextPiece(held.down, "".join(held.unsent)))
                     held.unsent.clear()
                     held.released = self.released_any = True
@@ -219,6 +225,7 @@ class Splicer:
             complete = (
                 final
                 or held.unsigned
+                or (held.kind in WHOLE_BEFORE_TEXT and any(self.blocks[i].has_text for i in order[position + 1 :]))
                 or (held.kind == TOOL_USE and other_kind_after)
                 or (later and held.kind == THINKING and self.release_unsigned)
             )

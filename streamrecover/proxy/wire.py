@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..providers.openai_responses import ANNOTATION_TYPES, WEB_SEARCH_CALL
 from .splice import Citation, CloseBlock, Op, OpenText, TextPiece, WholeBlock
 
 # canonical stop reason -> Chat Completions finish_reason
@@ -123,7 +124,8 @@ class AnthropicWriter:
                     "delta": {"type": "text_delta", "text": op.text},
                 }
                 out.append(_event("content_block_delta", delta))
-            elif isinstance(op, Citation):
+            elif isinstance(op, Citation) and op.citation.get("type") not in ANNOTATION_TYPES:
+                # a Responses annotation has no Anthropic form: its text goes out without it
                 delta = {
                     "type": "content_block_delta",
                     "index": op.index,
@@ -132,7 +134,8 @@ class AnthropicWriter:
                 out.append(_event("content_block_delta", delta))
             elif isinstance(op, CloseBlock):
                 out.append(_event("content_block_stop", {"type": "content_block_stop", "index": op.index}))
-            elif isinstance(op, WholeBlock):
+            elif isinstance(op, WholeBlock) and op.content.get("type") != WEB_SEARCH_CALL:
+                # a Responses web search call: Anthropic's clients know a search only as a server tool call and result
                 out.extend(self._whole(op.index, op.content))
         return b"".join(out)
 

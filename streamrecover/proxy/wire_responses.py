@@ -2,8 +2,9 @@
 
 Named events whose ``data`` repeats the ``type``, a ``sequence_number`` from 0 up by one per
 event: one ``response.created`` and ``response.in_progress``, then an output item per released
-block with contiguous ``output_index`` (a message's ``content_part`` and ``output_text`` events,
-a function call's arguments whole in one delta, a reasoning item with its summary text), and one
+block with contiguous ``output_index`` (a message's ``content_part`` and ``output_text`` events
+and its annotations, a function call's arguments whole in one delta, a reasoning item with its
+summary text, a web search call with its progress events), and one
 ``response.completed`` (``response.incomplete`` for a turn cut by its token budget) carrying the
 output and the usage summed over the turn's attempts; ``response.failed`` where nothing more can
 be spliced truthfully.
@@ -16,7 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .splice import CloseBlock, Op, OpenText, TextPiece, WholeBlock
+from .annotations import Annotation, WholeTextCitation, as_annotation, covering, whole_text_annotation
+from .splice import Citation, CloseBlock, Op, OpenText, TextPiece, WholeBlock
 from .wire import AttemptMetadata, TurnUsage, _event, _json
 
 # the request fields a response object repeats (the rest is the proxy's)
@@ -32,6 +34,8 @@ class _StreamingMessage:
 
     id: str
     parts: list[str] = field(default_factory=list)
+    annotations: list[Annotation] = field(default_factory=list)  # sent, in order
+    whole: list[WholeTextCitation] = field(default_factory=list)  # to cover all its text, sent at its end
 
     def text(self) -> str:
         return "".join(self.parts)
@@ -113,6 +117,8 @@ class ResponsesWriter:
                 self.message.parts.append(op.text)
                 fields = {"item_id": self.message.id, "output_index": len(self.output), "content_index": 0}
                 out.append(self._emit("response.output_text.delta", {**fields, "delta": op.text, "logprobs": []}))
+            elif isinstance(op, Citation) and self.message is not None:
+                out.append(self._citation(op.citation))
             elif isinstance(op, CloseBlock):
                 out.append(self._close_message())
             elif isinstance(op, WholeBlock):
@@ -129,15 +135,41 @@ class ResponsesWriter:
             "response.content_part.added", {"item_id": item_id, **at, "content_index": 0, "part": part}
         )
 
+    def _citation(self, citation: Mapping[str, Any]) -> bytes:
+        """A citation of the open message: an annotation now when it says which characters it
+        covers; one covering the whole text at its end when it cites the whole span (Anthropic's
+        web search results); nothing when it names no web page (a document's)."""
+        assert self.message is not None
+        annotation = as_annotation(citation)
+        if annotation is not None:
+            return self._annotation(annotation)
+        whole = whole_text_annotation(citation)
+        if whole is not None:
+            self.message.whole.append(whole)
+        return b""
+
+    def _annotation(self, annotation: Annotation) -> bytes:
+        assert self.message is not None
+        fields = {"item_id": self.message.id, "output_index": len(self.output), "content_index": 0}
+        index = len(self.message.annotations)
+        self.message.annotations.append(annotation)
+        return self._emit(
+            "response.output_text.annotation.added", {**fields, "annotation_index": index, "annotation": annotation}
+        )
+
     def _close_message(self) -> bytes:
         if self.message is None:
             return b""
-        item_id, text = self.message.id, self.message.text()
+        message, text = self.message, self.message.text()
+        out = b""
+        for whole in message.whole:
+            out += self._annotation(covering(whole, text))
         self.message = None
+        item_id = message.id
         at = {"item_id": item_id, "output_index": len(self.output), "content_index": 0}
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        part = {"type": "output_text", "text": text, "annotations": list(message.annotations), "logprobs": []}
         item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-        out = self._emit("response.output_text.done", {**at, "text": text, "logprobs": []})
+        out += self._emit("response.output_text.done", {**at, "text": text, "logprobs": []})
         out += self._emit("response.content_part.done", {**at, "part": part})
         out += self._emit("response.output_item.done", {"output_index": len(self.output), "item": item})
         self.output.append(item)
@@ -149,7 +181,27 @@ class ResponsesWriter:
             return self._function_call(content)
         if kind in ("thinking", "reasoning"):
             return self._reasoning(content)
-        return b""  # redacted thinking, server tool blocks: Responses has no item for them
+        if kind == "web_search_call":
+            return self._web_search(content)
+        return b""  # redacted thinking, Anthropic's server tool blocks: Responses has no item for them
+
+    def _web_search(self, content: dict[str, Any]) -> bytes:
+        """The provider's web search call as it ended, with the progress events the API sends
+        while it runs (``completed`` only for a search that completed)."""
+        index = len(self.output)
+        done = dict(content)
+        done.setdefault("id", self._item_id("ws"))
+        done.setdefault("status", "completed")
+        at = {"output_index": index, "item_id": done["id"]}
+        added = {"id": done["id"], "type": "web_search_call", "status": "in_progress"}
+        out = self._emit("response.output_item.added", {"output_index": index, "item": added})
+        out += self._emit("response.web_search_call.in_progress", at)
+        out += self._emit("response.web_search_call.searching", at)
+        if done["status"] == "completed":
+            out += self._emit("response.web_search_call.completed", at)
+        out += self._emit("response.output_item.done", {"output_index": index, "item": done})
+        self.output.append(done)
+        return out
 
     def _function_call(self, content: dict[str, Any]) -> bytes:
         item_id = self._item_id("fc")
@@ -218,8 +270,9 @@ class ResponsesWriter:
         is closed as ``incomplete``) and the error."""
         if self.message is not None:
             item_id, text = self.message.id, self.message.text()
+            annotations = list(self.message.annotations)
             self.message = None
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            part = {"type": "output_text", "text": text, "annotations": annotations, "logprobs": []}
             self.output.append(
                 {"id": item_id, "type": "message", "status": "incomplete", "role": "assistant", "content": [part]}
             )
