@@ -377,7 +377,9 @@ def seam_plan(plan: Plan, rest: Plan, prefix_text: str, directives: Directives, 
         sentence = re.split(r"[.!?\n]", prefix_text + tail[:word_end])[-1]
         words = [w.lower() for w in sentence.split()]
         lead, tail = tail[:word_end] + " (in other words: " + " ".join(reversed(words)) + ")", tail[word_end:]
-    new_text = _text_block(lead + tail)
+    # a cited span goes on cited (its citations given already), as a plain continuation of it does
+    cited = text_index is not None and rest.blocks[text_index].cited
+    new_text = replace(_text_block(lead + tail), cited=cited)
     if text_index is None:
         return Plan((new_text, *rest.blocks), rest.stop_reason)
     edited = list(rest.blocks)

@@ -4,6 +4,8 @@
 ``function_call`` and ``function_call_output`` items that must pair up, ``reasoning`` items
 whose ``encrypted_content`` must be one the fake issued, unmodified. There is no prefill:
 a trailing assistant message is a finished turn. Background mode needs ``store: true``.
+``tools`` holds function tools and hosted ones (``web_search``, ``web_search_preview``), which
+need no name; an answer told to cite (``[[cite]]``) searches with the latter.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn
 from .read_openai import content_text, system_text
-from .wire_openai_responses import reasoning_valid
+from .wire_openai_responses import is_web_search, reasoning_valid
 
 _ROLES = ("user", "assistant", "system", "developer")
 
@@ -71,6 +73,8 @@ def _tools(tools: Any) -> tuple[ToolOffer, ...]:
         return ()
     offers = []
     for i, tool in enumerate(tools):
+        if is_web_search(tool):
+            continue  # the hosted tool: the fake's wire runs it (``wire_openai_responses``)
         if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
             raise RequestRejected(
                 f"Missing required parameter: 'tools[{i}].name'.",

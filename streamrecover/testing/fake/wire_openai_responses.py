@@ -8,12 +8,21 @@ streamed (a message's ``content_part.added``, ``output_text.delta`` fragments, `
 events; a function call's ``function_call_arguments.delta`` fragments) and closed
 (``output_item.done``); a reasoning item arrives whole, its ``encrypted_content`` an opaque
 token the fake can read back. ``response.completed`` carries the output and the usage.
+
+With the hosted web search tool offered, a cited answer (``[[cite]]``) searches first: a
+``web_search_call`` item (``added``, its ``in_progress``, ``searching`` and ``completed`` events,
+``done`` with its action), then a message whose text carries ``url_citation`` annotations, each
+announced (``output_text.annotation.added``) after the delta that completes the words it covers,
+and repeated in the part and item when they are done. Their ``start_index`` and ``end_index``
+count characters (code points) of this response's own text: a continuation's annotations index
+its text, not the answer it continues. A continuation does not search again.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +33,19 @@ from .wire import ErrorSpec, ResponseContext, WireEvent, compact
 ENCRYPTED_PREFIX = "gAAAAAB"  # what the real tokens start with; the rest is the fake's own
 _SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
 NULL_CODE = "null"  # an error fault's type that sends ``"code": null``
+
+
+WEB_SEARCH_TOOLS = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11")
+
+
+def is_web_search(tool: Any) -> bool:
+    return isinstance(tool, Mapping) and tool.get("type") in WEB_SEARCH_TOOLS
+
+
+def _searches(ctx: ResponseContext, block: PlannedBlock) -> bool:
+    """A cited answer with the web search tool offered: its text cites the pages searched."""
+    tools = ctx.options.get("tools")
+    return block.cited and isinstance(tools, list) and any(is_web_search(t) for t in tools)
 
 
 def response_id(ctx: ResponseContext) -> str:
@@ -102,7 +124,11 @@ def response_object(
         "temperature": options.get("temperature", 1.0),
         "text": {"format": {"type": "text"}, "verbosity": "medium"},
         "tool_choice": "auto",
-        "tools": [{**t, "strict": True} for t in options.get("tools") or () if isinstance(t, Mapping)],
+        "tools": [
+            {**t, "strict": True} if t.get("type", "function") == "function" else dict(t)
+            for t in options.get("tools") or ()
+            if isinstance(t, Mapping)
+        ],
         "top_logprobs": 0,
         "top_p": 1.0,
         "truncation": "disabled",
@@ -123,10 +149,9 @@ def _usage(ctx: ResponseContext, plan: Plan) -> dict[str, Any]:
     }
 
 
-def _message(item_id: str, text: str, status: str) -> dict[str, Any]:
-    content = (
-        [{"annotations": [], "text": text, "logprobs": [], "type": "output_text"}] if status == "completed" else []
-    )
+def _message(item_id: str, text: str, status: str, annotations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    part = {"annotations": list(annotations or ()), "text": text, "logprobs": [], "type": "output_text"}
+    content = [part] if status == "completed" else []
     return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message"}
 
 
@@ -179,7 +204,11 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
         out.add("response.queued", {"response": response_object(ctx, "queued", [], None)})
     out.add("response.in_progress", {"response": response_object(ctx, "in_progress", [], None)}, seq_first=True)
     done_items: list[dict[str, Any]] = []
-    for index, block in enumerate(plan.blocks):
+    for position, block in enumerate(plan.blocks):
+        index = len(done_items)  # the item's output_index: a web search is an item of its own
+        if block.kind is BlockKind.TEXT and _searches(ctx, block) and block.citations:
+            done_items.append(_web_search_item(out, ctx, index, position))
+            index += 1
         if block.kind is BlockKind.THINKING:
             item = _reasoning(_item_id("rs", ctx, index), block)
             out.add("response.output_item.added", {"output_index": index, "item": item}, seq_first=True)
@@ -196,21 +225,68 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
     return out.events
 
 
+def _web_search_item(out: _Writer, ctx: ResponseContext, index: int, position: int) -> dict[str, Any]:
+    item_id = _item_id("ws", ctx, position)
+    added = {"id": item_id, "type": "web_search_call", "status": "in_progress"}
+    out.add("response.output_item.added", {"item": added, "output_index": index}, seq_first=True)
+    for stage in ("in_progress", "searching", "completed"):
+        out.add(f"response.web_search_call.{stage}", {"item_id": item_id, "output_index": index}, seq_first=True)
+    sources = [{"type": "url", "url": source["url"]} for source in _sources(ctx)]
+    action = {"type": "search", "query": _query(ctx), "sources": sources}
+    item = {"id": item_id, "type": "web_search_call", "status": "completed", "action": action}
+    out.add("response.output_item.done", {"item": item, "output_index": index}, seq_first=True)
+    return item
+
+
+def _query(ctx: ResponseContext) -> str:
+    return "search " + stable_token("query", ctx.model, length=8).lower()
+
+
+def _sources(ctx: ResponseContext) -> list[dict[str, str]]:
+    """The pages a search finds: the same for every response of the answer, its continuations too."""
+    return [
+        {"url": f"https://example.com/{stable_token('web', ctx.model, str(n), length=10)}", "title": f"Page {n + 1}"}
+        for n in range(2)
+    ]
+
+
+def _annotations(ctx: ResponseContext, text: str) -> list[dict[str, Any]]:
+    """The url citations of a text, in characters of ``text``: its second to fifth words from the
+    first page (six words or more), its last three from the second (four words or more). A
+    continuation's text may start inside a word: no span starts at its first word."""
+    words = [m.span() for m in re.finditer(r"\S+", text)]
+    spans = [(words[1][0], words[4][1])] if len(words) >= 6 else []
+    if len(words) >= 4:
+        spans.append((words[-3][0], words[-1][1]))
+    sources = _sources(ctx)[-len(spans) :] if spans else []
+    return [
+        {"type": "url_citation", "end_index": end, "start_index": start, "title": source["title"], "url": source["url"]}
+        for (start, end), source in zip(spans, sources, strict=True)
+    ]
+
+
 def _text_item(out: _Writer, ctx: ResponseContext, index: int, block: PlannedBlock) -> dict[str, Any]:
     item_id = _item_id("msg", ctx, index)
     text = block.content
+    annotations = _annotations(ctx, text) if _searches(ctx, block) else []
     where = {"item_id": item_id}
     at = {"content_index": 0, "output_index": index}
     empty_part = {"annotations": [], "text": "", "logprobs": [], "type": "output_text"}
-    full_part = {**empty_part, "text": text}
+    full_part = {**empty_part, "annotations": annotations, "text": text}
     out.add("response.output_item.added", {"item": _message(item_id, "", "in_progress"), "output_index": index})
     out.add("response.content_part.added", {**where, "part": empty_part, **at})
+    written, announced = 0, 0
     for piece in block.pieces:
         if piece:
             out.add("response.output_text.delta", {"delta": piece, "logprobs": [], **where, **at}, tokens=1, text=piece)
+            written += len(piece)
+        while announced < len(annotations) and annotations[announced]["end_index"] <= written:
+            fields = {**where, **at, "annotation_index": announced, "annotation": annotations[announced]}
+            out.add("response.output_text.annotation.added", fields)
+            announced += 1
     out.add("response.output_text.done", {"text": text, "logprobs": [], **where, **at})
     out.add("response.content_part.done", {**where, "content_index": 0, "part": full_part, "output_index": index})
-    item = _message(item_id, text, "completed")
+    item = _message(item_id, text, "completed", annotations)
     out.add("response.output_item.done", {"item": item, "output_index": index})
     return item
 
