@@ -7,9 +7,11 @@ with ``response.failed``, and a non-streamed request passes through."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from django.conf import settings
@@ -312,3 +314,122 @@ def test_failover_from_responses_to_a_chat_provider_keeps_one_responses_stream(c
         {"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}
     ]
     assert seen["text"] == "".join(b["text"] for b in stored_assistant(seen["run_id"]) if b["type"] == "text")
+
+
+WEB_SEARCH = [{"type": "web_search"}]
+SEARCH_EVENTS = [f"response.web_search_call.{stage}" for stage in ("in_progress", "searching", "completed")]
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in re.finditer(r"\S+", text)]
+
+
+def check_annotations(seen: dict[str, Any], label: str) -> list[Any]:
+    """The message's url citations as the client holds them: announced one by one, repeated whole in
+    the done events and the final response, each covering whole words of the client's own text (the
+    fake cites runs of whole words of each response's own text), the last three when it ends there;
+    and stored as the client was shown them."""
+    final, events = seen["final"], seen["events"]
+    message = final.output[-1]
+    text = message.content[0].text
+    annotations = message.content[0].annotations
+    added = [e for e in events if e.type == "response.output_text.annotation.added"]
+    assert [e.annotation_index for e in added] == list(range(len(added))), label
+    assert [dict(e.annotation) for e in added] == [a.to_dict() for a in annotations], label
+    part_done = next(e for e in events if e.type == "response.content_part.done")
+    assert part_done.part.annotations == annotations, label
+    assert len({(a.start_index, a.end_index, a.url) for a in annotations}) == len(annotations), label
+    words = word_spans(text)
+    starts, ends = {s for s, _ in words}, {e for _, e in words}
+    for annotation in annotations:
+        assert annotation.type == "url_citation", label
+        assert annotation.url.startswith("https://example.com/"), label
+        assert annotation.start_index in starts, (label, annotation, text)
+        assert annotation.end_index in ends, (label, annotation, text)
+    last = annotations[-1]
+    if last.end_index == words[-1][1]:  # the last three words are cited (unless a short continuation wrote them)
+        assert last.start_index == words[-3][0], (label, text[last.start_index :])
+    stored = stored_assistant(seen["run_id"])
+    cited = [c for b in stored if b["type"] == "text" for c in b.get("citations") or ()]
+    assert cited == [a.to_dict() for a in annotations], label
+    return list(annotations)
+
+
+def last_annotation_event(body: dict[str, Any]) -> int:
+    """The index of the fake's last ``output_text.annotation.added`` event for ``body``, uninterrupted."""
+    headers = {"authorization": "Bearer k"}
+    url = local_fake_server().base_url + "/v1/responses"
+    response = httpx.post(url, json={**body, "stream": True}, headers=headers)
+    kinds = [json.loads(line[5:])["type"] for line in response.text.splitlines() if line.startswith("data:")]
+    return max(i for i, kind in enumerate(kinds) if kind == "response.output_text.annotation.added")
+
+
+def test_a_web_search_answer_keeps_its_search_call_and_annotations_at_every_break(client: openai.OpenAI) -> None:
+    """With the hosted web search tool, the client gets the search call with its progress events
+    before the text, and url citations that index its own final text: after a break, the
+    continuation's annotations are moved past the kept text, so they still cover the words they cite."""
+    prompt = "Tell me about rivers [[words=14]] [[cite]]"
+    clean = answer(client, prompt, tools=WEB_SEARCH)
+    assert [item.type for item in clean["final"].output] == ["web_search_call", "message"]
+    search = clean["final"].output[0]
+    assert search.status == "completed"
+    assert search.action.type == "search"
+    first_pages = check_annotations(clean, "clean")
+    assert len(first_pages) == 2
+    body = {"model": "gpt-4o", "input": prompt, "max_output_tokens": 400, "tools": WEB_SEARCH}
+    events = upstream_events("/v1/responses", body)
+    # the upstream event after which the first attempt has cited the last words: a cut before it
+    # leaves that citation to the continuation, whose offsets count its own text
+    last_cited = last_annotation_event(body)
+    cuts = range(1, events)
+    broken = sweep(lambda faults: answer(client, prompt, faults, tools=WEB_SEARCH), cuts)
+    moved = 0  # cuts after which the continuation's citation of the last words was moved onto them
+    for cut, seen in zip(cuts, broken, strict=True):
+        label = f"cut:events={cut}"
+        final = seen["final"]
+        assert [item.type for item in final.output] == ["web_search_call", "message"], label
+        assert final.output[0].action.query == search.action.query, label
+        assert final.output_text == clean["final"].output_text, label
+        kinds = [e.type for e in seen["events"]]
+        assert [k for k in kinds if k in SEARCH_EVENTS] == SEARCH_EVENTS, label
+        assert kinds.index(SEARCH_EVENTS[-1]) < kinds.index("response.output_text.delta"), label
+        annotations = check_annotations(seen, label)
+        if cut <= last_cited and annotations[-1].end_index == len(final.output_text):
+            moved += 1
+    # all but the cuts that leave the continuation fewer than four words (it cites none of them)
+    assert moved >= last_cited // 2, (moved, last_cited)
+
+
+@pytest.mark.parametrize("seam", ["repeat:4", "restart"])
+def test_annotations_of_a_continuation_that_repeats_itself_index_the_spliced_text(
+    client: openai.OpenAI, seam: str
+) -> None:
+    """A continuation that repeats the end of the kept text (or all of it) has the repeat trimmed at
+    the seam: its annotations count the repeat, so they are moved by the kept text less the trim."""
+    prompt = f"Tell me about rivers [[words=14]] [[cite]] [[seam={seam}]]"
+    clean = answer(client, prompt, tools=WEB_SEARCH)
+    for cut in (14, 20, 26):
+        seen = answer(client, prompt, f"cut:events={cut}", tools=WEB_SEARCH)
+        assert seen["final"].output_text == clean["final"].output_text, cut
+        assert Attempt.objects.filter(run_id=seen["run_id"]).count() == 2, cut
+        check_annotations(seen, f"seam={seam} cut:events={cut}")
+
+
+def test_an_anthropic_web_search_answer_reaches_a_responses_client_as_url_citations(client: openai.OpenAI) -> None:
+    """``v1/responses`` served by Anthropic: each cited span's search results become url citations
+    covering the whole message the span is written as, after a break too."""
+    served_by_anthropic = {**settings.STREAMRECOVER, "PROXY_RESPONSES_PROVIDER": "fake"}
+    prompt = "Tell me about rivers [[words=10]] [[cite]]"
+    with override_settings(STREAMRECOVER={**proxy_settings(served_by_anthropic), "PROVIDERS": _providers()}):
+        clean = answer(client, prompt, model="claude-sonnet-4-5")
+        broken = answer(client, prompt, "cut:events=9", model="claude-sonnet-4-5")
+    assert Attempt.objects.filter(run_id=broken["run_id"]).count() == 2
+    for seen in (clean, broken):
+        message = seen["final"].output[-1]
+        text = message.content[0].text
+        assert text == clean["final"].output_text
+        annotations = message.content[0].annotations
+        assert [(a.type, a.start_index, a.end_index) for a in annotations] == [("url_citation", 0, len(text))] * 2
+        assert all(a.url.startswith("https://example.com/") and a.title.startswith("Source") for a in annotations)
+        added = [e.annotation for e in seen["events"] if e.type == "response.output_text.annotation.added"]
+        assert [dict(a) for a in added] == [a.to_dict() for a in annotations]
