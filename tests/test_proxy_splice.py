@@ -121,3 +121,27 @@ def test_a_long_answer_after_reasoning_and_a_call_goes_out_exactly_and_in_order(
     assert "".join(p.text for p in pieces) == "".join(words)
     assert len(pieces) == len(words)  # released as they came, never a piece twice
     assert ops[-1] == CloseBlock(2)
+
+
+def test_a_web_search_call_goes_out_once_text_follows_it_and_the_text_streams_behind_it() -> None:
+    """A Responses search call arrives whole; the client sees it, and the answer's text as it comes,
+    before the turn is committed. Before any text it is held: a break there starts the turn over."""
+    s = Splicer(release_unsigned=True)
+    search = {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search"}}
+    assert s.apply(f("block", block=0, content=search)) == []
+    assert s.apply(f("text_delta", block=1, text="Rivers")) == [
+        WholeBlock(0, search),
+        OpenText(1),
+        TextPiece(1, "Rivers"),
+    ]
+    cite = {"type": "url_citation", "url": "https://example.com/r", "title": "R", "start_index": 0, "end_index": 6}
+    assert s.apply(f("citation", block=1, citation=cite)) == [Citation(1, cite)]
+
+
+def test_a_web_search_call_before_any_text_is_dropped_unseen_by_a_restart() -> None:
+    s = Splicer(release_unsigned=True)
+    s.apply(f("block", block=0, content={"type": "web_search_call", "id": "ws_1", "status": "completed"}))
+    assert s.apply(f("stream_reset", reason="whole_restart")) == []
+    again = {"type": "web_search_call", "id": "ws_2", "status": "completed"}
+    s.apply(f("block", block=0, content=again))
+    assert s.apply(f("text_delta", block=1, text="A")) == [WholeBlock(0, again), OpenText(1), TextPiece(1, "A")]
