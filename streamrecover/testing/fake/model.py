@@ -39,8 +39,10 @@ the fake without writing into a user's words:
     The answer text is one cited span (Anthropic: a text block that starts with
     ``"citations": []`` and gets two ``citations_delta`` before its text, as web search
     answers do; Gemini: an answer grounded in a search, its last chunk carrying the
-    ``groundingMetadata`` and a ``citationMetadata``). A continuation of it goes on in a cited
-    block without citations again (Gemini: grounding its own text).
+    ``groundingMetadata`` and a ``citationMetadata``; Responses, when the request offers the
+    ``web_search`` tool: a ``web_search_call`` item, then text with ``url_citation``
+    annotations). A continuation of it goes on in a cited block without citations again (Gemini:
+    grounding its own text; Responses: annotating its own text, without searching again).
 ``[[no_continuation_thinking]]``
     With thinking enabled, a continuation starts without a thinking block. The real API
     starts every response with one, a continuation included: that is the default.
