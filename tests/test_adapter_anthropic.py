@@ -776,6 +776,28 @@ def test_a_blank_assistant_text_block_is_kept_in_history_but_never_sent() -> Non
     assert body["messages"][1]["content"] == [assistant[0], assistant[3]]
 
 
+def test_a_responses_search_and_its_annotations_are_not_sent_to_anthropic_after_a_failover() -> None:
+    """A Responses answer kept before a failover to Anthropic: its web search call has no Anthropic
+    block and its url citations no Anthropic citation (the API refuses unknown types), so the text
+    goes back plain; Anthropic's own citations go back as they came."""
+    url = {"type": "url_citation", "url": "https://example.com/a", "title": "A", "start_index": 0, "end_index": 5}
+    own = {"type": "web_search_result_location", "cited_text": "c", "url": "https://example.com/b"}
+    assistant = [
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+        {"type": "text", "text": "Rivers flow.", "citations": [url]},
+        {"type": "text", "text": "Cited.", "citations": [url, own]},
+    ]
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "News?"}]},
+        {"role": "assistant", "content": assistant},
+    ]
+    body = ADAPTER.build_request(ModelRequest(model="claude-sonnet-4-5", messages=messages, max_tokens=100)).json
+    assert body["messages"][1]["content"] == [
+        {"type": "text", "text": "Rivers flow."},
+        {"type": "text", "text": "Cited.", "citations": [own]},
+    ]
+
+
 def test_a_cited_text_start_says_so_to_the_engine() -> None:
     start = {"type": "content_block_start", "index": 3, "content_block": {"citations": [], "type": "text", "text": ""}}
     assert feed_one(start) == [BlockStart(3, "text", data={"citations": []})]

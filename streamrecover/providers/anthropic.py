@@ -43,7 +43,7 @@ from .common import (
     strategy_override,
     with_should_retry,
 )
-from .openai_responses import ANNOTATION_TYPES
+from .openai_responses import ANNOTATION_TYPES, WEB_SEARCH_CALL
 
 __all__ = [
     "NO_PREFILL_MODELS",
@@ -370,8 +370,14 @@ def _message(message: dict[str, Any]) -> dict[str, Any]:
     prefill is simply a trailing assistant message."""
     content = message["content"]
     if not isinstance(content, str):
-        content = [_content_block(b) for b in content if not _blank_assistant_text(message, b)]
+        content = [_content_block(b) for b in content if not _blank_assistant_text(message, b) and not _foreign(b)]
     return {"role": message["role"], "content": content}
+
+
+def _foreign(block: dict[str, Any]) -> bool:
+    """A Responses provider's web search call, kept in history before a failover: Anthropic knows a
+    search only as its own server tool call and result, and refuses a block of an unknown type."""
+    return block.get("type") == WEB_SEARCH_CALL
 
 
 def _blank_assistant_text(message: dict[str, Any], block: dict[str, Any]) -> bool:
