@@ -218,3 +218,29 @@ async def test_azure_shaped_paths_with_the_api_key_header(fake_server, wire, azu
         assert attempt.request["headers"]["api-key"] == "[redacted]"
         assert "sk-test-secret" not in json.dumps(attempt.request)
     assert all("api-key" not in e.headers and "sk-test-secret" not in json.dumps(e.headers) for e in outcome.log)
+
+
+@pytest.mark.parametrize("tool", ["web_search", "web_search_preview"])
+def test_a_cited_answer_with_the_web_search_tool_searches_then_annotates_its_text(fake_server, tool):
+    """As the real API answers with its hosted search: a ``web_search_call`` item with its progress
+    events, then a message whose ``url_citation`` annotations index characters of its text, the
+    same in the streamed and the non-streamed answer; without the tool, no search and no annotation."""
+    oai = client(fake_server, str(uuid.uuid4()))
+    prompt = "Tell me about rivers [[words=20]] [[cite]]"
+    with oai.responses.stream(model="gpt-4o", input=prompt, tools=[{"type": tool}]) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_response()
+    searching = [f"response.web_search_call.{s}" for s in ("in_progress", "searching", "completed")]
+    assert [k for k in kinds if k.startswith("response.web_search_call.")] == searching
+    assert kinds.count("response.output_text.annotation.added") == 2
+    assert [item.type for item in final.output] == ["web_search_call", "message"]
+    text = final.output_text
+    words = text.split()
+    annotations = final.output[1].content[0].annotations
+    assert [text[a.start_index : a.end_index] for a in annotations] == [" ".join(words[1:5]), " ".join(words[-3:])]
+    whole = oai.responses.create(model="gpt-4o", input=prompt, tools=[{"type": tool}])
+    assert [item.type for item in whole.output] == ["web_search_call", "message"]
+    assert whole.output[1].content[0].annotations == annotations
+    plain = oai.responses.create(model="gpt-4o", input=prompt)
+    assert [item.type for item in plain.output] == ["message"]
+    assert plain.output[0].content[0].annotations == []

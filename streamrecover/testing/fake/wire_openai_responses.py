@@ -231,11 +231,15 @@ def _web_search_item(out: _Writer, ctx: ResponseContext, index: int, position: i
     out.add("response.output_item.added", {"item": added, "output_index": index}, seq_first=True)
     for stage in ("in_progress", "searching", "completed"):
         out.add(f"response.web_search_call.{stage}", {"item_id": item_id, "output_index": index}, seq_first=True)
-    sources = [{"type": "url", "url": source["url"]} for source in _sources(ctx)]
-    action = {"type": "search", "query": _query(ctx), "sources": sources}
-    item = {"id": item_id, "type": "web_search_call", "status": "completed", "action": action}
+    item = _web_search_done(item_id, ctx)
     out.add("response.output_item.done", {"item": item, "output_index": index}, seq_first=True)
     return item
+
+
+def _web_search_done(item_id: str, ctx: ResponseContext) -> dict[str, Any]:
+    sources = [{"type": "url", "url": source["url"]} for source in _sources(ctx)]
+    action = {"type": "search", "query": _query(ctx), "sources": sources}
+    return {"id": item_id, "type": "web_search_call", "status": "completed", "action": action}
 
 
 def _query(ctx: ResponseContext) -> str:
@@ -313,11 +317,17 @@ def _call_item(out: _Writer, ctx: ResponseContext, index: int, block: PlannedBlo
 def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
     """The non-streaming response body: the final response object."""
     items: list[dict[str, Any]] = []
-    for index, block in enumerate(plan.blocks):
+    for position, block in enumerate(plan.blocks):
+        index = len(items)  # as streamed: a web search is an item of its own
+        searches = block.kind is BlockKind.TEXT and _searches(ctx, block)
+        if searches and block.citations:
+            items.append(_web_search_done(_item_id("ws", ctx, position), ctx))
+            index += 1
         if block.kind is BlockKind.THINKING:
             items.append(_reasoning(_item_id("rs", ctx, index), block))
         elif block.kind is BlockKind.TEXT:
-            items.append(_message(_item_id("msg", ctx, index), block.content, "completed"))
+            annotations = _annotations(ctx, block.content) if searches else []
+            items.append(_message(_item_id("msg", ctx, index), block.content, "completed", annotations))
         else:
             items.append(_call(_item_id("fc", ctx, index), block, "completed"))
     status = "incomplete" if plan.stop_reason == "max_tokens" else "completed"
