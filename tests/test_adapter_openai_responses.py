@@ -328,3 +328,38 @@ def test_azure_dated_api_urls():
     assert responses.resume_request(ResumePoint("resp_1", 0)).url == (
         f"{AZURE}/openai/responses/resp_1?api-version=2025-04-01-preview&stream=true&starting_after=0"
     )
+
+
+def test_a_web_search_call_is_a_whole_block_and_annotations_are_its_texts_citations() -> None:
+    """The search call becomes one block when it is done (its action is only there), before the
+    text; each ``annotation.added`` is a citation of its text part, as sent (the done events that
+    repeat the annotations add none)."""
+    search = {
+        "id": "ws_1",
+        "type": "web_search_call",
+        "status": "completed",
+        "action": {"type": "search", "query": "q"},
+    }
+    cite = {"type": "url_citation", "start_index": 0, "end_index": 6, "url": "https://example.com/r", "title": "R"}
+    part = {"type": "output_text", "text": "", "annotations": []}
+    where = {"item_id": "msg_1", "output_index": 1, "content_index": 0}
+    events = [
+        {"type": "response.output_item.added", "output_index": 0, "item": {**search, "status": "in_progress"}},
+        {"type": "response.web_search_call.searching", "output_index": 0, "item_id": "ws_1"},
+        {"type": "response.output_item.done", "output_index": 0, "item": search},
+        {"type": "response.content_part.added", **where, "part": part},
+        {"type": "response.output_text.delta", **where, "delta": "Rivers flow."},
+        {"type": "response.output_text.annotation.added", **where, "annotation_index": 0, "annotation": cite},
+        {
+            "type": "response.content_part.done",
+            **where,
+            "part": {**part, "text": "Rivers flow.", "annotations": [cite]},
+        },
+    ]
+    acc = Accumulator()
+    for out in parse([event(e) for e in events]):
+        acc.apply(out)
+    searched, text = acc.blocks
+    assert searched.to_content() == search
+    assert searched.status() is BlockStatus.COMPLETE
+    assert text.to_content() == {"type": "text", "text": "Rivers flow.", "citations": [cite]}
