@@ -577,6 +577,21 @@ def test_anthropic_requires_version_header_and_rejects_empty_blocks(server: Fake
     assert post_anthropic(server, anthropic_body(user("Hi"), empty, user("again"))).status_code == 400
 
 
+def test_anthropic_refuses_a_content_block_of_another_providers_format(server: FakeProviderServer) -> None:
+    """A block the Messages API does not know (a Responses search call carried over by a
+    failover) is a 400, as the API answers it; the types it knows pass."""
+    foreign = {"type": "web_search_call", "id": "ws_1", "status": "completed"}
+    said = {"type": "text", "text": "Searched."}
+    body = anthropic_body(user("Hi"), {"role": "assistant", "content": [foreign, said]}, user("next"))
+    response = post_anthropic(server, body)
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert message.startswith("messages.1.content.0: Input tag 'web_search_call' found using 'type'")
+    assert "'server_tool_use'" in message
+    known = anthropic_body(user("Hi"), {"role": "assistant", "content": [said]}, user("next"))
+    assert post_anthropic(server, known).status_code == 200
+
+
 # -- the rest of the surface --------------------------------------------------------------
 
 

@@ -109,6 +109,33 @@ def _tools(tools: Any) -> tuple[ToolOffer, ...]:
     return tuple(offers)
 
 
+# The content block types the Messages API takes in a request; another (a block of another
+# provider's format sent on after a failover) is refused with a 400, as the API refuses it.
+CONTENT_TYPES = frozenset(
+    {
+        "text",
+        "image",
+        "document",
+        "search_result",
+        "thinking",
+        "redacted_thinking",
+        "tool_use",
+        "tool_result",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "container_upload",
+        "compaction",
+    }
+)
+
+
 def _turn(index: int, message: Any, thinking: bool, *, final: bool) -> Turn:
     where = f"messages.{index}"
     if not isinstance(message, Mapping):
@@ -153,6 +180,11 @@ def _turn(index: int, message: Any, thinking: bool, *, final: bool) -> Turn:
             results.append(ToolResult(str(block.get("tool_use_id", "")), "", _result_text(block.get("content"))))
         elif kind is None:
             raise RequestRejected(f"{at}.type: Field required")
+        elif kind not in CONTENT_TYPES:
+            raise RequestRejected(
+                f"{at}: Input tag {kind!r} found using 'type' does not match any of the expected tags: "
+                + ", ".join(repr(t) for t in sorted(CONTENT_TYPES))
+            )
     joiner = "\n" if role == "user" else ""
     return Turn(role, joiner.join(texts), tuple(calls), tuple(results))
 
