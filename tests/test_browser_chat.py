@@ -622,3 +622,20 @@ def test_the_page_without_javascript_writes_json_values_as_chromium_writes_them(
     received = [json.dumps(value) for value in values]  # as a frame carries it
     written = client_page.evaluate("texts => texts.map(text => JSON.stringify(JSON.parse(text)))", received)
     assert [as_json(value) for value in values] == written
+
+
+def test_on_a_phone_the_chat_fits_the_screen_fault_chooser_included(chat: ChatPage) -> None:
+    """At 390 px (a phone) nothing sticks out sideways: the fault chooser's long labels made the page scroll."""
+    chat.page.set_viewport_size({"width": 390, "height": 844})
+    chat.page.goto(f"{chat.base_url}/streamrecover/")
+    chat.page.select_option("#sr-scenario", "r3")  # the longest label
+    wider = chat.page.evaluate(
+        "() => { const w = document.documentElement.clientWidth;"
+        " return {scroll: document.documentElement.scrollWidth - w,"
+        " sticking_out: Array.from(document.querySelectorAll('body *'))"
+        ".filter(e => e.getBoundingClientRect().right > w + 1).map(e => e.tagName + '#' + e.id)}; }"
+    )
+    assert wider == {"scroll": 0, "sticking_out": []}
+    run_id = chat.send("Hello from a phone", scenario="r1")
+    assert chat.wait_until_finished() == "completed"
+    assert chat.shown_assistant_texts() == chat.committed_assistant_texts(run_id)
