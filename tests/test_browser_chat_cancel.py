@@ -1,5 +1,6 @@
 """Cancel on the demo chat while the page's socket is down during a long continuation backoff
-(Chromium against Daphne, as tests/test_browser_chat.py): the click is never lost."""
+(Chromium against Daphne, as tests/test_browser_chat.py): the click is never lost; and a page
+reloaded during that backoff says the stream is reconnecting, as the page that saw the break did."""
 
 from __future__ import annotations
 
@@ -82,3 +83,18 @@ def test_cancel_while_offline_is_sent_once_the_page_is_back(chat: ChatPage) -> N
     assert chat.wait_until_finished(timeout_ms=15_000) == "cancelled"  # well within the 20 s backoff
     assert chat.run_detail(run_id)["status"] == "cancelled"
     assert chat.page.locator("#sr-cancel").text_content() == "Cancel"
+
+
+def test_a_page_reloaded_during_a_backoff_still_says_the_stream_is_reconnecting(chat: ChatPage) -> None:
+    start_a_run_in_backoff(chat)
+    notice = chat.page.locator("#sr-recovery")
+    assert notice.is_visible()
+    chat.page.reload()
+    chat.page.wait_for_function("window.__streamrecover.status === 'recovering'")
+    chat.page.wait_for_timeout(300)  # the snapshot rendered
+    assert chat.page.locator("#sr-status").text_content() == "recovering"
+    assert notice.is_visible()  # it was hidden: only the frame of the break showed it
+    assert "reconnecting" in (notice.text_content() or "")
+    chat.page.click("#sr-cancel")
+    assert chat.wait_until_finished(timeout_ms=15_000) == "cancelled"
+    assert notice.is_hidden()

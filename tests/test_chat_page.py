@@ -16,7 +16,7 @@ from django.urls import include, path, reverse
 from streamrecover.models import Run
 from streamrecover.testing.host import wait_for
 
-from .factories import make_message, make_thread, make_user
+from .factories import make_message, make_run, make_thread, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -178,3 +178,16 @@ def test_without_javascript_a_tool_calls_input_and_result_are_shown_as_json_like
     # the tool result rides in a user turn (the provider's shape), but the reader did not write it
     assert shown(html, "sr-role") == ["user", "assistant", "tool results"]
     assert "{'city'" not in html
+
+
+@HOST
+def test_a_page_opened_while_its_run_recovers_says_the_stream_is_reconnecting_script_or_not():
+    user = make_user()
+    thread = make_thread(owner=user)
+    make_message(thread, role="user", content=[{"type": "text", "text": "A long story"}])
+    make_run(owner=user, thread=thread, status=Run.Status.RECOVERING)
+
+    html = logged_in(user).get(f"/chat/threads/{thread.pk}/").content.decode()
+
+    assert shown(html, "sr-recovery") == ["Stream interrupted \u2014 reconnecting\u2026"]
+    assert '<span id="sr-recovery" class="sr-recovery" role="status" data-phase="backoff">' in html  # not hidden

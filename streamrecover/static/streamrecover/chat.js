@@ -34,6 +34,7 @@
   });
   var renderQueued = false;
   var cancelLabel = el.cancel.textContent; // the template's own (translated) wording
+  var INTERRUPTED = "Stream interrupted \u2014 reconnecting\u2026";
 
   function node(tag, className, text) {
     var n = document.createElement(tag);
@@ -264,6 +265,14 @@
     if (!active && page.cancelling) setCancelling(false); // the run has ended: cancelled or not
     el.cancel.disabled = !active || page.cancelling;
     el.send.disabled = active;
+    if (status === "recovering" && el.recovery.hidden) {
+      // a page opened (or reloaded) during a backoff never saw the frame of the break: say it all the same
+      el.recovery.dataset.phase = "backoff";
+      el.recovery.textContent = INTERRUPTED;
+      el.recovery.hidden = false;
+    } else if (status === "running" && el.recovery.dataset.phase === "backoff") {
+      el.recovery.hidden = true; // going on again, and the frame that says how was missed (a snapshot)
+    }
     if (!active && el.recovery.dataset.phase !== "exhausted" && el.recovery.dataset.phase !== "recovered") {
       el.recovery.hidden = true;
     }
@@ -274,7 +283,7 @@
     var phase = frame.phase;
     var text;
     if (phase === "backoff") {
-      text = "Stream interrupted \u2014 reconnecting\u2026 (attempt " + frame.attempt + ", plan " + frame.plan +
+      text = INTERRUPTED + " (attempt " + frame.attempt + ", plan " + frame.plan +
         ", retry in " + Number(frame.backoff_s || 0).toFixed(1) + " s)";
       setStatus("recovering");
     } else if (phase === "continuing" && frame.plan === "whole_restart") {
