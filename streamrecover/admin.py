@@ -112,6 +112,15 @@ class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
     show_change_link = True
 
 
+class ReadOnlyStackedInline(ReadOnlyAdminMixin, admin.StackedInline):
+    """One block per row: for rows with a value too wide for a table's column."""
+
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = True
+
+
 # ---- filters --------------------------------------------------------------------------------
 
 
@@ -203,10 +212,12 @@ class AttemptInline(ReadOnlyInline):
     ordering = ("index",)
 
 
-class RecoveryEventInline(ReadOnlyInline):
+class RecoveryEventInline(ReadOnlyStackedInline):
+    # Stacked: beside six columns in a table the payload's column shrank to a few characters a
+    # line (a page thousands of pixels long); here the six share a line and the payload has the width.
     model = RecoveryEvent
-    fields = ("created", "name", "attempt", "turn", "cause", "plan", "payload_pretty")
-    readonly_fields = fields
+    fields = (("created", "name", "attempt", "turn", "cause", "plan"), "payload_pretty")
+    readonly_fields = ("created", "name", "attempt", "turn", "cause", "plan", "payload_pretty")
     ordering = ("created", "id")
 
     @admin.display(description=_("payload"))
@@ -232,6 +243,10 @@ class RunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ordering = ("-created",)
     show_full_result_count = False
     inlines = (MessageInline, AttemptInline, RecoveryEventInline)
+
+    class Media:
+        css = {"all": ("streamrecover/admin.css",)}  # the attempts table's width at 1280 px
+
     actions = ("requeue_failed_runs", "cancel_running_runs")
     fieldsets = (
         (None, {"fields": ("id", "status", "provider", "model", "thread", "owner")}),
