@@ -10,6 +10,13 @@ PY=.venv/bin/python
 HOST=${DEMO_HOST:-127.0.0.1}
 PORT=${DEMO_PORT:-8000}
 
+if [ "${1:-}" != "cli" ] && (exec 3<>"/dev/tcp/$HOST/$PORT") 2>/dev/null; then
+  # Daphne would log its listen failure and exit 0, after this script printed the address of
+  # whatever else answers there (another demo, perhaps an older one).
+  echo "make demo: $HOST:$PORT is in use; choose another port, e.g. DEMO_PORT=$((PORT + 1)) make demo" >&2
+  exit 1
+fi
+
 $PY manage.py migrate --verbosity 0
 
 if [ "${1:-}" = "cli" ]; then
