@@ -639,3 +639,19 @@ def test_on_a_phone_the_chat_fits_the_screen_fault_chooser_included(chat: ChatPa
     run_id = chat.send("Hello from a phone", scenario="r1")
     assert chat.wait_until_finished() == "completed"
     assert chat.shown_assistant_texts() == chat.committed_assistant_texts(run_id)
+
+
+def test_out_of_continuations_the_page_counts_them_as_the_run_and_its_error_do(chat: ChatPage) -> None:
+    """The exhausted scenario: the first call and two continuations break. The page said "after 2
+    attempts" beside an error saying "2 continuation attempts" and a run with 3 attempts."""
+    chat.page.goto(f"{chat.base_url}/streamrecover/")
+    run_id = chat.send("Tell me about lighthouses.", "exhausted")
+    assert chat.wait_until_finished() == "exhausted"
+    attempts = chat.run_detail(run_id)["attempts"]
+    assert attempts["count"] == 3
+    continuations = attempts["by_kind"]["continuation"]
+    assert continuations == 2
+    notice = chat.page.locator("#sr-recovery")
+    assert notice.get_attribute("data-phase") == "exhausted"
+    assert notice.text_content() == f"Gave up after {continuations} continuation attempts (continue_text)"
+    assert f"gave up after {continuations} continuation attempts" in chat.page.locator("#sr-error").text_content()

@@ -293,7 +293,8 @@
     } else if (phase === "continuing") {
       text = "Reconnected \u2014 continuing from where it stopped (attempt " + frame.attempt + ", " + frame.plan + ")";
     } else {
-      text = "Gave up after " + frame.attempt + " attempts (" + frame.plan + ")";
+      // frame.attempt counts continuations (the run has one attempt more): said as the error says it
+      text = "Gave up after " + frame.attempt + " continuation attempts (" + frame.plan + ")";
     }
     el.recovery.dataset.phase = phase;
     el.recovery.textContent = text;
