@@ -655,3 +655,28 @@ def test_out_of_continuations_the_page_counts_them_as_the_run_and_its_error_do(c
     assert notice.get_attribute("data-phase") == "exhausted"
     assert notice.text_content() == f"Gave up after {continuations} continuation attempts (continue_text)"
     assert f"gave up after {continuations} continuation attempts" in chat.page.locator("#sr-error").text_content()
+
+
+def test_a_second_tab_told_the_thread_is_busy_shows_that_run_and_can_cancel_it(chat: ChatPage) -> None:
+    """Two tabs on one thread: the second's message is refused ("wait for it or cancel it"); that tab
+    showed neither the run nor a Cancel it could use. It follows the run now, its words kept for later."""
+    chat.page.goto(f"{chat.base_url}/streamrecover/")
+    chat.send("A first question. [[words=10]]")
+    chat.wait_until_finished()
+    other = ChatPage(chat.page.context.new_page(), chat.base_url)
+    other.page.goto(chat.page.url)  # the same thread, its last run finished
+    busy_run = chat.send("A long follow-up. [[words=2000]]")
+    other.page.fill("#sr-prompt", "Mine, meanwhile.")
+    other.page.click("#sr-send")
+    other.page.wait_for_function("id => window.__streamrecover.runId === id", arg=busy_run, timeout=5_000)
+    assert "in progress" in other.page.locator("#sr-error").text_content()
+    other.wait_for_streamed_text(20)  # the other tab's answer streams here too
+    assert other.page.locator("#sr-cancel").is_enabled()
+    assert other.page.locator("#sr-prompt").input_value() == "Mine, meanwhile."  # to send once it is over
+    other.page.click("#sr-cancel")
+    assert other.wait_until_finished() == "cancelled"
+    assert chat.wait_until_finished() == "cancelled"
+    assert other.page.locator("#sr-error").is_hidden()  # over: "in progress" no longer holds
+    assert other.page.locator("#sr-send").is_enabled()
+    assert other.errors == []
+    other.page.close()

@@ -97,6 +97,11 @@ class ChatView(LoginRequiredMixin, View):
             error, status = str(exc), 400
         except lifecycle.ThreadBusy:
             error, status = str(_("This thread has a run in progress: wait for it or cancel it.")), 409
+            busy = Run.objects.filter(thread=thread).active().order_by("-created").first()
+            if wants_json and busy is not None:
+                # the run it waits for (another tab's): the script follows it, so its Cancel works
+                body = {"error": error, "run_id": str(busy.pk), "status": busy.status, "ws_url": ws_url(busy)}
+                return JsonResponse(body, status=status)
         else:
             if wants_json:
                 # the thread's stored title, for the sidebar: the script never cuts the prompt itself

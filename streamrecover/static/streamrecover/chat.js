@@ -35,6 +35,7 @@
   var renderQueued = false;
   var cancelLabel = el.cancel.textContent; // the template's own (translated) wording
   var INTERRUPTED = "Stream interrupted \u2014 reconnecting\u2026";
+  var busyError = null; // "this thread has a run in progress", shown while that run goes on
 
   function node(tag, className, text) {
     var n = document.createElement(tag);
@@ -263,6 +264,10 @@
     el.status.textContent = status || "idle";
     var active = isActive(status);
     if (!active && page.cancelling) setCancelling(false); // the run has ended: cancelled or not
+    if (!active && busyError !== null) {
+      if (el.error.textContent === busyError) showError(""); // it is over: the thread takes a message again
+      busyError = null;
+    }
     el.cancel.disabled = !active || page.cancelling;
     el.send.disabled = active;
     if (status === "recovering" && el.recovery.hidden) {
@@ -392,7 +397,11 @@
     })
       .then(function (response) {
         return response.json().then(function (data) {
-          if (!response.ok) throw new Error(data.error || "HTTP " + response.status);
+          if (!response.ok) {
+            var failure = new Error(data.error || "HTTP " + response.status);
+            failure.busy = response.status === 409 && data.run_id ? data : null; // the run the thread is busy with
+            throw failure;
+          }
           return data;
         });
       })
@@ -408,6 +417,12 @@
       .catch(function (err) {
         el.send.disabled = false;
         showError(err.message);
+        // another tab's run: show it here (its Cancel too); the typed words stay for when it is over
+        if (err.busy && err.busy.run_id !== page.runId) {
+          busyError = err.message;
+          setStatus(err.busy.status);
+          follow(err.busy.run_id, err.busy.ws_url);
+        }
       });
   });
 
