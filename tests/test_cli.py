@@ -90,6 +90,17 @@ def test_live_view_shows_the_answer_and_the_recovery():
     assert answer in text.replace("\n[", "[").replace("]\n", "]") or answer.split()[-1] in text
 
 
+def test_live_view_announces_each_tool_call_once():
+    """Anthropic's stream (the fake's too) opens a tool call with an empty arguments delta after its
+    start: the live view said "[calling tool get_weather]" twice for one call."""
+    out = io.StringIO()
+    call_command("streamrecover_run", *BASE, "--prompt", "Oslo? [[tool=get_weather]]", "--demo-tools", stdout=out)
+    text = out.getvalue()
+    assert text.count("[calling tool get_weather]") == 1
+    assert text.count("[tool result: ") == 1
+    assert "[run completed]" in text
+
+
 def test_fault_flag_needs_the_fake_provider():
     from django.core.management.base import CommandError
 

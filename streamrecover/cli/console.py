@@ -28,6 +28,9 @@ class ConsoleSink(BaseSink):
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
         self._at_line_start = True
+        # (block, id) of the tool calls announced: a call's first arguments delta may be empty, as
+        # its start is (Anthropic sends one), and is not a second call
+        self._announced: set[tuple[int, str | None]] = set()
 
     def _note(self, text: str) -> None:
         if not self._at_line_start:
@@ -72,7 +75,12 @@ class ConsoleSink(BaseSink):
         if kind == FrameKind.TEXT_DELTA:
             self._write(frame["text"])
         elif kind == FrameKind.TOOL_CALL_DELTA and not frame.get("arguments_delta"):
-            self._note(f"calling tool {frame.get('name')}")
+            call = (frame["block"], frame.get("id"))
+            if call not in self._announced:
+                self._announced.add(call)
+                self._note(f"calling tool {frame.get('name')}")
+        elif kind == FrameKind.TOOL_CALL_CANCEL:
+            self._announced.discard((frame["block"], frame.get("id")))  # sent again, it is announced again
         elif kind == FrameKind.STREAM_RESET:
             self._note(f"restarting the answer ({frame.get('reason')})")
         elif kind == FrameKind.MESSAGE_COMMITTED and frame["message"]["role"] == "user":
