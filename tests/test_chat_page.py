@@ -4,6 +4,8 @@ JavaScript shows the committed answer, and a host's template overrides the app's
 
 from __future__ import annotations
 
+import re
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -191,3 +193,25 @@ def test_a_page_opened_while_its_run_recovers_says_the_stream_is_reconnecting_sc
 
     assert shown(html, "sr-recovery") == ["Stream interrupted \u2014 reconnecting\u2026"]
     assert '<span id="sr-recovery" class="sr-recovery" role="status" data-phase="backoff">' in html  # not hidden
+
+
+@HOST
+def test_without_javascript_a_refused_message_stays_in_the_box_to_send_again():
+    """A thread busy with a run: the page says so (409) and, before, dropped what had been typed."""
+    user = make_user()
+    thread = make_thread(owner=user)
+    make_message(thread, role="user", content=[{"type": "text", "text": "A long story"}])
+    make_run(owner=user, thread=thread, status=Run.Status.RUNNING)
+    client = logged_in(user)
+    client.get(f"/chat/threads/{thread.pk}/")
+    token = client.cookies["csrftoken"].value
+    typed = "My next question, <b>two</b> lines\nlong"
+
+    refused = client.post(f"/chat/threads/{thread.pk}/", {"prompt": typed, "csrfmiddlewaretoken": token})
+
+    assert refused.status_code == 409
+    html = refused.content.decode()
+    assert "This thread has a run in progress" in html
+    (box,) = re.findall(r'<textarea id="sr-prompt"[^>]*>(.*?)</textarea>', html, re.DOTALL)
+    assert unescape(box) == "\n" + typed  # a browser drops the one newline after the tag
+    assert "<b>" not in box  # escaped: text, never markup
