@@ -194,3 +194,14 @@ def test_the_one_process_sweep_command_executes_the_swept_runs_to_their_end() ->
     assert Run.objects.get(pk=fresh.pk).status == Run.Status.QUEUED  # a live server's to start
     assert f"{died.pk}: completed" in out.getvalue()
     assert lifecycle.sweep_stale_runs() == []  # nothing left for a next sweep
+
+
+def test_a_sweep_with_no_wait_hands_a_stale_run_out_once() -> None:
+    """``streamrecover_sweep --seconds 0 --queued-seconds 0`` (``make demo`` at start): the stale run
+    it had just put back in the queue was taken again as a queued one, listed and started twice."""
+    died = _queued(LONG_AGO, "Died with the server")
+    Run.objects.filter(pk=died.pk).update(
+        status=Run.Status.RUNNING, worker="old-server:1", claims=1, heartbeat_at=timezone.now()
+    )
+    lost = _queued(LONG_AGO, "Never claimed")
+    assert sorted(lifecycle.sweep_stale_runs(0, 0)) == sorted([str(died.pk), str(lost.pk)])

@@ -459,7 +459,8 @@ def sweep_stale_runs(seconds: float | None = None, queued_seconds: float | None 
             run.save()
         swept.append(str(run_id))
         log.warning("run_swept", run_id=str(run_id))
-    for run_id in Run.objects.stuck_queued(seconds=queued_seconds).values_list("pk", flat=True):
+    # not the runs just put back (queued "now"): with queued_seconds=0 they would be handed out twice
+    for run_id in Run.objects.stuck_queued(seconds=queued_seconds).exclude(pk__in=swept).values_list("pk", flat=True):
         with transaction.atomic():
             run = Run.objects.stuck_queued(seconds=queued_seconds).select_for_update().filter(pk=run_id).first()
             if run is None:  # claimed or cancelled meanwhile
