@@ -3,10 +3,11 @@
 # channel layer, runs executed in a thread of the Daphne process, the built-in fake provider).
 #   bash scripts/demo.sh       the chat on http://127.0.0.1:8000/streamrecover/ (login demo / demo)
 #   bash scripts/demo.sh cli   the one-shot command-line run with an injected fault (make demo-cli)
+# DEMO_PORT, DEMO_HOST: where it listens; DEMO_PYTHON: the interpreter (default .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unset DATABASE_URL REDIS_URL
-PY=.venv/bin/python
+PY=${DEMO_PYTHON:-.venv/bin/python}
 HOST=${DEMO_HOST:-127.0.0.1}
 PORT=${DEMO_PORT:-8000}
 
@@ -30,6 +31,11 @@ if [ "${1:-}" = "cli" ]; then
 fi
 
 $PY manage.py streamrecover_demo_user
+# A run the last server left mid-answer (stopped, killed) stays "running" with nobody on it: runs
+# execute in the server's threads, and the port was free, so none executes now. They go on here,
+# to their end, before the server starts (a page showing one then gets its answer).
+swept=$($PY manage.py streamrecover_sweep --seconds 0 --queued-seconds 0)
+[ "$swept" = "0 runs to execute" ] || echo "$swept"
 # The fake provider spaces its SSE events so the answer visibly streams.
 export STREAMRECOVER_FAKE_EVENT_DELAY=${STREAMRECOVER_FAKE_EVENT_DELAY:-0.03}
 echo
