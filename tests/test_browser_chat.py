@@ -680,3 +680,17 @@ def test_a_second_tab_told_the_thread_is_busy_shows_that_run_and_can_cancel_it(c
     assert other.page.locator("#sr-send").is_enabled()
     assert other.errors == []
     other.page.close()
+
+
+def test_a_recovered_answer_still_says_so_after_a_reload(chat: ChatPage) -> None:
+    """The page said "Recovered: the answer went on after the break." until a reload, then nothing."""
+    chat.page.goto(f"{chat.base_url}/streamrecover/")
+    chat.send("Tell me about harbours. [[words=120]]", "r1")
+    assert chat.wait_until_finished() == "completed"
+    notice = chat.page.locator("#sr-recovery")
+    live = notice.text_content()
+    assert live == "Recovered: the answer went on after the break."
+    chat.page.reload()
+    assert chat.wait_until_finished() == "completed"
+    assert notice.is_visible()
+    assert notice.text_content() == live
