@@ -694,3 +694,19 @@ def test_a_recovered_answer_still_says_so_after_a_reload(chat: ChatPage) -> None
     assert chat.wait_until_finished() == "completed"
     assert notice.is_visible()
     assert notice.text_content() == live
+
+
+def test_a_blank_message_is_refused_with_a_word_not_in_silence(chat: ChatPage) -> None:
+    """Spaces pass the box's ``required``; the script then did nothing at all. The page without
+    JavaScript answers "This field is required."; the script says so too."""
+    chat.page.goto(f"{chat.base_url}/streamrecover/")
+    chat.page.fill("#sr-prompt", "   \n  ")
+    chat.page.click("#sr-send")
+    error = chat.page.locator("#sr-error")
+    error.wait_for(state="visible", timeout=3_000)
+    assert error.text_content() == "This field is required."
+    assert chat.page.evaluate("window.__streamrecover.runId") is None  # nothing was sent
+    run_id = chat.send("Now with words. [[words=5]]")
+    assert chat.wait_until_finished() == "completed"
+    assert error.is_hidden()
+    assert chat.shown_assistant_texts() == chat.committed_assistant_texts(run_id)

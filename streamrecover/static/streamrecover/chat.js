@@ -383,7 +383,10 @@
   el.form.addEventListener("submit", function (event) {
     event.preventDefault();
     var text = el.prompt.value.trim();
-    if (!text) return;
+    if (!text) {
+      showError("This field is required."); // spaces pass the box's "required": say what the server says
+      return;
+    }
     var body = new FormData(el.form);
     showError("");
     el.recovery.hidden = true;
