@@ -78,7 +78,7 @@ def _uuid(term: str) -> uuid.UUID | None:
         return None
 
 
-class RunIdSearchMixin:
+class RunIdSearchMixin(admin.ModelAdmin):
     """Search rows of one run by its id: an exact, indexed lookup; anything else finds nothing."""
 
     search_help_text = _("A run id.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
@@ -173,7 +173,7 @@ class _RecoveredManager(models.Manager.from_queryset(RunQuerySet)):  # type: ign
 class FailedRun(Run):
     """Admin shortcut: runs that failed with an error."""
 
-    objects = _FailedManager()
+    objects: ClassVar[_FailedManager] = _FailedManager()
 
     class Meta:
         proxy = True
@@ -183,7 +183,7 @@ class FailedRun(Run):
 class ExhaustedRun(Run):
     """Admin shortcut: runs whose continuation budget ran out."""
 
-    objects = _ExhaustedManager()
+    objects: ClassVar[_ExhaustedManager] = _ExhaustedManager()
 
     class Meta:
         proxy = True
@@ -193,7 +193,7 @@ class ExhaustedRun(Run):
 class RecoveredRun(Run):
     """Admin shortcut: runs saved by at least one completed continuation."""
 
-    objects = _RecoveredManager()
+    objects: ClassVar[_RecoveredManager] = _RecoveredManager()
 
     class Meta:
         proxy = True

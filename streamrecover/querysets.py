@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.contrib.auth import get_permission_codename
 from django.db import models
@@ -14,11 +14,20 @@ from .conf import app_settings
 from .engine.sink import LLM_STREAM_CONTINUATION_COMPLETED
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
     from django.db.models.options import Options
 
 
-def has_model_permission(user: AbstractBaseUser | AnonymousUser | None, action: str, opts: Options[Any]) -> bool:
+class Requester(Protocol):
+    """A request's user, signed in or not: Django's ``User``, a custom user model with
+    ``PermissionsMixin`` (the admin needs it too), ``AnonymousUser``."""
+
+    @property
+    def is_authenticated(self) -> bool: ...
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool: ...
+
+
+def has_model_permission(user: Requester | None, action: str, opts: Options[Any]) -> bool:
     """Whether ``user`` holds ``<app>.<action>_<model>`` for the model of ``opts`` (``is_staff``
     alone grants nothing: the admin's rule)."""
     if user is None or not user.is_authenticated:
@@ -62,25 +71,25 @@ class RunQuerySet(models.QuerySet):
             Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, created__lt=cutoff)
         )
 
-    def for_owner(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
+    def for_owner(self, user: Requester | None) -> RunQuerySet:
         """Runs owned by ``user``; nothing for anonymous users."""
         if user is None or not user.is_authenticated:
             return self.none()
         return self.filter(owner=user)
 
-    def may_view_all(self, user: AbstractBaseUser | AnonymousUser | None) -> bool:
+    def may_view_all(self, user: Requester | None) -> bool:
         """Whether ``user`` may read runs (and their threads) that are not theirs: with the
         permission the admin asks for, ``view_run`` or ``change_run`` (superusers have both)."""
         opts = self.model._meta
         return has_model_permission(user, "view", opts) or has_model_permission(user, "change", opts)
 
-    def visible_to(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
+    def visible_to(self, user: Requester | None) -> RunQuerySet:
         """What ``user`` may watch and read: their own runs, or every run (``may_view_all``)."""
         if self.may_view_all(user):
             return self.all()
         return self.for_owner(user)
 
-    def cancellable_by(self, user: AbstractBaseUser | AnonymousUser | None) -> RunQuerySet:
+    def cancellable_by(self, user: Requester | None) -> RunQuerySet:
         """What ``user`` may cancel: their own runs, or every run with ``change_run`` (what the
         admin's cancel action asks for)."""
         if has_model_permission(user, "change", self.model._meta):

@@ -75,7 +75,10 @@ def _run_summary(run: Run) -> dict[str, Any]:
 
 
 def _own_threads(request: HttpRequest) -> Any:
-    return Thread.objects.filter(owner=request.user)
+    user = request.user
+    if not user.is_authenticated:  # (every caller is behind login_required_json)
+        return Thread.objects.none()
+    return Thread.objects.filter(owner=user)
 
 
 def _readable_threads(request: HttpRequest) -> Any:

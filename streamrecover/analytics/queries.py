@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connections, router, transaction
@@ -110,7 +110,13 @@ class Scope:
 def _prefixed(q: Q, prefix: str) -> Q:
     if not prefix:
         return q
-    children = [_prefixed(c, prefix) if isinstance(c, Q) else (f"{prefix}{c[0]}", c[1]) for c in q.children]
+    children: list[Q | tuple[str, Any]] = []
+    for child in q.children:
+        if isinstance(child, Q):
+            children.append(_prefixed(child, prefix))
+        else:  # a Q's other children are (lookup, value) pairs
+            lookup, value = cast(tuple[str, Any], child)
+            children.append((f"{prefix}{lookup}", value))
     return Q(*children, _connector=q.connector, _negated=q.negated)
 
 

@@ -49,7 +49,8 @@ class AnalyticsFilterForm(forms.Form):
     report_window: Window  # set by a successful clean()
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("window") == "custom" and not data.get("start"):
             self.add_error("start", "A custom window needs a start.")
         elif not self.errors:

@@ -124,8 +124,10 @@ class ChatView(LoginRequiredMixin, View):
     ) -> HttpResponse:
         run = Run.objects.filter(thread=thread).order_by("-created").first() if thread else None
         action = self._url("chat-thread", thread.pk) if thread else self._url("chat")
+        user = request.user  # (signed in: LoginRequiredMixin)
+        threads = Thread.objects.filter(owner=user) if user.is_authenticated else Thread.objects.none()
         context = self.get_context_data(
-            threads=Thread.objects.filter(owner=request.user).order_by("-created")[:100],
+            threads=threads.order_by("-created")[:100],
             thread=thread,
             run=run,
             run_active=bool(run and run.status in Run.ACTIVE_STATUSES),
@@ -153,5 +155,6 @@ class ChatView(LoginRequiredMixin, View):
 def _form_errors(form: forms.Form) -> str:
     parts = []
     for field, errors in form.errors.items():
-        parts.append(" ".join(errors) if field == "__all__" else f"{field}: {' '.join(errors)}")
+        said = " ".join(str(error) for error in errors)
+        parts.append(said if field == "__all__" else f"{field}: {said}")
     return " ".join(parts)

@@ -14,7 +14,8 @@ from typing import Any
 import structlog
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -87,7 +88,7 @@ def _body(request: HttpRequest) -> bytes | None:
     return None if len(body) > limit else body
 
 
-async def _serve(request: HttpRequest, format: Format, gemini: tuple[str, bool] | None = None) -> HttpResponse:
+async def _serve(request: HttpRequest, format: Format, gemini: tuple[str, bool] | None = None) -> HttpResponseBase:
     """One request; ``gemini``: a Gemini request's model and whether it streams (from its URL)."""
     key: ProxyKey | None = await sync_to_async(find_key)(_raw_key(request, format))
     if key is None:
@@ -165,28 +166,28 @@ def _parse(format: Format, raw: bytes, gemini: tuple[str, bool] | None) -> Proxy
 
 @csrf_exempt
 @require_POST
-async def messages(request: HttpRequest) -> HttpResponse:
+async def messages(request: HttpRequest) -> HttpResponseBase:
     """``POST v1/messages``: the Anthropic Messages API."""
     return await _serve(request, ANTHROPIC)
 
 
 @csrf_exempt
 @require_POST
-async def chat_completions(request: HttpRequest) -> HttpResponse:
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     """``POST v1/chat/completions``: the OpenAI Chat Completions API."""
     return await _serve(request, OPENAI)
 
 
 @csrf_exempt
 @require_POST
-async def responses(request: HttpRequest) -> HttpResponse:
+async def responses(request: HttpRequest) -> HttpResponseBase:
     """``POST v1/responses``: the OpenAI Responses API."""
     return await _serve(request, RESPONSES)
 
 
 @csrf_exempt
 @require_POST
-async def generate_content(request: HttpRequest, version: str, model: str, method: str) -> HttpResponse:
+async def generate_content(request: HttpRequest, version: str, model: str, method: str) -> HttpResponseBase:
     """``POST {version}/models/{model}:streamGenerateContent?alt=sse`` and ``:generateContent``:
     the Gemini API (``v1``, google-genai's default, ``v1beta``, ``v1alpha``: the provider is asked
     at its adapter's version)."""

@@ -16,7 +16,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.db import connections
@@ -88,7 +87,7 @@ def claim_many(
     close_broken_connections()
     runs = lifecycle.claim_runs(run_ids, worker)
     claimed = [run for run in runs if run is not None]
-    threads: dict[UUID, list[Message]] = defaultdict(list)
+    threads: dict[int, list[Message]] = defaultdict(list)
     if claimed:
         thread_ids = {run.thread_id for run in claimed}
         for message in Message.objects.filter(thread_id__in=thread_ids).order_by("thread_id", "position"):

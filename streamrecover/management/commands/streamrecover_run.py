@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from typing import Any
+from typing import Any, TextIO, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -96,7 +96,8 @@ class Command(BaseCommand):
             enqueue=opts["enqueue"],
             timeout=opts["timeout"],
         )
-        live = None if opts["json"] else self.stdout._out
+        # the stream under OutputWrapper, which would end every write with a newline
+        live = None if opts["json"] else cast(TextIO, self.stdout._out)
         try:
             # self.stdout holds the real stdout; anything else printed meanwhile is a log line
             with contextlib.redirect_stdout(sys.stderr):

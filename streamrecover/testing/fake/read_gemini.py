@@ -121,7 +121,7 @@ def _parts(index: int, content: Any) -> list[Mapping[str, Any]]:
     parts = content.get("parts")
     if not parts or not isinstance(parts, list) or not all(isinstance(p, Mapping) for p in parts):
         raise _rejected(f"* GenerateContentRequest.contents[{index}].parts: contents.parts must not be empty.\n")
-    return parts
+    return list(parts)
 
 
 def _turn(index: int, content: Any) -> Turn:
