@@ -236,6 +236,83 @@ async def test_a_prefill_after_a_blank_block_that_follows_trailing_whitespace_co
     assert prefill["content"][-1]["text"] == "Apple said so."
 
 
+async def test_a_cited_span_that_continues_plain_kept_text_joins_it_at_the_seam():
+    """Kept: plain text ending in a space, cut inside its block. The prefill leaves the space out
+    and the continuation writes it again, at the start of a cited span (a block of its own, as
+    uninterrupted): the space is dropped there once, as at any seam, so the blocks' text is the
+    uninterrupted answer's, neither doubled nor lost, as shown and as stored."""
+    broken = anthropic_blocks(({"type": "text", "text": ""}, [_text("Intro: "), _text("as they put it, ")], False))
+    rest = anthropic_blocks(
+        ({"type": "text", "text": "", "citations": []}, [_cite(CITED), _text(" Apple"), _text(" said so.")], True),
+        ended=True,
+    )
+    out = await run_scripted("anthropic", [(200, {}, broken), _like_anthropic(rest)], model="claude-3-7-sonnet")
+    assert out.result.status == "completed", out.result.error
+    assert out.answer == [
+        {"type": "text", "text": "Intro: as they put it, "},
+        {"type": "text", "text": "Apple said so.", "citations": [CITED]},
+    ]
+    assert [shown for shown, _ in out.view.turns] == [out.answer]  # what the client showed
+    assert out.events("llm_stream_continuation_completed")[-1]["join"] == "echo_dropped"
+
+
+async def test_a_cited_span_that_repeats_the_end_of_plain_kept_text_has_the_repeat_trimmed():
+    """A continue-message continuation that opens a cited span by repeating the kept text's last
+    words: the repeat is trimmed as at any seam, though the span is a block of its own."""
+    kept = "The report, published by the company last spring, says that "
+    out = await run_scripted(
+        "anthropic",
+        [
+            (200, {}, anthropic_blocks(({"type": "text", "text": ""}, [_text(kept)], False))),
+            (
+                200,
+                {},
+                anthropic_blocks(
+                    (
+                        {"type": "text", "text": "", "citations": []},
+                        [_cite(CITED), _text("last spring, says that "), _text("Apple said so.")],
+                        True,
+                    ),
+                    ended=True,
+                ),
+            ),
+        ],
+        model="claude-3-7-sonnet",
+        provider_kw={"strategy_overrides": {"claude-*": "continue_message"}},
+    )
+    assert out.result.status == "completed", out.result.error
+    assert "".join(b["text"] for b in out.answer) == kept + "Apple said so."
+    assert out.answer[-1] == {"type": "text", "text": "Apple said so.", "citations": [CITED]}
+    assert [shown for shown, _ in out.view.turns] == [out.answer]
+    assert out.events("llm_stream_continuation_completed")[-1]["join"] == "overlap_trimmed"
+
+
+async def test_a_cited_span_that_restarts_plain_kept_text_replaces_it():
+    """A continuation that starts the answer over in a cited span and then says something else:
+    its text replaces the kept text, whose plain block goes, as shown after the reset and stored."""
+    kept = "The report, published by the company last spring, says that "
+    again = "The report, published by the company in May, found that Apple said so."
+    out = await run_scripted(
+        "anthropic",
+        [
+            (200, {}, anthropic_blocks(({"type": "text", "text": ""}, [_text(kept)], False))),
+            (
+                200,
+                {},
+                anthropic_blocks(
+                    ({"type": "text", "text": "", "citations": []}, [_cite(CITED), _text(again)], True), ended=True
+                ),
+            ),
+        ],
+        model="claude-3-7-sonnet",
+        provider_kw={"strategy_overrides": {"claude-*": "continue_message"}},
+    )
+    assert out.result.status == "completed", out.result.error
+    assert out.answer == [{"type": "text", "text": again, "citations": [CITED]}]
+    assert [shown for shown, _ in out.view.turns] == [out.answer]
+    assert out.events("llm_stream_continuation_completed")[-1]["join"] == "restart_replaced"
+
+
 def _chat_text(text: str) -> list[str]:
     return [chat_chunk(text[i : i + 7]) for i in range(0, len(text), 7)]
 

@@ -415,6 +415,34 @@ def test_annotations_of_a_continuation_that_repeats_itself_index_the_spliced_tex
         check_annotations(seen, f"seam={seam} cut:events={cut}")
 
 
+def test_a_web_search_answer_failing_over_to_anthropic_is_joined_at_the_seam(client: openai.OpenAI) -> None:
+    """The Responses provider's budget is spent mid-answer and Anthropic goes on in a cited span,
+    a text block of its own after the plain kept text (a message item of its own for this client,
+    as an Anthropic answer's spans are). At every break the client's text, joined across them, is
+    the uninterrupted answer's: the whitespace the prefill left out and Anthropic wrote again at the
+    start of its span is not doubled. What was stored is what the client was shown."""
+    prompt = "Tell me about rivers [[words=40]] [[cite]]"
+    clean = answer(client, prompt, tools=WEB_SEARCH)["final"].output_text
+    configured = {
+        **proxy_settings(settings.STREAMRECOVER),
+        "PROVIDERS": _providers(),
+        "PROXY_RESPONSES_PROVIDER": "fake-responses",
+        "MAX_CONTINUATIONS": 1,
+        "PROXY_FAILOVER": {"responses": {"PROVIDER": "fake", "MODEL": "claude-sonnet-4-5"}},
+    }
+    body = {"model": "gpt-4o", "input": prompt, "max_output_tokens": 400, "tools": WEB_SEARCH}
+    cuts = range(12, upstream_events("/v1/responses", body) - 8)
+    with override_settings(STREAMRECOVER=configured):
+        broken = sweep(lambda faults: answer(client, prompt, faults + ";cut:events=6", tools=WEB_SEARCH), cuts)
+    for cut, seen in zip(cuts, broken, strict=True):
+        run = Run.objects.get(pk=seen["run_id"])
+        assert run.events.filter(name="llm_stream_failover").exists(), cut
+        assert seen["text"] == clean, cut
+        assert seen["final"].output_text == clean, cut
+        stored = stored_assistant(seen["run_id"])
+        assert "".join(b["text"] for b in stored if b["type"] == "text") == clean, cut
+
+
 def test_an_anthropic_web_search_answer_reaches_a_responses_client_as_url_citations(client: openai.OpenAI) -> None:
     """``v1/responses`` served by Anthropic: each cited span's search results become url citations
     covering the whole message the span is written as, after a break too."""

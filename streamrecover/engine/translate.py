@@ -2,9 +2,10 @@
 
 A turn's blocks are numbered the way the client sees them: ``IndexMapper`` maps one
 response's block indices onto the turn's, merging a continuation's first text block into
-the prefix's last text block (through the ``ContinuationJoiner``, which drops what the
-provider repeats) when both are plain or both cited, and giving everything else the next
-number.
+the prefix's last text block when both are plain or both cited, and giving everything else
+the next number. The continuation's first text goes through the ``ContinuationJoiner``
+(which drops what the provider repeats) either way: a cited span that follows plain kept
+text (or plain text a cited span) is a block of its own, but its start is the seam all the same.
 
 With extended thinking every response starts with a thinking block, a continuation's
 too. In the committed message that block would follow the prefix's text, where the
@@ -96,6 +97,9 @@ class IndexMapper:
         mergeable = merge and prefix and prefix[-1].kind == TEXT
         self.merge_index: int | None = prefix[-1].index if mergeable else None
         self._merge_open = self.merge_index is not None
+        # the turn's block the continuation's first text goes into: the kept one (merged), or a
+        # block of its own when their kinds differ; its start is the seam the joiner decides
+        self.joined_index: int | None = None
         # a continuation's thinking blocks before its text: they would follow the prefix's text
         self.after_text_thinking: set[int] = set()
         # span citations (``citespan``) point into plain text: they do not make a block a cited span
@@ -121,11 +125,13 @@ class IndexMapper:
         cited = bool(event.data is not None and "citations" in event.data)
         if self._merge_open and event.kind == TEXT and self.merge_index is not None and cited == self._merge_cited:
             self._merge_open = False
-            self.map[event.index] = self.merge_index
+            self.map[event.index] = self.joined_index = self.merge_index
             self.acc.reopen(self.merge_index)
             return self.merge_index
-        self._merge_open = False
         target = self.next
+        if self._merge_open and event.kind == TEXT:
+            self.joined_index = target
+        self._merge_open = False
         self.next += 1
         self.map[event.index] = target
         self.acc.apply(BlockStart(target, event.kind, event.id, event.name, event.data))
@@ -277,7 +283,7 @@ class Translator:
                 self.text_bytes += size
                 self.text_tokens += delta_token_bound(text, size) if text else 0
                 target = self._target(event, TEXT, _TEXT)
-                if joiner is not None and target == mapper.merge_index:
+                if joiner is not None and target == mapper.joined_index:
                     self.spans.raw.append(text)
                     await self._joined(target, joiner.feed(text))
                     await self._settle_spans(target)
@@ -309,7 +315,7 @@ class Translator:
                 await self.on_progress(len(sig))
             case CitationDelta(citation=citation):
                 target = self._target(event, TEXT, _TEXT)
-                if self.spans.base is not None and target == mapper.merge_index and citespan.is_span(citation):
+                if self.spans.base is not None and target == mapper.joined_index and citespan.is_span(citation):
                     # it indexes this response's text, which goes on after the kept text
                     self.spans.pending.append(citation)
                     await self._settle_spans(target)
@@ -329,6 +335,9 @@ class Translator:
                 mapped = mapper.start(event)
                 if mapped is None:
                     return
+                if mapped == mapper.joined_index and mapped != mapper.merge_index:
+                    # the continuation's text starts a block of its own: its spans count from there
+                    self.spans.started_own_block()
                 started = self.acc.block_at(mapped)
                 if kind == TOOL_USE and started is not None:
                     self.in_flight_tool = {"id": started.id, "name": started.name, "partial_input_bytes": 0}
@@ -341,9 +350,9 @@ class Translator:
                     await self._redacted_thinking(started)
             case BlockStop(index=i):
                 target = mapper.target(i, None)
-                if joiner is not None and target == mapper.merge_index and not joiner.decided:
+                if joiner is not None and target == mapper.joined_index and not joiner.decided:
                     await self._joined(target, joiner.flush())
-                if target == mapper.merge_index:
+                if target == mapper.joined_index:
                     await self._settle_spans(target)
                 stopped = self.acc.apply(BlockStop(target))
                 if stopped is not None and stopped.kind == TOOL_USE:
@@ -372,10 +381,11 @@ class Translator:
                     InterruptCause.PROVIDER_ERROR_MID_STREAM, f"{event.error_type}: {event.message}", error
                 )
             case StreamEnd():
-                if joiner is not None and not joiner.decided and mapper.merge_index is not None:
-                    await self._joined(mapper.merge_index, joiner.flush())
-                if mapper.merge_index is not None:
-                    await self._settle_spans(mapper.merge_index)
+                seam = mapper.joined_index if mapper.joined_index is not None else mapper.merge_index
+                if joiner is not None and not joiner.decided and seam is not None:
+                    await self._joined(seam, joiner.flush())
+                if seam is not None:
+                    await self._settle_spans(seam)
                 raise AttemptDone
 
     async def _redacted_thinking(self, block: Block) -> None:
@@ -407,6 +417,10 @@ class Translator:
             block = self.acc.block_at(target)
             assert block is not None
             block.text = replacement
+            kept_index = self.mapper.merge_index
+            if kept_index is not None and kept_index != target:
+                # the new text, in a block of its own, replaces the kept text's block: it goes
+                self.acc.remove(kept_index)
             self.spans.replaced(len(replacement))
             await self.ctx.frame(FrameKind.STREAM_RESET, reason="continuation_restart")
             for kept in self.acc.blocks:
@@ -475,6 +489,11 @@ class _ContinuedSpans:
     raw: list[str] = field(default_factory=list)  # the response's own text of the block
     released: int = 0  # characters of it the block received
     pending: list[dict[str, Any]] = field(default_factory=list)
+
+    def started_own_block(self) -> None:
+        """The continued text is a block of its own (another kind than the kept one): nothing before it."""
+        if self.base is not None:
+            self.base = 0
 
     def replaced(self, chars: int) -> None:
         """The continuation replaced the kept text: the block is its ``chars`` released so far."""
