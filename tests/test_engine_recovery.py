@@ -256,6 +256,22 @@ async def test_a_cited_span_that_continues_plain_kept_text_joins_it_at_the_seam(
     assert out.events("llm_stream_continuation_completed")[-1]["join"] == "echo_dropped"
 
 
+async def test_plain_text_that_continues_a_cited_span_joins_it_at_the_seam():
+    """The other way: kept, a cited span ending in a space, cut inside it; the continuation goes on
+    in plain text (a block of its own) that starts with the space the prefill left out: dropped once."""
+    broken = anthropic_blocks(
+        ({"type": "text", "text": "", "citations": []}, [_cite(CITED), _text("Apple said so. ")], False)
+    )
+    rest = anthropic_blocks(({"type": "text", "text": ""}, [_text(" And that"), _text(" is all.")], True), ended=True)
+    out = await run_scripted("anthropic", [(200, {}, broken), _like_anthropic(rest)], model="claude-3-7-sonnet")
+    assert out.result.status == "completed", out.result.error
+    assert out.answer == [
+        {"type": "text", "text": "Apple said so. ", "citations": [CITED]},
+        {"type": "text", "text": "And that is all."},
+    ]
+    assert [shown for shown, _ in out.view.turns] == [out.answer]
+
+
 async def test_a_cited_span_that_repeats_the_end_of_plain_kept_text_has_the_repeat_trimmed():
     """A continue-message continuation that opens a cited span by repeating the kept text's last
     words: the repeat is trimmed as at any seam, though the span is a block of its own."""
