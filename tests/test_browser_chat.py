@@ -682,18 +682,28 @@ def test_a_second_tab_told_the_thread_is_busy_shows_that_run_and_can_cancel_it(c
     other.page.close()
 
 
-def test_a_recovered_answer_still_says_so_after_a_reload(chat: ChatPage) -> None:
-    """The page said "Recovered: the answer went on after the break." until a reload, then nothing."""
+@pytest.mark.parametrize(
+    ("scenario", "status", "live"),
+    [
+        ("r1", "completed", "Recovered: the answer went on after the break."),
+        ("r4", "completed", "Recovered: the answer started over after the break."),
+        ("exhausted", "exhausted", "Gave up after 2 continuation attempts (continue_text)"),
+    ],
+)
+def test_a_recovered_answer_still_says_so_after_a_reload(chat: ChatPage, scenario: str, status: str, live: str) -> None:
+    """The page said how the answer was recovered (or that it gave up) until a reload; then only
+    a continuation said so, and a whole restart or an exhausted run said nothing."""
     chat.page.goto(f"{chat.base_url}/streamrecover/")
-    chat.send("Tell me about harbours. [[words=120]]", "r1")
-    assert chat.wait_until_finished() == "completed"
+    chat.send("Tell me about harbours.", scenario)
+    assert chat.wait_until_finished() == status
     notice = chat.page.locator("#sr-recovery")
-    live = notice.text_content()
-    assert live == "Recovered: the answer went on after the break."
+    assert notice.text_content() == live
+    phase = notice.get_attribute("data-phase")
     chat.page.reload()
-    assert chat.wait_until_finished() == "completed"
+    assert chat.wait_until_finished() == status
     assert notice.is_visible()
     assert notice.text_content() == live
+    assert notice.get_attribute("data-phase") == phase
 
 
 def test_a_blank_message_is_refused_with_a_word_not_in_silence(chat: ChatPage) -> None:

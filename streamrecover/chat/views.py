@@ -18,6 +18,7 @@ from ..conf import app_settings
 from ..models import Message, Run, Thread
 from ..runs import lifecycle
 from ..views import BadRequest, _run_options, ws_url
+from .notice import recovery_notice
 
 _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
@@ -126,11 +127,14 @@ class ChatView(LoginRequiredMixin, View):
         action = self._url("chat-thread", thread.pk) if thread else self._url("chat")
         user = request.user  # (signed in: LoginRequiredMixin)
         threads = Thread.objects.filter(owner=user) if user.is_authenticated else Thread.objects.none()
+        active = bool(run and run.status in Run.ACTIVE_STATUSES)
         context = self.get_context_data(
             threads=threads.order_by("-created")[:100],
             thread=thread,
             run=run,
-            run_active=bool(run and run.status in Run.ACTIVE_STATUSES),
+            run_active=active,
+            # a run that is over says how it was recovered (or gave up), as the live page did
+            recovery_notice=None if active else recovery_notice(run),
             thread_messages=Message.objects.of_thread(thread.pk).canonical() if thread else [],
             form=form,
             form_action=action,
