@@ -18,7 +18,9 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ["STREAMRECOVER_BROWSER_DB"],
-        "OPTIONS": {"timeout": 20},
+        # as the demo's own: a run's writes and a request's (the demo's session keeps the chosen
+        # fault scenario) wait for each other instead of failing with "database is locked"
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
     }
 }
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -3,6 +3,7 @@ the fake's fault scenarios caused, and the fault chooser keeping the visitor's c
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -43,6 +44,15 @@ def thread_page(client: Client, run: Run) -> str:
     return client.get(reverse("demo:chat-thread", args=[run.thread_id])).content.decode()
 
 
+def chosen_scenario(html: str) -> str:
+    """The scenario the chooser shows: the option marked selected, else (as a browser does) the first."""
+    (select,) = re.findall(r'<select id="sr-scenario".*?</select>', html, re.DOTALL)
+    options = re.findall(r'<option value="([^"]+)"( selected)?>', select)
+    chosen = [value for value, selected in options if selected]
+    assert len(chosen) <= 1
+    return chosen[0] if chosen else options[0][0]
+
+
 @pytest.mark.parametrize(
     ("scenario", "status", "said"),
     [
@@ -72,3 +82,19 @@ def test_an_answer_without_a_break_has_no_recovery_notice_after_a_reload() -> No
     html = thread_page(client, run)
     assert shown(html, "sr-recovery") == [""]
     assert '<span id="sr-recovery" class="sr-recovery" role="status" hidden>' in html
+
+
+@pytest.mark.parametrize("script", [False, True], ids=["without-javascript", "with-javascript"])
+def test_the_chosen_fault_scenario_stays_chosen_after_a_reload_and_in_other_threads(script: bool) -> None:
+    """Pick R1, send, reload: the chooser was back on "No fault" and the next message had no fault."""
+    client = logged_in()
+    assert chosen_scenario(client.get(reverse("demo:chat")).content.decode()) == "none"
+    first = send(client, "r1", script=script)
+    assert chosen_scenario(thread_page(client, first)) == "r1"  # the reload
+    assert chosen_scenario(client.get(reverse("demo:chat")).content.decode()) == "r1"  # a new chat
+    other = send(client, "r4", script=script)
+    assert other.thread_id != first.thread_id
+    assert chosen_scenario(thread_page(client, first)) == "r4"  # the other thread: the latest choice
+    # sent again as the page now stands, the message gets the fault chosen
+    again = send(client, chosen_scenario(thread_page(client, first)), first.thread_id)
+    assert again.options.get("faults") == ["cut:events=8"]

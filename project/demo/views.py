@@ -13,6 +13,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib.auth.views import LoginView, LogoutView
+from django.http import HttpRequest, HttpResponseBase
 from django.urls import reverse_lazy
 
 from streamrecover.chat.views import ChatForm, ChatView
@@ -69,6 +70,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
 )
 SCENARIO_BY_KEY = {s.key: s for s in SCENARIOS}
+# the visitor's last chosen scenario, kept in the session: the chooser shows it again after a
+# reload or in another thread, with or without JavaScript, until the visitor picks another
+SESSION_SCENARIO = "demo_scenario"
 
 
 class DemoChatForm(ChatForm):
@@ -100,6 +104,16 @@ class DemoChatView(ChatView):
 
     def get_config(self, thread: Thread | None, run: Run | None) -> dict[str, Any]:
         return {**super().get_config(thread, run), "scenarios": [asdict(s) for s in SCENARIOS]}
+
+    def get_initial(self) -> dict[str, Any]:
+        key = self.request.session.get(SESSION_SCENARIO)
+        return {"scenario": key} if key in SCENARIO_BY_KEY else {}
+
+    def post(self, request: HttpRequest, thread_id: int | None = None) -> HttpResponseBase:
+        key = request.POST.get("scenario")
+        if key in SCENARIO_BY_KEY and request.session.get(SESSION_SCENARIO) != key:
+            request.session[SESSION_SCENARIO] = key  # (a write only when it changes)
+        return super().post(request, thread_id)
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return {**super().get_context_data(**kwargs), "scenarios": SCENARIOS}

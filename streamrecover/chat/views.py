@@ -76,10 +76,14 @@ class ChatView(LoginRequiredMixin, View):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return kwargs
 
+    def get_initial(self) -> dict[str, Any]:
+        """The empty form's initial values (a GET's form)."""
+        return {}
+
     # -- GET and POST --------------------------------------------------------------------
 
     def get(self, request: HttpRequest, thread_id: int | None = None) -> HttpResponse:
-        return self.render_page(request, self._thread(request, thread_id), self.form_class())
+        return self.render_page(request, self._thread(request, thread_id), self.form_class(initial=self.get_initial()))
 
     def post(self, request: HttpRequest, thread_id: int | None = None) -> HttpResponseBase:
         thread = self._thread(request, thread_id)
