@@ -129,6 +129,15 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
+def admin_run_list(page: Any, site: str, username: str, password: str) -> None:
+    """Sign in to the admin of ``site`` as a superuser and land on its run list."""
+    page.goto(f"{site}/admin/login/?next=/admin/streamrecover/run/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/streamrecover/run/")
+
+
 class ChatPage:
     """The demo chat in one browser page, logged in as the demo user."""
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .e2e_helpers import base_env, chromium, daphne, free_port, manage
+from .e2e_helpers import admin_run_list, base_env, chromium, daphne, free_port, manage
 
 pytestmark = pytest.mark.browser
 
@@ -47,11 +47,7 @@ def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_the_run_list_fits_1280_px_with_each_id_on_one_line(admin_site: str) -> None:
     with chromium() as browser:
         page = browser.new_page(viewport={"width": WIDTH, "height": 900})
-        page.goto(f"{admin_site}/admin/login/?next=/admin/streamrecover/run/")
-        page.fill("input[name=username]", "root")
-        page.fill("input[name=password]", "root-pw")
-        page.click("input[type=submit]")
-        page.wait_for_url("**/admin/streamrecover/run/")
+        admin_run_list(page, admin_site, "root", "root-pw")
         measured: dict[str, Any] = page.evaluate(
             """() => {
                 const table = document.querySelector('#result_list');

@@ -8,7 +8,7 @@ in the answer they apply, or index a document rather than the answer, and never 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 START = "start_index"
@@ -25,6 +25,12 @@ def span_of(citation: Mapping[str, Any]) -> tuple[int, int] | None:
 
 def is_span(citation: Mapping[str, Any]) -> bool:
     return span_of(citation) is not None
+
+
+def makes_cited_span(citations: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a text block with ``citations`` is a cited span (Anthropic's: the block is what its
+    citations support) rather than plain text that span citations point into."""
+    return any(not is_span(c) for c in citations)
 
 
 def moved(citation: Mapping[str, Any], shift: int) -> dict[str, Any]:

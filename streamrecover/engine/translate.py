@@ -102,8 +102,7 @@ class IndexMapper:
         self.joined_index: int | None = None
         # a continuation's thinking blocks before its text: they would follow the prefix's text
         self.after_text_thinking: set[int] = set()
-        # span citations (``citespan``) point into plain text: they do not make a block a cited span
-        self._merge_cited = bool(prefix and any(not citespan.is_span(c) for c in prefix[-1].citations or ()))
+        self._merge_cited = bool(prefix and citespan.makes_cited_span(prefix[-1].citations or ()))
         # the ids of the message's tool calls so far: a repeated one is made unique (below)
         self.tool_ids: set[str] = {b.id or "" for b in prefix if b.kind == TOOL_USE}
 

@@ -25,15 +25,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.citespan import is_span
+from ..engine.citespan import makes_cited_span
 from ..engine.protocol import FrameKind
 from ..engine.utf8text import Utf8Attr, Utf8Slots
+from ..providers.openai_responses import WEB_SEARCH_CALL
 
 TEXT = "text"
 TOOL_USE = "tool_use"
 THINKING = "thinking"
 # blocks that arrive whole and are kept by a recovery once text follows them
-WHOLE_BEFORE_TEXT = frozenset({"web_search_call"})
+WHOLE_BEFORE_TEXT = frozenset({WEB_SEARCH_CALL})
 
 
 class Unsplicable(Exception):
@@ -206,8 +207,7 @@ class Splicer:
                     if held.down is None or held.down != self.open_index:
                         ops.extend(self._close())
                         held.down = self.open_index = self._next()
-                        cited = any(not is_span(c) for c in held.citations)
-                        ops.append(OpenText(held.down, cited=cited))
+                        ops.append(OpenText(held.down, cited=makes_cited_span(held.citations)))
                     ops.append(TextPiece(held.down, "".join(held.unsent)))
                     held.unsent.clear()
                     held.released = self.released_any = True

@@ -34,6 +34,11 @@ _FINISH = {
 }
 
 
+def _data(payload: Any) -> bytes:
+    """One event in Google's framing."""
+    return f"data: {_json(payload)}\r\n\r\n".encode()
+
+
 def finish_reason(stop_reason: str) -> str:
     raw = stop_reason.upper()
     return _FINISH.get(stop_reason) or (raw if raw in FINISH_REASONS else "OTHER")
@@ -49,8 +54,7 @@ class GeminiWriter:
         self.sent = TurnUsage()  # the highest counts sent so far: a later chunk never shows less
 
     def _chunk(self, candidate: dict[str, Any], **more: Any) -> bytes:
-        payload = {"candidates": [candidate], **more, "modelVersion": self.model, "responseId": self.response_id}
-        return f"data: {_json(payload)}\r\n\r\n".encode()
+        return _data({"candidates": [candidate], **more, "modelVersion": self.model, "responseId": self.response_id})
 
     def _usage(self, usage: TurnUsage) -> dict[str, int]:
         """``usageMetadata`` for the turn so far. Its ``candidatesTokenCount`` leaves out the thought
@@ -110,4 +114,4 @@ class GeminiWriter:
         """``error_type`` is a google.rpc status name (an unsplicable break's ``api_error`` is ``INTERNAL``)."""
         status = error_type if error_type in GEMINI_CODES else "INTERNAL"
         error = {"code": GEMINI_CODES[status], "message": message, "status": status}
-        return f"data: {_json({'error': error})}\r\n\r\n".encode()
+        return _data({"error": error})

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..providers.openai_responses import WEB_SEARCH_CALL
 from .annotations import Annotation, WholeTextCitation, as_annotation, covering, whole_text_annotation
 from .splice import Citation, CloseBlock, Op, OpenText, TextPiece, WholeBlock
 from .wire import AttemptMetadata, TurnUsage, _event, _json
@@ -39,6 +40,11 @@ class _StreamingMessage:
 
     def text(self) -> str:
         return "".join(self.parts)
+
+    def item(self, status: str, text: str) -> dict[str, Any]:
+        """The message item with its one output text part, ``text`` and the annotations sent."""
+        part = {"type": "output_text", "text": text, "annotations": list(self.annotations), "logprobs": []}
+        return {"id": self.id, "type": "message", "status": status, "role": "assistant", "content": [part]}
 
 
 class ResponsesWriter:
@@ -165,10 +171,9 @@ class ResponsesWriter:
         for whole in message.whole:
             out += self._annotation(covering(whole, text))
         self.message = None
-        item_id = message.id
-        at = {"item_id": item_id, "output_index": len(self.output), "content_index": 0}
-        part = {"type": "output_text", "text": text, "annotations": list(message.annotations), "logprobs": []}
-        item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+        item = message.item("completed", text)
+        part = item["content"][0]
+        at = {"item_id": message.id, "output_index": len(self.output), "content_index": 0}
         out += self._emit("response.output_text.done", {**at, "text": text, "logprobs": []})
         out += self._emit("response.content_part.done", {**at, "part": part})
         out += self._emit("response.output_item.done", {"output_index": len(self.output), "item": item})
@@ -181,7 +186,7 @@ class ResponsesWriter:
             return self._function_call(content)
         if kind in ("thinking", "reasoning"):
             return self._reasoning(content)
-        if kind == "web_search_call":
+        if kind == WEB_SEARCH_CALL:
             return self._web_search(content)
         return b""  # redacted thinking, Anthropic's server tool blocks: Responses has no item for them
 
@@ -193,7 +198,7 @@ class ResponsesWriter:
         done.setdefault("id", self._item_id("ws"))
         done.setdefault("status", "completed")
         at = {"output_index": index, "item_id": done["id"]}
-        added = {"id": done["id"], "type": "web_search_call", "status": "in_progress"}
+        added = {"id": done["id"], "type": WEB_SEARCH_CALL, "status": "in_progress"}
         out = self._emit("response.output_item.added", {"output_index": index, "item": added})
         out += self._emit("response.web_search_call.in_progress", at)
         out += self._emit("response.web_search_call.searching", at)
@@ -269,13 +274,8 @@ class ResponsesWriter:
         """``response.failed``: the response ends here, with what was sent (a message cut short
         is closed as ``incomplete``) and the error."""
         if self.message is not None:
-            item_id, text = self.message.id, self.message.text()
-            annotations = list(self.message.annotations)
+            self.output.append(self.message.item("incomplete", self.message.text()))
             self.message = None
-            part = {"type": "output_text", "text": text, "annotations": annotations, "logprobs": []}
-            self.output.append(
-                {"id": item_id, "type": "message", "status": "incomplete", "role": "assistant", "content": [part]}
-            )
         # an Anthropic-style "api_error" (an unsplicable break) is what OpenAI calls a server error
         error = {"code": "server_error" if error_type == "api_error" else error_type, "message": message}
         return self._emit("response.failed", {"response": self._response("failed", error=error)})
