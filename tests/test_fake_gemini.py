@@ -17,6 +17,7 @@ from streamrecover.testing.tools import demo_registry
 from .harness import assert_invariants, run
 
 MODEL = "gemini-2.5-flash"
+OFF = {"thinkingConfig": {"thinkingBudget": 0}}  # no thinking, on a model that can turn it off
 WEATHER_TOOL = {
     "functionDeclarations": [
         {
@@ -265,3 +266,70 @@ def test_google_genai_client_reads_a_whole_answer(fake_server: FakeProviderServe
     assert whole.text == "".join(c.text or "" for c in chunks)
     assert whole.candidates[0].finish_reason.value == "STOP"
     assert whole.usage_metadata.candidates_token_count > 0
+
+
+def _stream(server: FakeProviderServer, model: str, **config: Any) -> tuple[list[dict[str, Any]], Any]:
+    """The chunks of an answer to a story prompt, and the fake's billing log entry for it."""
+    scenario = uuid.uuid4().hex
+    url = f"{server.base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"
+    body = {"contents": [{"parts": [{"text": "A story [[words=30]]"}]}], "generationConfig": config}
+    response = httpx.post(url, json=body, headers={"x-goog-api-key": "AIza-fake", "x-fake-scenario": scenario})
+    (entry,) = server.log_for(scenario)
+    return [json.loads(e[6:]) for e in response.text.split("\r\n\r\n") if e], entry
+
+
+def _text(chunks: list[dict[str, Any]]) -> str:
+    return "".join(p.get("text", "") for c in chunks for p in c["candidates"][0]["content"]["parts"])
+
+
+def _usage(chunk: dict[str, Any]) -> tuple[int, int, int, int]:
+    usage = chunk["usageMetadata"]
+    counts = ("promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "totalTokenCount")
+    return tuple(usage.get(name, 0) for name in counts)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("model", ["gemini-3-pro-preview", "gemini-2.5-flash"])
+def test_a_thinking_model_bills_the_thoughts_it_does_not_show(fake_server: FakeProviderServer, model: str) -> None:
+    """Asked for no thoughts, a thinking model thinks all the same: no thought part, but the
+    thinking is in every chunk's usage from the first on, billed as output, and it takes its
+    share of ``maxOutputTokens`` (all of it, when that is smaller: a ``MAX_TOKENS`` stop with no text)."""
+    chunks, entry = _stream(fake_server, model)
+    assert not any(p.get("thought") for c in chunks for p in c["candidates"][0]["content"]["parts"])
+    thoughts = _usage(chunks[0])[2]
+    assert thoughts > 0
+    for chunk in chunks:
+        prompt, candidates, counted, total = _usage(chunk)
+        assert counted == thoughts
+        assert total == prompt + candidates + thoughts
+    candidates = _usage(chunks[-1])[1]
+    assert entry.billed_output_tokens == entry.output_tokens == candidates + thoughts
+
+    limited, entry = _stream(fake_server, model, maxOutputTokens=thoughts + 3)
+    assert limited[-1]["candidates"][0]["finishReason"] == "MAX_TOKENS"
+    assert _usage(limited[-1])[1:3] == (3, thoughts)
+    assert entry.billed_output_tokens == thoughts + 3
+    spent, entry = _stream(fake_server, model, maxOutputTokens=thoughts - 5)
+    assert (_text(spent), spent[-1]["candidates"][0]["finishReason"]) == ("", "MAX_TOKENS")
+    assert _usage(spent[-1])[1:3] == (0, thoughts - 5)
+    assert entry.billed_output_tokens == thoughts - 5
+
+    # a model that does not think (thinking turned off where it can be) answers the same, for its text alone
+    for other, config in [("gemini-2.0-flash", {}), ("gemini-2.5-flash-lite", {}), ("gemini-2.5-flash", OFF)]:
+        plain, entry = _stream(fake_server, other, **config)
+        assert _text(plain) == _text(chunks)
+        assert all("thoughtsTokenCount" not in c["usageMetadata"] for c in plain)
+        assert entry.billed_output_tokens == _usage(plain[-1])[1] == candidates
+
+
+def test_a_whole_answer_bills_the_thoughts_it_does_not_show(fake_server: FakeProviderServer) -> None:
+    url = f"{fake_server.base_url}/v1beta/models/gemini-3-pro-preview:generateContent"
+    scenario = uuid.uuid4().hex
+    body = {"contents": [{"parts": [{"text": "A story [[words=30]]"}]}]}
+    response = httpx.post(url, json=body, headers={"x-goog-api-key": "k", "x-fake-scenario": scenario})
+    answer = response.json()
+    assert not any(p.get("thought") for p in answer["candidates"][0]["content"]["parts"])
+    prompt, candidates, thoughts, total = _usage(answer)
+    assert thoughts > 0
+    assert total == prompt + candidates + thoughts
+    (entry,) = fake_server.log_for(scenario)
+    assert entry.billed_output_tokens == candidates + thoughts

@@ -179,8 +179,11 @@ def test_gemini_client_sees_one_uninterrupted_answer_at_every_break(
         attempts = Attempt.objects.filter(run_id=seen["run_id"])
         usage = seen["usage"]
         assert usage.prompt_token_count == sum(a.input_tokens or 0 for a in attempts), at
-        assert usage.candidates_token_count == sum(a.output_tokens or 0 for a in attempts), at
-        assert usage.total_token_count == usage.prompt_token_count + usage.candidates_token_count, at
+        # the model thinks, unseen, in every attempt: billed as output, left out of the candidates
+        thoughts = usage.thoughts_token_count or 0
+        assert thoughts == sum(a.reasoning_tokens or 0 for a in attempts), at
+        assert usage.candidates_token_count + thoughts == sum(a.output_tokens or 0 for a in attempts), at
+        assert usage.total_token_count == usage.prompt_token_count + usage.candidates_token_count + thoughts, at
         assert seen["usages"][-1] == max(seen["usages"]), at  # the sum, never below a running count
         assert len(set(seen["usages"])) > 2, at  # counts that grow as the answer streams
         names = set(Run.objects.get(pk=seen["run_id"]).events.values_list("name", flat=True))

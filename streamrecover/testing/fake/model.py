@@ -51,7 +51,8 @@ When the last user turn carries tool results, the answer is a final text that na
 result ("NAME returned: ..."), then generated words. With thinking enabled (and a text
 prompt, not tool results) a thinking block comes first, on a continuation too (a new one,
 about going on); its signature is an HMAC of its text, so a block sent back in history can
-be verified byte-exact.
+be verified byte-exact. A model that thinks without being asked to show it (Gemini's thinking
+models) plans the same block, hidden: billed and counted against ``max_tokens``, never sent.
 
 Generated text contains multi-byte UTF-8 (``café``, ``日本語``, ``🚀`` within the first six
 words) and newlines, so byte cuts land inside characters. Every block is pre-split into
@@ -141,6 +142,9 @@ class Conversation:
     tools: tuple[ToolOffer, ...] = ()
     thinking: bool = False
     system: str = ""  # the system prompt's text: its directives apply, its words are not the topic
+    # a model that thinks without being asked to show it (Gemini's thinking models): the same
+    # thinking block, billed as output and bounded by max_tokens, but never sent
+    hidden_thinking: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +154,7 @@ class PlannedBlock:
     kind: BlockKind
     pieces: tuple[str, ...]
     signature: str = ""  # thinking
+    hidden: bool = False  # thinking the response bills but does not send
     call_id: str = ""  # tool_use
     name: str = ""  # tool_use
     cited: bool = False  # text: a cited span (Anthropic citations)
@@ -257,8 +262,8 @@ def plan_answer(conversation: Conversation, *, tool_id_prefix: str = "toolu_") -
     if directives.refuse:
         return Plan((_text_block(REFUSAL_TEXT),), "refusal")
     blocks: list[PlannedBlock] = []
-    if conversation.thinking:
-        blocks.append(_thinking_block(prompt, directives))
+    if conversation.thinking or conversation.hidden_thinking:
+        blocks.append(replace(_thinking_block(prompt, directives), hidden=conversation.hidden_thinking))
     names = _tool_names(directives, conversation.tools)
     if names:
         text = directives.text or generate_text(prompt, directives.words or DEFAULT_TOOL_PREAMBLE_WORDS)
@@ -279,6 +284,7 @@ def continue_plan(
     *,
     drop_tools: bool = False,
     thinking_about: str | None = None,
+    hidden_thinking: bool = False,
 ) -> tuple[Plan, bool]:
     """What a model asked to go on after an assistant prefix says: only the rest.
 
@@ -286,15 +292,15 @@ def continue_plan(
     thinking block, False)``: a model that does not recognise its own words starts over,
     which is what exposes a recovery bug. ``thinking_about`` (the prompt, when thinking is
     enabled): either way the response starts with a new signed thinking block, as the real
-    API's every response does. ``drop_tools`` (``[[no_tool_after_break]]``): when the prefix
-    holds no complete call, the rest has no call either and ends the turn.
+    API's every response does (``hidden_thinking``: one the response bills but does not send).
+    ``drop_tools`` (``[[no_tool_after_break]]``): when the prefix holds no complete call, the
+    rest has no call either and ends the turn.
     """
     rest_plan, matched = _continue_plan(plan, prefix_text, prefix_calls, drop_tools=drop_tools)
     if thinking_about is None:
         return rest_plan, matched
-    return Plan(
-        (_continuation_thinking_block(thinking_about, prefix_text), *rest_plan.blocks), rest_plan.stop_reason
-    ), matched
+    thinking = replace(_continuation_thinking_block(thinking_about, prefix_text), hidden=hidden_thinking)
+    return Plan((thinking, *rest_plan.blocks), rest_plan.stop_reason), matched
 
 
 def _continue_plan(

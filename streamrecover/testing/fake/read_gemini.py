@@ -2,7 +2,8 @@
 
 The model and whether the answer streams come from the URL (``models/{model}:streamGenerateContent?alt=sse``),
 the rest from the body: ``contents`` of ``user``/``model`` turns, ``systemInstruction``, ``tools``
-(``functionDeclarations``), ``generationConfig`` (``maxOutputTokens``, ``thinkingConfig``). Gemini has no
+(``functionDeclarations``), ``generationConfig`` (``maxOutputTokens``, ``thinkingConfig``: a thinking model
+thinks, hidden, when ``includeThoughts`` is not asked for). Gemini has no
 prefill: a trailing ``model`` turn is a finished one and a new answer starts. A continuation is the partial
 answer as a ``model`` turn followed by the continue message. Thought signatures sent back must be ones the
 fake issued, unmodified; Gemini 3 models refuse a function call of the current turn sent back without its
@@ -18,7 +19,7 @@ from typing import Any
 from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn
 from .read_openai import content_text
-from .wire_gemini import signature_ok, signs_every_call
+from .wire_gemini import signature_ok, signs_every_call, thinks_unasked
 
 _SIGNATURE_DOCS = "https://ai.google.dev/gemini-api/docs/thought-signatures"
 
@@ -60,7 +61,10 @@ def interpret(body: Any, *, model: str, stream: bool) -> Interpretation:
     if not isinstance(config, Mapping):
         raise _rejected('Invalid JSON payload received. Unknown name "generationConfig": expected an object.')
     thinking_config = config.get("thinkingConfig") or {}
-    thinking = isinstance(thinking_config, Mapping) and thinking_config.get("includeThoughts") is True
+    if not isinstance(thinking_config, Mapping):
+        thinking_config = {}
+    thinking = thinking_config.get("includeThoughts") is True
+    hidden_thinking = not thinking and thinks_unasked(model, thinking_config)
     turns = tuple(_turn(i, c) for i, c in enumerate(contents))
     _check_function_turns(contents)
     _check_signatures(contents, model)
@@ -71,7 +75,13 @@ def interpret(body: Any, *, model: str, stream: bool) -> Interpretation:
         model=model,
         stream=stream,
         mode=mode,
-        conversation=Conversation(base, _tools(body.get("tools")), thinking, _system(body.get("systemInstruction"))),
+        conversation=Conversation(
+            base,
+            _tools(body.get("tools")),
+            thinking,
+            _system(body.get("systemInstruction")),
+            hidden_thinking=hidden_thinking,
+        ),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
         instructions=instructions,

@@ -483,7 +483,8 @@ def _understand(
     inputs = _input_tokens(interpretation, plan, body)
     if interpretation.continues:
         directives = Directives.of(interpretation.conversation)
-        thinks = interpretation.conversation.thinking and not directives.no_continuation_thinking
+        conversation = interpretation.conversation
+        thinks = (conversation.thinking or conversation.hidden_thinking) and not directives.no_continuation_thinking
         whole = plan
         plan, matched = continue_plan(
             plan,
@@ -491,6 +492,7 @@ def _understand(
             interpretation.prefix_calls,
             drop_tools=directives.no_tool_after_break,
             thinking_about=_prompt_of(interpretation) if thinks else None,
+            hidden_thinking=conversation.hidden_thinking,
         )
         outcome.prefix_chars, outcome.prefix_matched = len(interpretation.prefix_text), matched
         if matched and directives.seam and interpretation.mode is Mode.CONTINUE_MESSAGE:

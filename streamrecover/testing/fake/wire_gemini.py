@@ -7,7 +7,10 @@ the last one carries the ``finishReason`` (there is no terminator event). Text p
 to a chunk; function calls arrive whole, all of them in one chunk. With ``includeThoughts`` the answer
 starts with ``thought: true`` parts; their ``thoughtSignature`` rides on the first function call when
 there is one (as the API sends it), otherwise on the last thought part. A Gemini 3 model thinks
-whether or not its thoughts are shown: its first function call is signed either way. A cited answer (``[[cite]]``)
+whether or not its thoughts are shown: its first function call is signed either way. Gemini 3,
+2.5 Pro and 2.5 Flash think by default: asked for no thoughts, they think all the same, and that
+hidden thinking is billed as the first chunk goes out, counted in ``thoughtsTokenCount`` and
+``totalTokenCount`` from that chunk on, and takes its share of ``maxOutputTokens``. A cited answer (``[[cite]]``)
 is one grounded in a search: its last chunk carries the ``groundingMetadata`` (the sources as
 ``groundingChunks``, each cited span as a ``groundingSupports`` segment of UTF-8 byte offsets into this
 response's text, the search queries and entry point) and a ``citationMetadata`` naming the first
@@ -87,6 +90,27 @@ def signs_every_call(model: str) -> bool:
     return model.startswith("gemini-3")
 
 
+def thinks_unasked(model: str, thinking_config: Mapping[str, Any]) -> bool:
+    """True when ``model`` thinks though the request does not ask to see its thoughts: Gemini 3,
+    2.5 Pro and 2.5 Flash think by default, 2.5 Flash-Lite only when given a ``thinkingBudget``;
+    a budget of 0 turns thinking off where a model allows it (not on Gemini 3 or 2.5 Pro)."""
+    budget = thinking_config.get("thinkingBudget")
+    if model.startswith("gemini-3") or model.startswith("gemini-2.5-pro"):
+        return True
+    if model.startswith("gemini-2.5-flash-lite"):
+        return isinstance(budget, int) and budget != 0
+    return model.startswith("gemini-2.5") and budget != 0
+
+
+def _shown_thinking(plan: Plan) -> PlannedBlock | None:
+    return next((b for b in plan.blocks if b.kind is BlockKind.THINKING and not b.hidden), None)
+
+
+def _hidden_thoughts(plan: Plan) -> int:
+    """The tokens of the thinking the answer bills but does not send."""
+    return sum(1 for b in plan.blocks if b.kind is BlockKind.THINKING and b.hidden for p in b.pieces if p)
+
+
 def _signature(plan: Plan, ctx: ResponseContext, thinking: PlannedBlock | None) -> str | None:
     """The signature of the answer's thinking: of its thought text when it was shown, of the
     hidden thinking a Gemini 3 model's function call rests on otherwise."""
@@ -117,11 +141,11 @@ def response_id(ctx: ResponseContext) -> str:
 class _Writer:
     """Chunks with the cumulative usage every chunk carries."""
 
-    def __init__(self, ctx: ResponseContext, thinking: bool) -> None:
+    def __init__(self, ctx: ResponseContext, plan: Plan) -> None:
         self.ctx = ctx
-        self.thinking = thinking
+        self.thinking = any(b.kind is BlockKind.THINKING for b in plan.blocks)
         self.output = 0
-        self.thoughts = 0
+        self.thoughts = _hidden_thoughts(plan)  # thought before the first chunk, counted on every one
 
     def usage(self) -> dict[str, Any]:
         usage: dict[str, Any] = {"promptTokenCount": self.ctx.input_tokens}
@@ -195,8 +219,8 @@ def _groups(pieces: tuple[str, ...]) -> list[tuple[str, ...]]:
 
 def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
     """Every chunk of the answer; the last one carries the finish reason."""
-    thinking = next((b for b in plan.blocks if b.kind is BlockKind.THINKING), None)
-    writer = _Writer(ctx, thinking is not None)
+    thinking = _shown_thinking(plan)
+    writer = _Writer(ctx, plan)
     if plan.stop_reason == "refusal":
         candidate = {"finishReason": "SAFETY", "index": 0, "safetyRatings": _SAFETY_RATINGS}
         return [writer.chunk(candidate)]
@@ -205,6 +229,8 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
     # (parts, tokens, text, is the call chunk) per chunk, then the finish reason goes on the last
     pending: list[tuple[list[dict[str, Any]], int, str, str]] = []  # parts, tokens, text, counter
     for block in plan.blocks:
+        if block.kind is BlockKind.THINKING and block.hidden:
+            continue
         if block.kind is BlockKind.THINKING:
             groups = _groups(block.pieces)
             for number, group in enumerate(groups):
@@ -233,7 +259,8 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
         more = {"finishMessage": "Model generated function call(s)."} if last and calls else {}
         if last:
             more.update(_grounded(plan))
-        events.append(writer.chunk(_content(parts, finish if last else None, **more), tokens=tokens, text=text))
+        billed = tokens + (_hidden_thoughts(plan) if number == 0 else 0)  # the hidden thinking, with the first
+        events.append(writer.chunk(_content(parts, finish if last else None, **more), tokens=billed, text=text))
     return events
 
 
@@ -247,12 +274,13 @@ def _call_part(call: PlannedBlock, signature: str | None) -> dict[str, Any]:
 def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
     """The ``generateContent`` (non-streaming) body: every part in one response."""
     parts: list[dict[str, Any]] = []
-    thinking = next((b for b in plan.blocks if b.kind is BlockKind.THINKING), None)
-    writer = _Writer(ctx, thinking is not None)
-    signature = _signature(plan, ctx, thinking)  # on the first call when there is one, as when streamed
+    writer = _Writer(ctx, plan)
+    signature = _signature(plan, ctx, _shown_thinking(plan))  # on the first call when there is one, as when streamed
     calls = any(b.kind is BlockKind.TOOL_USE for b in plan.blocks)
     for block in plan.blocks:
         count = sum(1 for p in block.pieces if p)
+        if block.kind is BlockKind.THINKING and block.hidden:
+            continue  # counted by the writer already
         if block.kind is BlockKind.THINKING:
             writer.thoughts += count
             part: dict[str, Any] = {"text": block.content, "thought": True}
