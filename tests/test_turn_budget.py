@@ -1,6 +1,7 @@
 """The turn's max_tokens budget at its edges: less left than the provider takes in a request,
-a native resume that falls back to a continuation with the budget spent, a whole restart, and
-a thinking turn whose prefix the provider counts. Real HTTP against the fake provider."""
+a native resume that falls back to a continuation with the budget spent, a whole restart, a
+thinking turn whose prefix the provider counts, and Gemini's thinking that is billed but not
+shown. Real HTTP against the fake provider."""
 
 from __future__ import annotations
 
@@ -293,3 +294,36 @@ async def test_a_resumed_answer_is_not_counted_twice(fake_server):
     result = await run_agent(context(CollectingSink()), request, resume=True)
     assert result.status == "completed", result.error
     assert result.new_messages == reference.result.new_messages
+
+
+def _text(outcome) -> str:
+    return "".join(b["text"] for b in outcome.assistant[0]["content"] if b["type"] == "text")
+
+
+# Gemini 3 thinks whether or not the request asks to see it, and bills that thinking as output,
+# within maxOutputTokens: a stream without thought parts still reports it in every chunk's
+# thoughtsTokenCount. A break mid-answer must count it against the turn's max_tokens, with the
+# text, and the continuation (which thinks again) ask for what is left of it.
+@pytest.mark.parametrize("cut", ["cut:events=4", "cut:events=6,mid"])
+@pytest.mark.parametrize("max_tokens", [4096, 80], ids=["roomy", "at-the-limit"])
+async def test_a_gemini_break_counts_the_thinking_it_did_not_show_against_max_tokens(fake_server, cut, max_tokens):
+    kw = {"wire": "gemini", "model": "gemini-3-pro-preview", "max_tokens": max_tokens}
+    reference = await run(fake_server, STORY, **kw)
+    out = await run(fake_server, STORY, faults=[cut], **kw)
+    assert out.status == "completed", out.result.error
+    assert [a.kind for a in out.sink.attempts] == ["initial", "continuation"]
+    assert not any(b["type"] == "thinking" for b in out.assistant[0]["content"])  # none was shown
+    broken, continued = out.log
+    first = out.sink.attempts[0].usage
+    assert first.reasoning_tokens  # the thinking the stream reported but did not show
+    assert first.output_tokens == broken.billed_output_tokens  # it and the text: all that was billed
+    assert all(a.usage.reasoning_tokens for a in out.sink.attempts)  # each attempt thought, and records it
+    asked = [a.request["json"]["generationConfig"]["maxOutputTokens"] for a in out.sink.attempts]
+    assert asked == [max_tokens, max_tokens - broken.billed_output_tokens]
+    assert broken.billed_output_tokens + continued.billed_output_tokens <= max_tokens
+    if max_tokens == 4096:
+        assert _text(out) == _text(reference)
+    else:  # the continuation's own thinking takes its share: the turn ends at its limit, a bit shorter
+        assert out.sink.attempts[-1].stop_reason == "max_tokens"
+        assert broken.billed_output_tokens + continued.billed_output_tokens == max_tokens
+        assert _text(reference).startswith(_text(out))
