@@ -37,7 +37,7 @@ from streamrecover.providers.registry import ADAPTERS, get_adapter, register_ada
 
 from .harness import with_config
 from .scripted import chat_chunk, chat_usage, run_scripted, sse
-from .streams import cut_points, load_text, sse_events
+from .streams import cut_points, load_recorded, load_text, sse_events
 
 CHAT_FIXTURES = ["openai_chat_tool.sse", "openai_chat_refusal.sse"]
 
@@ -856,3 +856,46 @@ def test_a_proxied_request_keeps_the_name_its_client_gave_the_limit(field):
     body = ADAPTER.build_request(request).json
     assert body[field] == 500
     assert ({"max_tokens", "max_completion_tokens"} - {field}).isdisjoint(body)
+
+
+@pytest.mark.parametrize(
+    ("recording", "kind"), [("openai_text_logprobs.sse", "content"), ("openai_refusal_logprobs.sse", "refusal")]
+)
+def test_each_text_delta_carries_its_chunks_logprobs_from_the_real_stream(recording: str, kind: str) -> None:
+    """Streams recorded from the API with ``logprobs: true``: a text's tokens under ``content``, a
+    refusal's under ``refusal``; each delta carries its own chunk's entries, as the API wrote them."""
+    raw = load_recorded(recording).decode()
+    sent = [
+        (choice["delta"].get(kind), choice["logprobs"][kind])
+        for event in sse_events(raw)
+        if event.data.startswith("{")
+        for choice in json.loads(event.data)["choices"]
+        if choice["delta"].get(kind)
+    ]
+    deltas = [(e.text, list(e.logprobs)) for e in parse(sse_events(raw)) if isinstance(e, TextDelta)]
+    assert deltas == sent
+    assert all(len(entries) == 1 and entries[0]["token"] == text for text, entries in deltas)
+    assert [list(entry) for _, entries in deltas for entry in entries] == [
+        ["token", "logprob", "bytes", "top_logprobs"]
+    ] * len(deltas)  # the API's field order
+
+
+def test_logprobs_of_the_wrong_shape_are_left_out_and_the_text_goes_on() -> None:
+    good = {"token": "Hi", "logprob": -0.5, "bytes": [72, 105], "top_logprobs": []}
+    bad = {"token": " there", "logprob": "-0.5", "bytes": [32], "top_logprobs": []}  # a string for a number
+    events = parse([_scored_chunk("Hi", [good]), _scored_chunk(" there", [good, bad])])
+    deltas = [(e.text, list(e.logprobs)) for e in events if isinstance(e, TextDelta)]
+    assert deltas == [("Hi", [good]), (" there", [])]  # never half of a chunk's entries
+
+
+def test_entries_of_a_chunk_without_text_go_with_the_text_that_follows() -> None:
+    first = {"token": "\\xe6\\x97", "logprob": -0.1, "bytes": [230, 151], "top_logprobs": []}
+    second = {"token": "\\xa5", "logprob": -0.2, "bytes": [165], "top_logprobs": []}
+    events = parse([_scored_chunk("", [first]), _scored_chunk("日", [second])])
+    assert [(e.text, list(e.logprobs)) for e in events if isinstance(e, TextDelta)] == [("日", [first, second])]
+
+
+def _scored_chunk(text: str, entries: list[dict[str, Any]]) -> SSEEvent:
+    choice = {"index": 0, "delta": {"content": text}, "logprobs": {"content": entries, "refusal": None}}
+    data = {"id": "chatcmpl-1", "model": "gpt-4o", "choices": [{**choice, "finish_reason": None}]}
+    return SSEEvent("message", json.dumps(data))

@@ -276,3 +276,55 @@ def test_openai_chat_streams_have_no_empty_choices_chunk_first(server: FakeProvi
     )
     first = json.loads(_payloads(response.content)[0][1])
     assert first["choices"][0]["delta"]["role"] == "assistant"
+
+
+def _logprobs_shape(value: Any) -> Any:
+    """Keys in order all the way down (a list by its first item), leaves by type: a chunk's logprobs."""
+    if isinstance(value, dict):
+        return [(name, _logprobs_shape(item)) for name, item in value.items()]
+    if isinstance(value, list):
+        return [_logprobs_shape(value[0])] if value else []
+    return type(value).__name__
+
+
+@pytest.mark.parametrize(
+    ("recording", "prompt"),
+    [("openai_text_logprobs.sse", "Hi [[words=4]]"), ("openai_refusal_logprobs.sse", "Hi [[refuse]]")],
+)
+def test_openai_logprobs_have_the_shape_of_a_recording_when_asked_and_are_null_when_not(
+    server: FakeProviderServer, recording: str, prompt: str
+) -> None:
+    """Asked for, each chunk's ``logprobs`` is shaped as the API's (the opening chunk's empty list,
+    one entry per text chunk: a text's under ``content``, a refusal's under ``refusal``, the finish
+    chunk's null); the same values for the same request; not asked for, null on every chunk."""
+    real = [c["choices"][0]["logprobs"] for c in _chunks(RECORDINGS.file(recording).read_bytes()) if c["choices"]]
+    body = {"model": "gpt-4o", "stream": True, "logprobs": True, "messages": [{"role": "user", "content": prompt}]}
+
+    def logprobs(request: dict[str, Any]) -> list[Any]:
+        response = HTTP.post(server.base_url + "/v1/chat/completions", json=request, headers=OPENAI_HEADERS)
+        return [c["choices"][0]["logprobs"] for c in _chunks(response.content) if c["choices"]]
+
+    fake = logprobs(body)
+    assert [_logprobs_shape(p) for p in fake] == [_logprobs_shape(real[0])] + [_logprobs_shape(real[1])] * (
+        len(fake) - 2
+    ) + [_logprobs_shape(real[-1])]
+    assert logprobs(body) == fake  # deterministic
+    assert set(map(str, logprobs({**body, "logprobs": False}))) == {"None"}
+
+
+def test_openai_top_logprobs_need_logprobs_as_the_api_reference_says(server: FakeProviderServer) -> None:
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "Hi"}], "top_logprobs": 3}
+    refused = HTTP.post(server.base_url + "/v1/chat/completions", json=body, headers=OPENAI_HEADERS)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "top_logprobs"
+    answered = HTTP.post(
+        server.base_url + "/v1/chat/completions", json={**body, "logprobs": True}, headers=OPENAI_HEADERS
+    )
+    entries = [
+        e
+        for c in _chunks(answered.content)
+        if c["choices"]
+        for e in (c["choices"][0]["logprobs"] or {}).get("content") or ()
+    ]
+    assert entries
+    assert all(len(e["top_logprobs"]) == 3 and e["top_logprobs"][0]["token"] == e["token"] for e in entries)

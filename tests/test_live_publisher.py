@@ -85,6 +85,21 @@ async def test_deltas_in_quick_succession_become_fewer_frames_with_identical_tex
     assert await pub.buffer.frames_after(pub.run_id, 0) == frames
 
 
+async def test_token_logprobs_of_a_text_delta_never_reach_browsers_nor_the_buffer() -> None:
+    """They are for the healing endpoint's Chat stream: a coalesced frame would carry only its first
+    delta's, and nothing in the browser protocol reads them."""
+    layer = CapturingLayer()
+    pub = publisher(InMemoryFrameBuffer(), layer, coalesce_s=0.05)
+    for seq, piece in enumerate(PIECES, start=1):
+        entry = {"token": piece, "logprob": -0.5, "bytes": list(piece.encode()), "top_logprobs": []}
+        await pub.on_frame({**text_frame(pub.run_id, seq, piece), "logprobs": [entry]})
+    await pub.aclose()
+    frames = layer.frames()
+    assert "".join(f["text"] for f in frames) == "".join(PIECES)
+    assert all("logprobs" not in f for f in frames)
+    assert await pub.buffer.frames_after(pub.run_id, 0) == frames
+
+
 async def test_the_coalescing_window_is_time_based_and_a_timer_flushes_a_lone_delta() -> None:
     layer = CapturingLayer()
     pub = publisher(InMemoryFrameBuffer(), layer, coalesce_s=0.04)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +80,33 @@ class BlockStart:
     data: dict[str, Any] | None = None
 
 
+class TopLogprob(TypedDict):
+    """One of the most likely tokens at a position (OpenAI Chat's ``top_logprobs`` item), in the
+    API's field order. ``bytes`` is the token's UTF-8 bytes (None where it has none)."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TypedDict):
+    """One sampled token's log probability (an item of OpenAI Chat's ``logprobs.content`` or
+    ``logprobs.refusal``), in the API's field order: plain JSON, so frames carry it as it is."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
 @dataclass(frozen=True, slots=True)
 class TextDelta:
+    """A piece of a text block. ``logprobs``: the provider's entries for the tokens of this piece
+    (OpenAI Chat when asked for them), in order; empty where it sent none."""
+
     index: int
     text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
+from .events import TokenLogprob
 from .utf8text import Utf8Attr, Utf8Slots
 
 
@@ -69,9 +70,14 @@ class _Header(TypedDict):
 
 
 class TextDeltaFrame(_Header):
+    """``logprobs``: the provider's entries for the tokens of ``text`` (OpenAI Chat, when the
+    request asked), each one's token exactly the text at its place. For the healing endpoint:
+    the live publisher leaves them out of what browsers get."""
+
     type: Literal["text_delta"]
     block: int
     text: str
+    logprobs: NotRequired[list[TokenLogprob]]
 
 
 class ThinkingDeltaFrame(_Header):

@@ -39,12 +39,14 @@ from .events import (
     StreamEvent,
     TextDelta,
     ThinkingDelta,
+    TokenLogprob,
     ToolArgsDelta,
     Usage,
     UsageUpdate,
 )
 from .join import ContinuationJoiner, JoinResult
 from .protocol import FrameKind
+from .seamlogprobs import SeamLogprobs
 from .sink import AttemptRecord
 
 
@@ -224,6 +226,7 @@ class Translator:
         self.output_deltas = 0
         self.max_deltas: int | None = None
         self.spans = _ContinuedSpans()
+        self.seam_logprobs = SeamLogprobs()
 
     def received_tokens(self, text_delta_is_token: bool) -> int:
         """An upper bound on the output tokens received in this response: its bytes, or,
@@ -257,6 +260,7 @@ class Translator:
         self.max_deltas = max_tokens
         kept = prefix[-1].text if prefix and self.mapper.merge_index is not None and joiner is not None else None
         self.spans = _ContinuedSpans(len(kept) if kept is not None else None)
+        self.seam_logprobs = SeamLogprobs()
 
     def _count_output(self, text: str) -> None:
         """One more output delta; past the budget the stream is broken off before it is applied."""
@@ -275,7 +279,7 @@ class Translator:
         frame = self.ctx.frame
         mapper, joiner = self.mapper, self.joiner
         match event:
-            case TextDelta(text=text):
+            case TextDelta(text=text, logprobs=logprobs):
                 self._count_output(text)
                 size = len(text.encode())
                 self.received_bytes += size
@@ -284,11 +288,12 @@ class Translator:
                 target = self._target(event, TEXT, _TEXT)
                 if joiner is not None and target == mapper.joined_index:
                     self.spans.raw.append(text)
+                    self.seam_logprobs.fed(text, logprobs)
                     await self._joined(target, joiner.feed(text))
                     await self._settle_spans(target)
                     return
                 self.acc.apply(TextDelta(target, text))
-                await frame(FrameKind.TEXT_DELTA, block=target, text=text)
+                await self._text_frame(target, text, logprobs)
                 await self.on_progress(len(text))
             case ToolArgsDelta(partial_json=part):
                 self._count_output(part)
@@ -425,11 +430,19 @@ class Translator:
             for kept in self.acc.blocks:
                 await replay_block(self.ctx, kept)
             await self.on_progress(len(replacement))
+        logprobs = self.seam_logprobs.released(text, decided=self.joiner.decided)
         if text:
             self.spans.released += len(text)
             self.acc.apply(TextDelta(target, text))
-            await self.ctx.frame(FrameKind.TEXT_DELTA, block=target, text=text)
+            await self._text_frame(target, text, logprobs)
             await self.on_progress(len(text))
+
+    async def _text_frame(self, target: int, text: str, logprobs: tuple[TokenLogprob, ...]) -> None:
+        """A text delta for the client, with its tokens' logprobs where the provider sent some."""
+        if logprobs:
+            await self.ctx.frame(FrameKind.TEXT_DELTA, block=target, text=text, logprobs=list(logprobs))
+        else:
+            await self.ctx.frame(FrameKind.TEXT_DELTA, block=target, text=text)
 
     async def _settle_spans(self, target: int) -> None:
         """Move the continued block's span citations onto its text, once the joiner decided the

@@ -153,8 +153,12 @@ class Publisher(BaseSink):
     # ---- RunSink ------------------------------------------------------------------------
 
     async def on_frame(self, frame: Frame) -> None:
-        # The publisher relays frames without looking into their kinds' shapes.
-        ready = self._take(cast("dict[str, Any]", frame))
+        # The publisher relays frames without looking into their kinds' shapes, but for a text
+        # delta's token logprobs: they are for the healing endpoint, not for browsers (nor the buffer).
+        relayed = cast("dict[str, Any]", frame)
+        if "logprobs" in relayed:
+            relayed = {name: value for name, value in relayed.items() if name != "logprobs"}
+        ready = self._take(relayed)
         if ready:
             await self._deliver(ready)
 

@@ -28,7 +28,9 @@ from ..engine.events import (
     StreamEvent,
     TextDelta,
     ThinkingDelta,
+    TokenLogprob,
     ToolArgsDelta,
+    TopLogprob,
     Usage,
     UsageUpdate,
 )
@@ -130,7 +132,16 @@ class OpenAIChatStreamParser:
     upstream fails writes one), not a complete answer.
     """
 
-    __slots__ = ("_finished", "_open_tools", "_pairs", "_reasoning_open", "_refused", "_started", "_text_open")
+    __slots__ = (
+        "_finished",
+        "_open_tools",
+        "_pairs",
+        "_reasoning_open",
+        "_refused",
+        "_started",
+        "_text_open",
+        "_unplaced_logprobs",
+    )
 
     def __init__(self) -> None:
         self._pairs = SplitPairs()
@@ -140,6 +151,8 @@ class OpenAIChatStreamParser:
         self._refused = False
         self._started = False
         self._finished = False  # choice 0's finish_reason arrived
+        # entries of a chunk that carried no text: they go with the text that follows
+        self._unplaced_logprobs: list[TokenLogprob] = []
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         data = event.data
@@ -169,7 +182,7 @@ class OpenAIChatStreamParser:
                 continue
             delta = choice.get("delta")
             if delta:
-                self._delta(delta, out)
+                self._delta(delta, choice.get("logprobs"), out)
             finish = choice.get("finish_reason")
             if finish is not None:
                 self._finish(finish, out)
@@ -178,7 +191,7 @@ class OpenAIChatStreamParser:
             out.append(UsageUpdate(_usage(usage)))
         return out
 
-    def _delta(self, delta: dict[str, Any], out: list[StreamEvent]) -> None:
+    def _delta(self, delta: dict[str, Any], logprobs: Any, out: list[StreamEvent]) -> None:
         reasoning = delta.get("reasoning_content")
         if reasoning:
             if type(reasoning) is not str:
@@ -190,9 +203,11 @@ class OpenAIChatStreamParser:
         elif self._reasoning_open and (delta.get("content") or delta.get("tool_calls") or delta.get("refusal")):
             self._close_reasoning(out)
         content = delta.get("content")
+        self._unplaced_logprobs.extend(token_logprobs(logprobs, "content"))
         if content:
             self._text(content, out)
         refusal = delta.get("refusal")
+        self._unplaced_logprobs.extend(token_logprobs(logprobs, "refusal"))
         if refusal:
             if not self._refused:
                 # A refusal is known from its first delta: the answer is one, wherever the
@@ -218,7 +233,8 @@ class OpenAIChatStreamParser:
         if not self._text_open:
             self._text_open = True
             out.append(BlockStart(TEXT_INDEX, "text"))
-        out.append(TextDelta(TEXT_INDEX, text))
+        logprobs, self._unplaced_logprobs = tuple(self._unplaced_logprobs), []
+        out.append(TextDelta(TEXT_INDEX, text, logprobs))
 
     def _tool(self, index: int, call_id: str | None, function: dict[str, Any], out: list[StreamEvent]) -> None:
         block = self._open_tools.get(index)
@@ -252,6 +268,42 @@ class OpenAIChatStreamParser:
         self._open_tools.clear()
         reason = "refusal" if self._refused else FINISH_REASONS.get(finish, finish)
         out.append(StopReason(reason, finish))
+
+
+def token_logprobs(logprobs: Any, kind: str) -> list[TokenLogprob]:
+    """A chunk's ``logprobs.content`` or ``logprobs.refusal`` entries, rebuilt in the API's field
+    order. They describe the answer, they are not part of it: a list of the wrong shape is left
+    out whole (never half of it), and the stream goes on."""
+    entries = logprobs.get(kind) if isinstance(logprobs, dict) else None
+    if not isinstance(entries, list):
+        return []
+    out: list[TokenLogprob] = []
+    for entry in entries:
+        token = _top_logprob(entry)
+        tops = (entry.get("top_logprobs") or []) if token is not None else None
+        alternatives = [_top_logprob(t) for t in tops] if isinstance(tops, list) else [None]
+        if token is None or any(t is None for t in alternatives):
+            return []
+        out.append(
+            TokenLogprob(
+                token=token["token"],
+                logprob=token["logprob"],
+                bytes=token["bytes"],
+                top_logprobs=[t for t in alternatives if t is not None],
+            )
+        )
+    return out
+
+
+def _top_logprob(entry: Any) -> TopLogprob | None:
+    """``{"token", "logprob", "bytes"}`` checked, or None where a field has the wrong type."""
+    if not isinstance(entry, dict):
+        return None
+    token, logprob, raw = entry.get("token"), entry.get("logprob"), entry.get("bytes")
+    byte_list = raw is None or (isinstance(raw, list) and all(type(b) is int and 0 <= b < 256 for b in raw))
+    if type(token) is not str or not isinstance(logprob, int | float) or isinstance(logprob, bool) or not byte_list:
+        return None
+    return TopLogprob(token=token, logprob=logprob, bytes=None if raw is None else list(raw))
 
 
 def _error_event(error: Any) -> ProviderErrorEvent:

@@ -61,6 +61,7 @@ class ProxyRequest:
     thinking_budget: int | None = None
     structured: bool = False
     include_usage: bool = False  # OpenAI: the client asked for the usage chunk
+    logprobs: bool = False  # OpenAI Chat: the client asked for its tokens' logprobs (passed on in ``extra``)
     max_tokens_given: bool = True  # False: an OpenAI request without one (the default applies)
     max_tokens_field: str | None = None  # OpenAI Chat: the name the client gave it under, the provider's too
     extra: dict[str, Any] = field(default_factory=dict)
@@ -345,6 +346,7 @@ def _openai(body: dict[str, Any], model: str, messages: list[Any], default_max_t
         temperature=_temperature(body),
         structured=structured,
         include_usage=include_usage,
+        logprobs=body.get("logprobs") is True,
         max_tokens_given=raw_max is not None,
         max_tokens_field=field if raw_max is not None else None,
         extra=_extra(body, "temperature", "n"),

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.citespan import makes_cited_span
+from ..engine.events import TokenLogprob
 from ..engine.protocol import FrameKind
 from ..engine.utf8text import Utf8Attr, Utf8Slots
 from ..providers.openai_responses import WEB_SEARCH_CALL
@@ -49,8 +50,11 @@ class OpenText:
 
 @dataclass(frozen=True, slots=True)
 class TextPiece:
+    """Text of the open block, with the logprobs of its tokens that the engine passed on."""
+
     index: int
     text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,7 @@ class _Held(Utf8Slots):
     kind: str
     text: str = ""  # thinking's (a text block's goes out as it arrives: only ``unsent`` is kept)
     unsent: list[str] = field(default_factory=list)  # a text block's deltas not yet released
+    unsent_logprobs: list[TokenLogprob] = field(default_factory=list)  # their tokens' logprobs
     has_text: bool = False  # a text block received some text
     id: str | None = None
     name: str | None = None
@@ -132,6 +137,7 @@ class Splicer:
             piece = frame.get("text", "")
             if piece:
                 held.unsent.append(piece)
+                held.unsent_logprobs.extend(frame.get("logprobs") or ())
                 held.has_text = True
         elif kind == FrameKind.THINKING_DELTA:
             self._at(index, THINKING)._text.append(frame.get("thinking", ""))
@@ -208,8 +214,9 @@ class Splicer:
                         ops.extend(self._close())
                         held.down = self.open_index = self._next()
                         ops.append(OpenText(held.down, cited=makes_cited_span(held.citations)))
-                    ops.append(TextPiece(held.down, "".join(held.unsent)))
+                    ops.append(TextPiece(held.down, "".join(held.unsent), tuple(held.unsent_logprobs)))
                     held.unsent.clear()
+                    held.unsent_logprobs.clear()
                     held.released = self.released_any = True
                 if held.down is not None and held.down == self.open_index and len(held.citations) > held.cited_sent:
                     ops.extend(Citation(held.down, c) for c in held.citations[held.cited_sent :])

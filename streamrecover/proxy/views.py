@@ -132,7 +132,7 @@ async def _serve(request: HttpRequest, format: Format, gemini: tuple[str, bool] 
     if format == ANTHROPIC:
         writer = AnthropicWriter(f"msg_{run.pk.hex}", parsed.model)
     elif format == OPENAI:
-        writer = OpenAIWriter(f"chatcmpl-{run.pk.hex}", parsed.model, parsed.include_usage)
+        writer = OpenAIWriter(f"chatcmpl-{run.pk.hex}", parsed.model, parsed.include_usage, parsed.logprobs)
     elif format == GEMINI:
         writer = GeminiWriter(run.pk.hex, parsed.model)
     else:

@@ -13,8 +13,9 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
+from ..engine.events import TokenLogprob
 from ..providers.openai_responses import ANNOTATION_TYPES, WEB_SEARCH_CALL
 from .splice import Citation, CloseBlock, Op, OpenText, TextPiece, WholeBlock
 
@@ -199,37 +200,52 @@ def thinking_text(content: dict[str, Any]) -> str:
     return ""
 
 
+class ChoiceLogprobs(TypedDict):
+    """A Chat chunk's ``choices[0].logprobs`` when the client asked for them, in the API's field order."""
+
+    content: list[TokenLogprob]
+    refusal: None
+
+
 class OpenAIWriter:
     """Chat Completions: chunks of one id, tool calls whole, one ``finish_reason``, the usage chunk
-    when the client asked for it, ``[DONE]``."""
+    when the client asked for it, ``[DONE]``. A client that asked for ``logprobs`` gets, as the API
+    sends them, a ``logprobs`` object on the first chunk and on each text chunk, with the entries
+    the engine passed on for that text (a refusal's text is written as ``content``: so are its entries)."""
 
-    def __init__(self, completion_id: str, model: str, include_usage: bool) -> None:
+    def __init__(self, completion_id: str, model: str, include_usage: bool, logprobs: bool = False) -> None:
         self.completion_id = completion_id
         self.model = model
         self.include_usage = include_usage
+        self.logprobs = logprobs
         self.created = int(time.time())
         self.tool_calls = 0
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+    def _chunk(
+        self, delta: dict[str, Any], finish_reason: str | None = None, logprobs: ChoiceLogprobs | None = None
+    ) -> bytes:
         chunk: dict[str, Any] = {
             "id": self.completion_id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
         }
         if self.include_usage:
             chunk["usage"] = None
         return _data(chunk)
 
+    def _text_logprobs(self, entries: Sequence[TokenLogprob]) -> ChoiceLogprobs | None:
+        return ChoiceLogprobs(content=list(entries), refusal=None) if self.logprobs else None
+
     def start(self, usage: TurnUsage) -> bytes:
-        return self._chunk({"role": "assistant", "content": "", "refusal": None})
+        return self._chunk({"role": "assistant", "content": "", "refusal": None}, logprobs=self._text_logprobs(()))
 
     def ops(self, ops: Iterable[Op], usage: TurnUsage) -> bytes:
         out: list[bytes] = []
         for op in ops:
             if isinstance(op, TextPiece):
-                out.append(self._chunk({"content": op.text}))
+                out.append(self._chunk({"content": op.text}, logprobs=self._text_logprobs(op.logprobs)))
             elif isinstance(op, WholeBlock) and op.content.get("type") == "tool_use":
                 call = {
                     "index": self.tool_calls,

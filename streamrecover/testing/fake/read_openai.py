@@ -47,6 +47,7 @@ def interpret(body: Any) -> Interpretation:
         )
     turns = [t for i, m in enumerate(messages) if (t := _turn(i, m)) is not None]
     _check_tool_pairing(messages)
+    _check_logprobs(body)
     reasoner = "reasoner" in model
     if reasoner and any(isinstance(m, Mapping) and "reasoning_content" in m for m in messages):
         raise RequestRejected(
@@ -88,6 +89,26 @@ def _continues_final_message(body: Mapping[str, Any], model: str) -> bool:
     if body.get("add_generation_prompt", True) is not False:
         raise RequestRejected("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
     return True
+
+
+def _check_logprobs(body: Mapping[str, Any]) -> None:
+    """``top_logprobs`` is an integer from 0 to 20, and only with ``logprobs: true`` (the API
+    reference: "logprobs must be set to true if this parameter is used")."""
+    top = body.get("top_logprobs")
+    if top is None:
+        return
+    if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20:
+        raise RequestRejected(
+            f"Invalid 'top_logprobs': expected an integer from 0 to 20, but got {top} instead.",
+            param="top_logprobs",
+            code="invalid_value",
+        )
+    if body.get("logprobs") is not True:
+        raise RequestRejected(
+            "Invalid value for 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.",
+            param="top_logprobs",
+            code="invalid_value",
+        )
 
 
 def _max_tokens(body: Mapping[str, Any], model: str) -> int | None:

@@ -9,12 +9,14 @@ tool calls by ``index`` with id and name only on their first fragment, an empty-
 As the 2025-26 recordings do, every chunk carries ``service_tier`` and a random-length
 ``obfuscation`` string (unless the request sets ``stream_options.include_obfuscation``
 false), and with ``include_usage`` every chunk before the usage chunk has ``"usage":null``.
+With ``logprobs: true`` the first chunk and each text chunk carry ``logprobs`` as the recordings
+do (deterministic values, ``top_logprobs`` as many as asked); without it, ``null``.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .model import BlockKind, Plan, PlannedBlock, stable_token
@@ -66,9 +68,17 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
         "system_fingerprint": _fingerprint(ctx),
     }
     tail = _Tail(ctx)
+    logprobs = _Logprobs.asked(ctx)
 
-    def chunk(delta: Mapping[str, Any], finish: str | None = None, *, tokens: int = 0, text: str = "") -> WireEvent:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    def chunk(
+        delta: Mapping[str, Any],
+        finish: str | None = None,
+        *,
+        tokens: int = 0,
+        text: str = "",
+        scored: dict[str, Any] | None = None,
+    ) -> WireEvent:
+        choice = {"index": 0, "delta": delta, "logprobs": scored, "finish_reason": finish}
         usage = {"usage": None} if ctx.include_usage else {}
         return sse(compact({**head, "choices": [choice], **usage, **tail.next()}), tokens=tokens, text=text)
 
@@ -82,17 +92,20 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
             chunk({"content": None, "reasoning_content": p}, tokens=1) for b in reasoning for p in b.pieces if p
         )
     if plan.stop_reason == "refusal":
-        events.append(chunk({"role": "assistant", "content": None, "refusal": ""}))
-        events.extend(chunk({"refusal": p}, tokens=1, text=p) for b in blocks for p in b.pieces)
+        events.append(chunk({"role": "assistant", "content": None, "refusal": ""}, scored=logprobs.of("refusal")))
+        pieces = [p for b in blocks for p in b.pieces]
+        events.extend(chunk({"refusal": p}, tokens=1, text=p, scored=logprobs.of("refusal", [p])) for p in pieces)
     else:
         if blocks and blocks[0].kind is BlockKind.TOOL_USE:
             first = {"role": "assistant", "content": None, "tool_calls": [_call_start(0, calls[0])], "refusal": None}
             events.append(chunk(first))
         else:
-            events.append(chunk({"role": "assistant", "content": "", "refusal": None}))
+            events.append(chunk({"role": "assistant", "content": "", "refusal": None}, scored=logprobs.of("content")))
         for block in blocks:
             if block.kind is BlockKind.TEXT:
-                events.extend(chunk({"content": p}, tokens=1, text=p) for p in block.pieces)
+                events.extend(
+                    chunk({"content": p}, tokens=1, text=p, scored=logprobs.of("content", [p])) for p in block.pieces
+                )
                 continue
             index = calls.index(block)
             if index or blocks[0].kind is not BlockKind.TOOL_USE:
@@ -105,6 +118,47 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
         events.append(sse(compact({**head, "choices": [], "usage": usage, **tail.next()})))
     events.append(DONE)
     return events
+
+
+# Tokens the fake offers as the likelier alternatives to the one it wrote (``top_logprobs``).
+_ALTERNATIVES = (" the", ",", " and", ".", " of", " a", " to", " in", "\n", " is", " it", " that")
+
+
+class _Logprobs:
+    """``choices[0].logprobs`` as the API sends it when the request set ``logprobs: true``: on the
+    first chunk and on each text chunk, ``{"content": [...], "refusal": null}`` (a refusal's under
+    ``refusal``, ``content`` null), one entry per text chunk (each is one token), its
+    ``top_logprobs`` as many as asked; None otherwise. Values are derived from the request and the
+    token's position, so the same request always gets the same ones."""
+
+    def __init__(self, seed: str, top: int | None) -> None:
+        self.seed = seed
+        self.top = top  # None: not asked for
+        self.position = 0
+
+    @classmethod
+    def asked(cls, ctx: ResponseContext) -> _Logprobs:
+        top = ctx.options.get("top_logprobs")
+        on = ctx.options.get("logprobs") is True
+        return cls(ctx.seed, (top if isinstance(top, int) else 0) if on else None)
+
+    def of(self, kind: str, tokens: Sequence[str] = ()) -> dict[str, Any] | None:
+        """The object for a chunk (or a whole answer) of ``kind`` (content or refusal) with ``tokens``."""
+        if self.top is None:
+            return None
+        entries = [self._entry(token, self.top) for token in tokens]
+        return {"content": None, "refusal": entries} if kind == "refusal" else {"content": entries, "refusal": None}
+
+    def _entry(self, token: str, top_count: int) -> dict[str, Any]:
+        self.position += 1
+        chosen = -(1 + zlib.crc32(f"{self.seed}\x00logprob\x00{self.position}".encode()) % 300_000) / 100_000
+        alternatives = [t for t in _ALTERNATIVES if t != token][: max(0, top_count - 1)]
+        top = [{"token": token, "logprob": chosen, "bytes": list(token.encode())}] if top_count else []
+        top.extend(
+            {"token": t, "logprob": round(chosen - 1.5 * (k + 1), 5), "bytes": list(t.encode())}
+            for k, t in enumerate(alternatives)
+        )
+        return {"token": token, "logprob": chosen, "bytes": list(token.encode()), "top_logprobs": top}
 
 
 class _Tail:
@@ -141,13 +195,15 @@ def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
         message["tool_calls"] = [
             {"id": b.call_id, "type": "function", "function": {"name": b.name, "arguments": b.content}} for b in calls
         ]
+    pieces = [p for b in blocks if b.kind is BlockKind.TEXT for p in b.pieces]
+    scored = _Logprobs.asked(ctx).of("refusal" if refused else "content", pieces)
     return {
         "id": completion_id(ctx),
         "object": "chat.completion",
         "created": _created(ctx),
         "model": ctx.model,
         "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": _FINISH.get(plan.stop_reason, "stop")}
+            {"index": 0, "message": message, "logprobs": scored, "finish_reason": _FINISH.get(plan.stop_reason, "stop")}
         ],
         "usage": _usage(ctx.input_tokens, plan),
         "system_fingerprint": _fingerprint(ctx),
