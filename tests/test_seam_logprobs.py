@@ -12,9 +12,12 @@ def entry(token: str) -> TokenLogprob:
     return TokenLogprob(token=token, logprob=-0.25, bytes=list(token.encode()), top_logprobs=[])
 
 
-def joined(kept: str, deltas: list[tuple[str, tuple[TokenLogprob, ...]]]) -> tuple[str, list[TokenLogprob]]:
-    """What a client is shown after ``kept`` (a continue-message seam), and the entries passed with it."""
-    joiner, seam = ContinuationJoiner(overlap_with=kept), SeamLogprobs()
+def joined(
+    kept: str, deltas: list[tuple[str, tuple[TokenLogprob, ...]]], joiner: ContinuationJoiner | None = None
+) -> tuple[str, list[TokenLogprob]]:
+    """What a client is shown after ``kept`` (a continue-message seam unless ``joiner`` says
+    otherwise), and the entries passed with it."""
+    joiner, seam = joiner or ContinuationJoiner(overlap_with=kept), SeamLogprobs()
     shown, passed = "", []
     for text, logprobs in deltas:
         seam.fed(text, logprobs)
@@ -48,3 +51,13 @@ def test_a_clean_seam_passes_every_entry() -> None:
     text, passed = joined("The river runs", [(" to", (entry(" to"),)), (" the", (entry(" the"),))])
     assert text == " to the"
     assert passed == [entry(" to"), entry(" the")]
+
+
+def test_a_token_whose_leading_space_a_prefill_had_shown_already_is_dropped() -> None:
+    """The prefill left the kept text's trailing space out; the continuation wrote it again in " And",
+    and the client is shown "And" only: no entry says " And" is there."""
+    text, passed = joined(
+        "The river ", [(" And", (entry(" And"),)), (" on", (entry(" on"),))], ContinuationJoiner(expect=" ")
+    )
+    assert text == "And on"
+    assert passed == [entry(" on")]
