@@ -102,45 +102,6 @@ async def test_an_answer_whose_stop_reason_arrived_is_not_continued(
         assert [name for name, _ in tools.calls] == ["get_weather"]
 
 
-# A server-tool turn the API paused (``pause_turn``): the answer ends here, handed back as it is
-# (the caller sends it again for the model to go on), whether or not its message_stop arrived.
-_PAUSED = (
-    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_01paused","type":"message",'
-    b'"role":"assistant","model":"claude-3-7-sonnet","content":[],"stop_reason":null,"stop_sequence":null,'
-    b'"usage":{"input_tokens":12,"output_tokens":1}}}\n\n'
-    b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
-    b'"content_block":{"type":"text","text":""}}\n\n'
-    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-    b'"delta":{"type":"text_delta","text":"Let me search for that."}}\n\n'
-    b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
-    b'event: content_block_start\ndata: {"type":"content_block_start","index":1,"content_block":'
-    b'{"type":"server_tool_use","id":"srvtoolu_01","name":"web_search","input":{}}}\n\n'
-    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":1,'
-    b'"delta":{"type":"input_json_delta","partial_json":"{\\"query\\": \\"tides\\"}"}}\n\n'
-    b'event: content_block_stop\ndata: {"type":"content_block_stop","index":1}\n\n'
-    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"pause_turn",'
-    b'"stop_sequence":null},"usage":{"output_tokens":30}}\n\n'
-    b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
-)
-PAUSED_ANSWER = [
-    {"type": "text", "text": "Let me search for that."},
-    {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search", "input": {"query": "tides"}},
-]
-
-
-@pytest.mark.parametrize("fault", [None, "cut:from_end=1", "eof:from_end=1"])
-async def test_a_paused_server_tool_turn_is_handed_back_as_is_and_never_continued(fake_server, fault):
-    out = await run(fake_server, STORY, recording=_PAUSED, faults=[fault] if fault else [])
-    assert_invariants(out)
-    assert out.result.messages[-1] == {"role": "assistant", "content": PAUSED_ANSWER}
-    assert len(out.log) == 1  # one paid request: the paused answer is not asked for again
-    assert out.events("llm_stream_continuation_started") == []
-    assert out.sink.attempts[0].stop_reason == "pause_turn"
-    if fault:
-        (interrupted,) = out.events("llm_stream_interrupted")
-        assert interrupted["answer_complete"] is True
-
-
 # ---- a tool call cut by max_tokens in an answer that ended ------------------------------------
 
 CUT_CALL = "What is the weather in Paris? [[tool=get_weather]] [[partial_tool_at_limit]]"

@@ -98,7 +98,7 @@ def anthropic_message(response: httpx.Response) -> dict[str, Any]:
             message["stop_reason"] = data["delta"]["stop_reason"]
             message["output_tokens"] = data["usage"]["output_tokens"]
     for block in blocks:
-        if block["type"] == "tool_use":
+        if block["type"] in ("tool_use", "server_tool_use"):
             block["input"] = json.loads(block["partial_json"])
         del block["partial_json"]
     message["content"] = blocks
@@ -652,3 +652,56 @@ def test_management_command_serves_and_prints_its_url() -> None:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+# -- a server-tool turn the API pauses --------------------------------------------------------
+
+WEB_SEARCH = [{"type": "web_search_20250305", "name": "web_search", "max_uses": 5}]
+SEARCH_PROMPT = user("What happened at sea? [[search]]")
+
+
+def _whole_answer(server: FakeProviderServer, *messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    body = anthropic_body(*messages, tools=WEB_SEARCH, stream=False, model="claude-opus-4-6", **extra)
+    response = post_anthropic(server, body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_paused_search_turn_goes_on_when_its_answer_is_sent_back_as_it_is(server: FakeProviderServer) -> None:
+    """``[[pause]]``: the API pauses right after the search call, before running it. The paused
+    answer sent back as the last assistant message (a model that takes no prefill takes this
+    too) gets the search's result and the rest: together, the unpaused answer."""
+    unpaused = _whole_answer(server, SEARCH_PROMPT)
+    assert [b["type"] for b in unpaused["content"]] == ["text", "server_tool_use", "web_search_tool_result", "text"]
+    paused = _whole_answer(server, SEARCH_PROMPT, system="[[pause]]")
+    assert paused["stop_reason"] == "pause_turn"
+    assert [b["type"] for b in paused["content"]] == ["text", "server_tool_use"]
+    sent_back = {"role": "assistant", "content": paused["content"]}
+    rest = _whole_answer(server, SEARCH_PROMPT, sent_back, system="[[pause]]")
+    assert rest["stop_reason"] == "end_turn"
+    assert paused["content"] + rest["content"] == unpaused["content"]
+    streamed = anthropic_message(
+        post_anthropic(server, anthropic_body(SEARCH_PROMPT, tools=WEB_SEARCH, system="[[pause]]"))
+    )
+    assert (streamed["stop_reason"], streamed["content"]) == ("pause_turn", paused["content"])
+
+
+def test_a_server_tool_call_without_its_result_is_refused_but_in_the_last_message(server: FakeProviderServer) -> None:
+    """As the real API answers it: history may not hold a server tool call whose result is not in
+    the same message, so a paused answer and its continuation are one message there."""
+    paused = _whole_answer(server, SEARCH_PROMPT, system="[[pause]]")["content"]
+    rest = _whole_answer(server, SEARCH_PROMPT, {"role": "assistant", "content": paused}, system="[[pause]]")["content"]
+    call = paused[1]["id"]
+    refused = (
+        [SEARCH_PROMPT, {"role": "assistant", "content": paused}, user("And then?")],
+        [SEARCH_PROMPT, {"role": "assistant", "content": paused}, {"role": "assistant", "content": rest}, user("More")],
+    )
+    for messages in refused:
+        response = post_anthropic(server, anthropic_body(*messages, tools=WEB_SEARCH))
+        assert response.status_code == 400
+        assert response.json()["error"]["message"] == (
+            f"messages.1: `web_search` tool use with id `{call}` was found without a corresponding "
+            "`web_search_tool_result` block"
+        )
+    whole = [SEARCH_PROMPT, {"role": "assistant", "content": paused + rest}, user("And then?")]
+    assert post_anthropic(server, anthropic_body(*whole, tools=WEB_SEARCH)).status_code == 200

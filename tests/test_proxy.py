@@ -607,3 +607,34 @@ def test_failover_to_a_provider_of_another_wire_format_translates_the_clients_fi
     first = Attempt.objects.filter(run=run).order_by("index").first()
     assert first is not None
     assert first.request["json"]["tools"] == TOOLS_ANTHROPIC  # the first provider had them as sent
+
+
+WEB_SEARCH = [{"type": "web_search_20250305", "name": "web_search", "max_uses": 5}]
+
+
+def test_a_paused_server_tool_turn_reaches_the_anthropic_client_as_the_provider_paused_it(
+    site: str, raw_key: str
+) -> None:
+    """The healing endpoint answers one turn and the client owns the ``pause_turn`` loop: a paused
+    answer reaches it as the provider sent it, its unrun server tool call included, and is not sent
+    back here; the client sending it back as it is gets the rest of the turn."""
+    prompt = "What happened at sea this week?"
+    paused_by = {"tools": WEB_SEARCH, "system": "[[search=1]] [[pause]]"}
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    answer = anthropic_answer(client, prompt, **paused_by)
+    paused = answer["final"]
+    assert paused.stop_reason == "pause_turn"
+    assert [b.type for b in paused.content] == ["text", "server_tool_use"]
+    sent_back = [b.model_dump(exclude_none=True) for b in paused.content]
+    assert stored_assistant(answer["run_id"]) == sent_back  # the run is that one answer
+    assert Attempt.objects.filter(run_id=answer["run_id"]).count() == 1  # not sent back by the proxy
+    with client.messages.stream(
+        model="claude-x",
+        max_tokens=400,
+        messages=[{"role": "user", "content": prompt}, {"role": "assistant", "content": sent_back}],  # type: ignore[typeddict-item]
+        **paused_by,  # type: ignore[arg-type]
+    ) as stream:
+        rest = stream.get_final_message()
+    assert rest.stop_reason == "end_turn"
+    assert [b.type for b in rest.content] == ["web_search_tool_result", "text"]
+    assert rest.content[0].tool_use_id == paused.content[1].id  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .blocks import Block
 from .context import RunContext, Settlement
 from .contract import ModelRequest, ToolSpec
 from .notices import ToolNotice, notice_blocks
@@ -26,6 +27,10 @@ from .protocol import FrameKind, RunStatus
 from .toolresults import ToolCallContext
 from .transport import HttpxTransport
 from .turn import TurnResult, TurnRunner
+
+# Anthropic's stop reason for a long server-tool turn it paused: the turn goes on when its
+# answer so far is sent back as the last assistant message
+PAUSE_TURN = "pause_turn"
 
 # ``func(input)``, or ``func(input, context=ToolCallContext)`` when it has a ``context`` parameter
 ToolFunc = Callable[..., Any] | Callable[..., Awaitable[Any]]
@@ -171,6 +176,10 @@ async def run_agent(
     notices: list[ToolNotice] = []
     final: dict[str, Any] | None = None  # the final answer, committed with the run's end (ctx.settle)
     settling: TurnRunner | None = None  # the turn whose checkpoint goes once what it ended with is stored
+    # The answer so far of a turn the provider paused (``pause_turn``), numbered as the client
+    # holds it: the next request sends it back for the model to go on. Never committed alone:
+    # the turn's answer is one assistant message, as unpaused.
+    paused: list[Block] = []
     try:
         reclaimed = ctx.seq > 0 and resume_checkpoint is None
         await ctx.frame(FrameKind.RUN_STATUS, status=RunStatus.RUNNING)
@@ -183,27 +192,46 @@ async def run_agent(
             result.status = RunStatus.FAILED
             result.error = dict(refusal)
         while refusal is None:
+            stop: tuple[str, dict[str, str]] | None = None
+            outcome: TurnResult
             if cancel.stopped and resume_checkpoint is None:
                 # (a turn left in a checkpoint ends with what its client was shown: ``TurnRunner``)
-                result.status = RunStatus.CANCELLED
-                result.error = {"kind": cancel.kind or "cancel", "message": cancel.reason}
+                stop = RunStatus.CANCELLED, {"kind": cancel.kind or "cancel", "message": cancel.reason}
+            elif paused and result.turns >= config.max_turns:
+                stop = RunStatus.FAILED, _paused_too_often(config.max_turns)
+            if stop is not None and paused:
+                # a paused answer not gone on with ends as any answer cut short: what it showed
+                # that history takes is committed, the rest dropped (a server tool call never run)
+                runner = TurnRunner(ctx, _with_messages(request, messages), turn, len(messages), paused)
+                paused = []
+                outcome = await runner.endings.end_short(*stop)
+                result.status, result.error = outcome.status, outcome.error
+                final, settling = await _end_cut_short(ctx, runner, outcome, commit)
+                break
+            if stop is not None:
+                result.status, result.error = stop
                 break
             pending = pending_tool_calls(messages)
             if pending and not one_turn:
                 await commit(await _execute_tools(ctx, len(messages) - 1, pending, tools, notices))
                 notices = []
                 continue
-            if messages and messages[-1].get("role") == "assistant":
+            if messages and messages[-1].get("role") == "assistant" and not one_turn:
                 # The thread already ends with the answer (a run re-executed after its final
-                # commit): asking again would only add an empty assistant message.
+                # commit): asking again would only add an empty assistant message. (A paused
+                # answer is never committed alone: ``paused``.) A one-turn run's thread is its
+                # client's request, whose last assistant message is the client's own (a prefill,
+                # or a turn the provider paused, sent back): the answer goes on from it. Its own
+                # answer is committed with its end (``ctx.settle``), after which it never runs again.
                 break
             if result.turns >= config.max_turns:
                 result.status = RunStatus.FAILED
                 result.error = {"kind": "max_turns", "message": f"stopped after {config.max_turns} assistant turns"}
                 break
             turn_request = _with_messages(request, messages)
-            runner = TurnRunner(ctx, turn_request, turn, len(messages))
-            outcome: TurnResult = await runner.run(resume_checkpoint)
+            runner = TurnRunner(ctx, turn_request, turn, len(messages), paused)
+            paused = []
+            outcome = await runner.run(resume_checkpoint)
             resume_checkpoint = None
             result.turns += 1
             result.continuations += outcome.continuations
@@ -211,19 +239,17 @@ async def run_agent(
             if outcome.status != RunStatus.COMPLETED:
                 result.status = outcome.status
                 result.error = outcome.error
-                # What the client was shown of an answer cut short (exhausted, cancelled, failed) is
-                # committed as it was shown: the run's end says it was cut short. As for an answer,
-                # the turn's checkpoint goes only once that is committed.
-                cut = {"role": "assistant", "content": outcome.blocks} if outcome.blocks else None
-                if ctx.settle is not None:
-                    final, settling = cut, runner
-                else:
-                    if cut is not None:
-                        await commit(cut)
-                    await runner.settled()
+                final, settling = await _end_cut_short(ctx, runner, outcome, commit)
                 break
             if config.notify_model_of_discarded_tools:
                 notices.extend(outcome.discarded_tools)
+            if outcome.stop_reason == PAUSE_TURN and outcome.blocks and not one_turn:
+                # The provider paused a long server-tool turn: the next request sends the answer
+                # so far back as it is, and the model goes on with the same turn (each request
+                # counts against max_turns). The turn's checkpoint, holding that answer, stays:
+                # a worker dying before the next request leaves it to the next one.
+                paused = outcome.numbered
+                continue
             # one_turn (the healing endpoint): the client runs the tools, the run is this one answer
             last = (
                 one_turn
@@ -263,6 +289,32 @@ async def run_agent(
     result.seq = ctx.seq
     result.undelivered_notices = notices
     return result
+
+
+CommitMessage = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+async def _end_cut_short(
+    ctx: RunContext, runner: TurnRunner, outcome: TurnResult, commit: CommitMessage
+) -> tuple[dict[str, Any] | None, TurnRunner | None]:
+    """What the client was shown of an answer cut short (exhausted, cancelled, failed) is
+    committed as it was shown: the run's end says it was cut short. As for an answer, the turn's
+    checkpoint goes only once that is committed. Returns the final message and the turn still
+    to settle when the run's end commits them (``ctx.settle``)."""
+    cut = {"role": "assistant", "content": outcome.blocks} if outcome.blocks else None
+    if ctx.settle is not None:
+        return cut, runner
+    if cut is not None:
+        await commit(cut)
+    await runner.settled()
+    return None, None
+
+
+def _paused_too_often(max_turns: int) -> dict[str, str]:
+    return {
+        "kind": "max_turns",
+        "message": f"stopped after {max_turns} assistant turns: the provider paused the last one (pause_turn)",
+    }
 
 
 def _turn_index(messages: list[dict[str, Any]]) -> int:

@@ -99,6 +99,13 @@ def continuation_messages(
     return messages
 
 
+def paused_turn_messages(messages: list[dict[str, Any]], paused: list[Block]) -> list[dict[str, Any]]:
+    """The committed thread, then the paused answer as the last assistant message, as it is
+    (its server tool calls and results included): Anthropic's way to let the model go on with a
+    turn it paused (``pause_turn``)."""
+    return [*messages, {"role": "assistant", "content": [b.to_content() for b in paused]}]
+
+
 def _without_trailing_whitespace(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A prefill's content: the API refuses one that ends in whitespace, so the blank text blocks
     at its end are left out and the text block then last loses its trailing whitespace (the kept

@@ -26,6 +26,8 @@ class TurnResult:
     continuations: int = 0
     recovered: bool = False
     discarded_tools: list[ToolNotice] = field(default_factory=list)
+    # the answer's blocks as the client numbers them: a paused answer goes on after them (``run_agent``)
+    numbered: list[Block] = field(default_factory=list)
 
 
 class TurnEndings:
@@ -88,6 +90,7 @@ class TurnEndings:
             stop_reason=stop_reason,
             continuations=self.state.continuation,
             discarded_tools=list(self.discards.tools),
+            numbered=[b.copy() for b in blocks],
         )
 
     async def out_of_budget(self, recovery: RecoveryPlan) -> TurnResult:

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from . import sink as ev
 from .attempts import open_attempt, run_attempt
-from .blocks import TEXT, Snapshot
+from .blocks import TEXT, Block, Snapshot
 from .budget import OutputBudget
 from .checkpoint import Checkpoint
 from .checkpointresume import CheckpointResume
@@ -28,6 +28,7 @@ from .continuation import (
     as_restart,
     continuation_messages,
     joiner_for,
+    paused_turn_messages,
     remember_prefill_refused,
     summary,
 )
@@ -50,9 +51,20 @@ __all__ = ["TurnResult", "TurnRunner"]
 class TurnRunner:
     """Runs one assistant turn. Create one per turn."""
 
-    def __init__(self, ctx: RunContext, request: ModelRequest, turn: int, history_len: int) -> None:
+    def __init__(
+        self,
+        ctx: RunContext,
+        request: ModelRequest,
+        turn: int,
+        history_len: int,
+        paused: list[Block] | None = None,
+    ) -> None:
+        """``paused``: the blocks of the turn's answer so far, which the provider paused
+        (``pause_turn``): the turn goes on from them, sent back as they are."""
         self.ctx = ctx
         self.state = TurnState(ctx, request, turn)
+        if paused:
+            self.state.carry_paused(paused)
         self.events = TurnEvents(self.state)
         self.discards = Discards(ctx, self.events)
         # the translator reports deltas to the checkpoints, which read what it received: it calls
@@ -180,6 +192,10 @@ class TurnRunner:
         if native is not None:
             assert resumes_natively(self.ctx.adapter)
             http_request = self.ctx.adapter.resume_request(native)
+        elif self.state.paused:
+            messages = paused_turn_messages(self.state.request.messages, self.state.prefix)
+            budgeted = self.budget.budgeted(replace(self.state.request, messages=messages))
+            http_request = self.ctx.adapter.build_request(budgeted)
         else:
             messages = continuation_messages(self.state.request.messages, self.state.prefix, self.state.strategy)
             budgeted = self.budget.budgeted(replace(self.state.request, messages=messages))
@@ -200,6 +216,10 @@ class TurnRunner:
                 # the same response goes on: no join to make; a closed text block is not reopened
                 merge = bool(self.state.prefix) and not self.state.prefix[-1].closed
                 self.translator.begin(self.state.acc, self.state.prefix, None, merge=merge)
+            elif self.state.paused:
+                # the model goes on with new blocks after the paused ones: nothing is joined
+                assert budgeted is not None
+                self.translator.begin(self.state.acc, self.state.prefix, None, budgeted.max_tokens, merge=False)
             else:
                 assert budgeted is not None
                 joiner = joiner_for(self.state.prefix, self.state.strategy, self.ctx.adapter.echoes_prefix)

@@ -13,6 +13,7 @@ from .plan import PlanKind, RecoveryPlan, plan
 from .sink import AttemptRecord
 
 NATIVE_RESUME = PlanKind.NATIVE_RESUME.value  # the attempt kind and strategy of a re-attach
+PAUSED_TURN = "as_is"  # the strategy of an attempt that sends a paused answer back
 
 
 @dataclass(slots=True)
@@ -34,6 +35,9 @@ class TurnState:
     # what a turn ending then keeps from; None while the client holds the turn's blocks
     held: list[Block] | None = None
     joins: list[ev.JoinRecord] = field(default_factory=list)  # how each continuation joined the kept text
+    # the prefix is a paused answer (Anthropic's ``pause_turn``), sent back as it is for the model
+    # to go on with its turn: no trimming, no continue instruction, no text joined onto it
+    paused: bool = False
 
     def model_strategy(self) -> Strategy:
         """The model's strategy; ``continue_message`` once it refused a prefill in this run or process."""
@@ -49,6 +53,8 @@ class TurnState:
         """How the current attempt carries on: ``native_resume``, or the continuation strategy."""
         if self.native is not None:
             return NATIVE_RESUME
+        if self.paused:
+            return PAUSED_TURN
         return self.strategy.value if (self.strategy and self.prefix) else None
 
     def ordinary_plan(self, snapshot: Snapshot) -> RecoveryPlan:
@@ -59,6 +65,14 @@ class TurnState:
             recovery = as_restart(recovery)
         return recovery
 
+    def carry_paused(self, blocks: list[Block]) -> None:
+        """The turn goes on from a paused answer's ``blocks`` (numbered as its client holds them):
+        sent back as they are, they are the first blocks of the answer this turn builds."""
+        self.prefix = [b.copy() for b in blocks]
+        self.acc = Accumulator()
+        self.acc.restore(self.prefix)
+        self.paused = True
+
     def set_native(self, keep: list[Block], point: ResumePoint) -> None:
         """The next attempt re-attaches at ``point``, from exactly the blocks ``keep``."""
         self.prefix = [b.copy() for b in keep]
@@ -66,12 +80,14 @@ class TurnState:
         self.acc.restore([b.copy() for b in keep])
         self.strategy, self.attempt_kind, self.native = None, NATIVE_RESUME, point
         self.held = None
+        self.paused = False
 
     def set_prefix(self, recovery: RecoveryPlan) -> bool:
         """The next attempt continues from what ``recovery`` keeps, or starts over: True then
         (the caller drops what the answer cost from its prefix's cost: ``OutputBudget.restart``)."""
         self.native = None
         self.held = None
+        self.paused = False  # a break after it: the answer goes on the way any broken one does
         chosen = continue_from(recovery, self.model_strategy())
         self.prefix, self.strategy, self.acc, self.attempt_kind = (
             chosen.prefix,

@@ -9,8 +9,9 @@ show up.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ...engine.contract import CONTINUE_INSTRUCTION
 from .model import Conversation, ToolCall, Turn
@@ -22,6 +23,7 @@ class Mode(enum.StrEnum):
     PREFIX_FLAG = "prefix_flag"
     CONTINUE_MESSAGE = "continue_message"
     NEW_TURN_AFTER_ASSISTANT = "new_turn_after_assistant"
+    PAUSED_TURN = "paused_turn"  # Anthropic: a paused answer sent back as it is, for the model to go on
 
 
 class RequestRejected(Exception):
@@ -58,10 +60,11 @@ class Interpretation:
     include_usage: bool = False
     max_tokens: int | None = None  # the request's output limit (the answer stops there: max_tokens)
     instructions: int = 0  # continue-instruction messages peeled off (each costs input tokens)
+    paused: tuple[Mapping[str, Any], ...] = ()  # a paused answer's content blocks, as sent back (PAUSED_TURN)
 
     @property
     def continues(self) -> bool:
-        return self.mode in (Mode.PREFILL, Mode.PREFIX_FLAG, Mode.CONTINUE_MESSAGE)
+        return self.mode in (Mode.PREFILL, Mode.PREFIX_FLAG, Mode.CONTINUE_MESSAGE, Mode.PAUSED_TURN)
 
 
 def merge_turns(turns: Iterable[Turn]) -> tuple[Turn, ...]:

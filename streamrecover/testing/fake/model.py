@@ -43,6 +43,14 @@ the fake without writing into a user's words:
     ``web_search`` tool: a ``web_search_call`` item, then text with ``url_citation``
     annotations). A continuation of it goes on in a cited block without citations again (Gemini:
     grounding its own text; Responses: annotating its own text, without searching again).
+``[[search]]`` / ``[[search=N]]``
+    When the request offers Anthropic's ``web_search`` server tool: a short text, then N
+    searches (default 1), each a ``server_tool_use`` block and its ``web_search_tool_result``,
+    then the answer as one cited span.
+``[[pause]]``
+    With ``[[search]]``: the API pauses the turn (stop reason ``pause_turn``) right after each
+    search call, before running it. The paused answer sent back as it is, as the last assistant
+    message, gets the rest of the answer up to the next pause: the search's result first.
 ``[[no_continuation_thinking]]``
     With thinking enabled, a continuation starts without a thinking block. The real API
     starts every response with one, a continuation included: that is the default.
@@ -74,6 +82,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 DEFAULT_WORDS = 120
+MAX_SEARCHES = 50
 DEFAULT_TOOL_PREAMBLE_WORDS = 12
 MAX_WORDS = 5000
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
@@ -96,6 +105,12 @@ class BlockKind(enum.StrEnum):
     THINKING = "thinking"
     TEXT = "text"
     TOOL_USE = "tool_use"
+    SERVER_TOOL_USE = "server_tool_use"  # a search the API runs itself (Anthropic's web_search)
+    SEARCH_RESULT = "web_search_tool_result"  # its result, sent whole
+
+
+PAUSE_TURN = "pause_turn"
+WEB_SEARCH = "web_search"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +160,7 @@ class Conversation:
     # a model that thinks without being asked to show it (Gemini's thinking models): the same
     # thinking block, billed as output and bounded by max_tokens, but never sent
     hidden_thinking: bool = False
+    web_search: bool = False  # the request offers Anthropic's web_search server tool
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +175,7 @@ class PlannedBlock:
     name: str = ""  # tool_use
     cited: bool = False  # text: a cited span (Anthropic citations)
     citations: tuple[Mapping[str, Any], ...] = ()  # text: sent before its text
+    results: tuple[Mapping[str, Any], ...] = ()  # a search result block's results (``call_id``: its call)
 
     @property
     def content(self) -> str:
@@ -168,7 +185,7 @@ class PlannedBlock:
 @dataclass(frozen=True, slots=True)
 class Plan:
     blocks: tuple[PlannedBlock, ...]
-    stop_reason: str  # "end_turn" | "tool_use" | "refusal"
+    stop_reason: str  # "end_turn" | "tool_use" | "refusal" | "max_tokens" | "pause_turn"
 
     @property
     def text(self) -> str:
@@ -191,6 +208,8 @@ class Directives:
     no_continuation_thinking: bool = False
     partial_tool_at_limit: bool = False
     cite: bool = False
+    search: int = 0  # web searches the answer makes (with the web_search server tool offered)
+    pause: bool = False  # the API pauses the turn after each search call
     seam: str = ""  # repeat, rephrase, restart, restart_new (continue-message continuations)
     seam_words: int = 3
     topic: str = ""  # the prompt without directives
@@ -213,6 +232,10 @@ class Directives:
                 values["refuse"] = True
             elif name == "cite":
                 values["cite"] = True
+            elif name == "search":
+                values["search"] = max(1, min(MAX_SEARCHES, int(raw))) if raw.strip().isdigit() else 1
+            elif name == "pause":
+                values["pause"] = True
             elif name == "no_tool_after_break":
                 values["no_tool_after_break"] = True
             elif name == "no_continuation_thinking":
@@ -272,9 +295,24 @@ def plan_answer(conversation: Conversation, *, tool_id_prefix: str = "toolu_") -
         for index, name in enumerate(names):
             blocks.append(_tool_block(prompt, directives.topic, name, schemas.get(name, {}), index, tool_id_prefix))
         return Plan(tuple(blocks), "tool_use")
+    if conversation.web_search and directives.search:
+        blocks.append(_text_block(generate_text(prompt, DEFAULT_TOOL_PREAMBLE_WORDS)))
+        blocks.extend(_search_blocks(prompt, directives.topic, directives.search))
     text = directives.text or generate_text(prompt, directives.words or DEFAULT_WORDS)
-    blocks.append(_cited_block(text, directives.topic) if directives.cite else _text_block(text))
+    cited = directives.cite or (conversation.web_search and directives.search > 0)
+    blocks.append(_cited_block(text, directives.topic) if cited else _text_block(text))
     return Plan(tuple(blocks), "end_turn")
+
+
+def paused_part(plan: Plan, start: int = 0) -> Plan:
+    """What one response of a turn the API pauses after each search call sends: the answer's
+    blocks from ``start`` up to and including the next search call (stop reason ``pause_turn``),
+    or to the end of the answer."""
+    rest = plan.blocks[start:]
+    call = next((i for i, b in enumerate(rest) if b.kind is BlockKind.SERVER_TOOL_USE), None)
+    if call is None:
+        return Plan(rest, plan.stop_reason)
+    return Plan(rest[: call + 1], PAUSE_TURN)
 
 
 def continue_plan(
@@ -343,7 +381,8 @@ def limit_plan(plan: Plan, max_tokens: int, *, partial_tools: bool = False) -> P
             blocks.append(block)
             left -= count
             continue
-        if (block.kind is not BlockKind.TOOL_USE or partial_tools) and left > 0:
+        whole_only = block.kind is BlockKind.SERVER_TOOL_USE or (block.kind is BlockKind.TOOL_USE and not partial_tools)
+        if not whole_only and left > 0:
             pieces: list[str] = []
             for piece in block.pieces:
                 if piece and left == 0:
@@ -492,6 +531,28 @@ def _cited_block(text: str, topic: str) -> PlannedBlock:
         for n in range(2)
     )
     return PlannedBlock(BlockKind.TEXT, split_pieces(text, 1, 6), cited=True, citations=citations)
+
+
+def _search_blocks(prompt: str, topic: str, searches: int) -> list[PlannedBlock]:
+    """``searches`` web searches: each call (its query streamed like a tool call's arguments)
+    and its result, one page found, as the API sends them."""
+    subject = " ".join(topic.split()[:5]) or "fake"
+    blocks: list[PlannedBlock] = []
+    for n in range(searches):
+        call_id = "srvtoolu_01" + stable_token("search", prompt, str(n), length=22)
+        query = json.dumps({"query": subject if n == 0 else f"{subject} #{n + 1}"}, ensure_ascii=False)
+        blocks.append(
+            PlannedBlock(BlockKind.SERVER_TOOL_USE, split_pieces(query, 2, 8), call_id=call_id, name=WEB_SEARCH)
+        )
+        found = {
+            "type": "web_search_result",
+            "title": f"Result {n + 1} on {topic[:40] or 'this'}",
+            "url": f"https://example.com/{stable_token('search-url', prompt, str(n), length=10)}",
+            "encrypted_content": stable_token("search-content", prompt, str(n), length=48),
+            "page_age": None,
+        }
+        blocks.append(PlannedBlock(BlockKind.SEARCH_RESULT, (), call_id=call_id, name=WEB_SEARCH, results=(found,)))
+    return blocks
 
 
 def _thinking_block(prompt: str, directives: Directives) -> PlannedBlock:

@@ -3,7 +3,12 @@
 The rules enforced are the ones a recovery path can break: prefill
 without trailing whitespace, no prefill with thinking, no prefill on models that refuse
 it, thinking blocks sent back unmodified, a tool loop under manual thinking going on from
-an assistant message that starts with its thinking, tool_use/tool_result pairing, no empty blocks.
+an assistant message that starts with its thinking, tool_use/tool_result pairing, a server
+tool call answered by its result in the same message, no empty blocks. A request whose last
+message is an assistant message ending with a server tool block is a paused turn sent back
+(``pause_turn``), not a prefill: the model goes on with that turn, on any model and with
+thinking too. Only a request's last message may hold a server tool call without its result
+(paused before it ran).
 """
 
 from __future__ import annotations
@@ -56,22 +61,28 @@ def interpret(body: Any, *, counting: bool = False) -> Interpretation:
 
     turns = tuple(_turn(i, m, thinking, final=i == len(messages) - 1) for i, m in enumerate(messages))
     _check_tool_pairing(messages)
+    _check_server_tool_results(messages)
     if isinstance(body.get("thinking"), Mapping) and body["thinking"].get("type") == "enabled":
         _check_thinking_leads_tool_loop(messages)
-    if messages[-1].get("role") == "assistant":
+    paused = messages[-1].get("role") == "assistant" and _ends_with_server_tool_block(messages[-1])
+    if paused:
+        _check_paused_turn(len(messages) - 1, messages[-1], thinking)
+    elif messages[-1].get("role") == "assistant":
         _check_prefill(len(messages) - 1, messages[-1], model, thinking)
     base, mode, prefix_text, prefix_calls, instructions = peel_continuation(
         merge_turns(name_tool_results(turns)), Mode.PREFILL
     )
+    system = content_text(body.get("system"))
     return Interpretation(
         model=model,
         stream=body.get("stream") is True,
-        mode=mode,
-        conversation=Conversation(base, tools, thinking, content_text(body.get("system"))),
+        mode=Mode.PAUSED_TURN if paused else mode,
+        conversation=Conversation(base, tools, thinking, system, web_search=_offers_web_search(body.get("tools"))),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,
         instructions=instructions,
         max_tokens=max_tokens,
+        paused=tuple(_blocks(messages[-1])) if paused else (),
     )
 
 
@@ -107,6 +118,59 @@ def _tools(tools: Any) -> tuple[ToolOffer, ...]:
             schema = tool.get("input_schema")
             offers.append(ToolOffer(tool["name"], schema if isinstance(schema, Mapping) else {}))
     return tuple(offers)
+
+
+def _offers_web_search(tools: Any) -> bool:
+    """The request offers the web_search server tool (``web_search_20250305`` and later versions)."""
+    return isinstance(tools, list) and any(
+        isinstance(t, Mapping) and str(t.get("type", "")).startswith("web_search_") for t in tools
+    )
+
+
+# The server tools' blocks (the API runs the call and sends its result in the same message)
+SERVER_TOOL_USE = "server_tool_use"
+
+
+def _ends_with_server_tool_block(message: Mapping[str, Any]) -> bool:
+    """A paused answer sent back: the API pauses a turn between its server tool steps, so the
+    answer ends with a server tool call or result. (A prefill after a break ends with text.)"""
+    blocks = _blocks(message)
+    return bool(blocks) and (blocks[-1].get("type") == SERVER_TOOL_USE or _is_server_tool_result(blocks[-1]))
+
+
+def _is_server_tool_result(block: Mapping[str, Any]) -> bool:
+    kind = str(block.get("type", ""))
+    return kind != "tool_result" and kind.endswith("_tool_result")
+
+
+def _check_server_tool_results(messages: list[Any]) -> None:
+    """A server tool call is followed by its result in the same assistant message, except in the
+    request's last message (a turn the API paused before the call ran, sent back to go on). The
+    fake reads each message as sent: a paused answer and its continuation stored as two
+    assistant messages are refused, whatever the API merges (no kinder than the real API)."""
+    for i, message in enumerate(messages[:-1]):
+        if message.get("role") != "assistant":
+            continue
+        blocks = _blocks(message)
+        answered = {b.get("tool_use_id") for b in blocks if _is_server_tool_result(b)}
+        for block in blocks:
+            if block.get("type") == SERVER_TOOL_USE and block.get("id") not in answered:
+                name = block.get("name")
+                raise RequestRejected(
+                    f"messages.{i}: `{name}` tool use with id `{block.get('id')}` was found without a "
+                    f"corresponding `{name}_tool_result` block"
+                )
+
+
+def _check_paused_turn(index: int, message: Mapping[str, Any], thinking: bool) -> None:
+    """The rules of a paused turn sent back: the model's answer so far, so with thinking it starts
+    with its thinking block, and, as any final assistant content, no trailing whitespace."""
+    blocks = _blocks(message)
+    if thinking and blocks[0].get("type") not in ("thinking", "redacted_thinking"):
+        raise RequestRejected(f"{_thinking_first(index, str(blocks[0].get('type')))}. {_THINKING_FIRST_ADVICE}")
+    last = blocks[-1]
+    if last.get("type") == "text" and isinstance(last.get("text"), str) and last["text"] != last["text"].rstrip():
+        raise RequestRejected(TRAILING_WHITESPACE)
 
 
 # The content block types the Messages API takes in a request; another (a block of another

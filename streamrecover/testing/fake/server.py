@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...engine.contract import CONTINUE_INSTRUCTION, SECRET_HEADERS
-from . import read_anthropic
+from . import read_anthropic, wire_anthropic
 from .background import CANCELLED, IN_PROGRESS, BackgroundResponse
 from .dialects import ROUTES, Dialect, route
 from .faults import Delivery, Fault, FaultKind, plan_delivery
@@ -37,7 +37,16 @@ from .hostile import HTML_PAGE
 from .http11 import Request, Responder
 from .interpret import Interpretation, Mode, RequestRejected
 from .log import LogEntry
-from .model import Directives, Plan, continue_plan, input_tokens, limit_plan, plan_answer, seam_plan
+from .model import (
+    Directives,
+    Plan,
+    continue_plan,
+    input_tokens,
+    limit_plan,
+    paused_part,
+    plan_answer,
+    seam_plan,
+)
 from .recording import Recording
 from .serving import DEFAULT_SCENARIO, JSON_TYPE, SCENARIO_HEADER, ScriptedServer, json_bytes, scenario_of
 from .wire import ErrorSpec, ResponseContext, WireEvent
@@ -481,7 +490,12 @@ def _understand(
         plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
     outcome.understood_as = interpretation.mode.value
     inputs = _input_tokens(interpretation, plan, body)
-    if interpretation.continues:
+    if interpretation.mode is Mode.PAUSED_TURN:
+        # the turn goes on after the blocks sent back; a model that does not recognise them starts over
+        answered = wire_anthropic.answered_from(plan, interpretation.paused)
+        outcome.prefix_matched = answered is not None
+        plan = Plan(plan.blocks[answered or 0 :], plan.stop_reason)
+    elif interpretation.continues:
         directives = Directives.of(interpretation.conversation)
         conversation = interpretation.conversation
         thinks = (conversation.thinking or conversation.hidden_thinking) and not directives.no_continuation_thinking
@@ -497,6 +511,8 @@ def _understand(
         outcome.prefix_chars, outcome.prefix_matched = len(interpretation.prefix_text), matched
         if matched and directives.seam and interpretation.mode is Mode.CONTINUE_MESSAGE:
             plan = seam_plan(whole, plan, interpretation.prefix_text, directives, _prompt_of(interpretation))
+    if Directives.of(interpretation.conversation).pause:
+        plan = paused_part(plan)  # up to the next search call, where the API pauses the turn
     if interpretation.max_tokens is not None:
         # only these wires stream a call's arguments in pieces: elsewhere a call comes whole
         directives = Directives.of(interpretation.conversation)

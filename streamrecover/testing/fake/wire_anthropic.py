@@ -4,7 +4,8 @@ Mimics the documented and recorded Messages streams:
 compact JSON padded the way the API has padded it since September 2025 (up to 15 spaces
 before the final ``}`` of most payloads; ``ping`` never, and spelled ``{"type": "ping"}``),
 ``ping`` right after the first ``content_block_start``, an empty ``input_json_delta`` opening
-a tool call, an empty ``thinking_delta`` before the signature, input usage in
+a tool call (a server tool call too, its result sent whole in its start), an empty
+``thinking_delta`` before the signature, input usage in
 ``message_start``, cumulative usage in ``message_delta`` (the input and cache counts
 repeated beside the output count), and the documented ``event: error`` frame.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .model import BlockKind, Plan, PlannedBlock, stable_token
@@ -191,11 +192,25 @@ def _start_usage(input_tokens: int) -> dict[str, Any]:
     }
 
 
+def answered_from(plan: Plan, sent_back: Sequence[Mapping[str, Any]]) -> int | None:
+    """How many blocks of the answer a paused turn sent back holds (every one as the API sent
+    it), or None when it is not the answer's beginning."""
+    if len(sent_back) > len(plan.blocks):
+        return None
+    if any(dict(sent) != _whole(planned) for sent, planned in zip(sent_back, plan.blocks, strict=False)):
+        return None
+    return len(sent_back)
+
+
 def _opening(block: PlannedBlock) -> dict[str, Any]:
     if block.kind is BlockKind.THINKING:
         return {"type": "thinking", "thinking": "", "signature": ""}
     if block.kind is BlockKind.TOOL_USE:
         return {"type": "tool_use", "id": block.call_id, "name": block.name, "input": {}}
+    if block.kind is BlockKind.SERVER_TOOL_USE:
+        return {"type": "server_tool_use", "id": block.call_id, "name": block.name, "input": {}}
+    if block.kind is BlockKind.SEARCH_RESULT:
+        return _whole(block)
     return {"type": "text", "text": "", "citations": []} if block.cited else {"type": "text", "text": ""}
 
 
@@ -204,6 +219,14 @@ def _whole(block: PlannedBlock) -> dict[str, Any]:
         return {"type": "thinking", "thinking": block.content, "signature": block.signature}
     if block.kind is BlockKind.TOOL_USE:
         return {"type": "tool_use", "id": block.call_id, "name": block.name, "input": json.loads(block.content)}
+    if block.kind is BlockKind.SERVER_TOOL_USE:
+        return {"type": "server_tool_use", "id": block.call_id, "name": block.name, "input": json.loads(block.content)}
+    if block.kind is BlockKind.SEARCH_RESULT:
+        return {
+            "type": "web_search_tool_result",
+            "tool_use_id": block.call_id,
+            "content": [dict(r) for r in block.results],
+        }
     if block.cited:
         return {"type": "text", "text": block.content, "citations": [dict(c) for c in block.citations]}
     return {"type": "text", "text": block.content}
@@ -222,7 +245,9 @@ def _deltas(index: int, block: PlannedBlock, encode: Callable[[Any], str]) -> li
         events.append(_delta(index, {"type": "thinking_delta", "thinking": ""}, encode))
         events.append(_delta(index, {"type": "signature_delta", "signature": block.signature}, encode))
         return events
-    if block.kind is BlockKind.TOOL_USE:
+    if block.kind is BlockKind.SEARCH_RESULT:
+        return []  # sent whole in its start
+    if block.kind in (BlockKind.TOOL_USE, BlockKind.SERVER_TOOL_USE):
         events = [_delta(index, {"type": "input_json_delta", "partial_json": ""}, encode)]
         events.extend(
             _delta(index, {"type": "input_json_delta", "partial_json": p}, encode, tokens=1) for p in block.pieces

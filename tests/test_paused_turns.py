@@ -1,0 +1,128 @@
+"""A turn Anthropic pauses (``pause_turn``, a long server-tool turn) goes on in the agent loop:
+the answer so far is sent back as it is, and the turn's answer is one assistant message, the
+same as unpaused. Real HTTP against the fake provider, which pauses a web search answer after
+each search call (``[[pause]]``) and refuses a server tool call left without its result."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from streamrecover.engine.checkpoint import InMemoryCheckpointStore
+from streamrecover.engine.sink import AttemptOutcome, AttemptRecord, CollectingSink
+
+from .harness import WorkerDied, assert_invariants, run, user, with_config
+
+PROMPT = "What happened at sea this week?"
+WEB_SEARCH = [{"type": "web_search_20250305", "name": "web_search", "max_uses": 5}]
+SEARCHES = 2
+
+
+def _search(*directives: str) -> dict[str, Any]:
+    """The request's web_search server tool, and the fake steered from the system prompt (the
+    user's words, which the answer is generated from, stay the same)."""
+    return {"tools": WEB_SEARCH, "system": " ".join(directives)}
+
+
+UNPAUSED = _search(f"[[search={SEARCHES}]]")
+PAUSED = _search(f"[[search={SEARCHES}]]", "[[pause]]")
+
+
+def _types(message: dict[str, Any]) -> list[str]:
+    return [block["type"] for block in message["content"]]
+
+
+async def test_a_paused_turn_goes_on_and_the_run_ends_with_the_whole_answer(fake_server):
+    reference = await run(fake_server, PROMPT, extra=UNPAUSED)
+    assert len(reference.log) == 1
+    out = await run(fake_server, PROMPT, extra=PAUSED)
+    # what the client was shown, what is stored and the unpaused answer are one message
+    assert_invariants(out, reference)
+    (answer,) = out.assistant
+    assert _types(answer) == ["text", *["server_tool_use", "web_search_tool_result"] * SEARCHES, "text"]
+    # one request per pause, each sending the answer so far back as it is
+    assert [e.understood_as for e in out.log] == ["fresh", "paused_turn", "paused_turn"]
+    assert [e.prefix_matched for e in out.log[1:]] == [True, True]
+    attempts = out.sink.attempts
+    assert [a.stop_reason for a in attempts] == ["pause_turn", "pause_turn", "end_turn"]
+    assert [a.strategy for a in attempts] == [None, "as_is", "as_is"]
+    assert {a.turn for a in attempts} == {0}  # one turn, however often paused
+    assert out.result.turns == 3  # each request counts against max_turns
+    assert out.events("llm_stream_continuation_started") == []
+
+
+@pytest.mark.parametrize("fault", ["cut:from_end=1", "eof:from_end=1"])
+async def test_a_lost_terminator_after_a_pause_is_not_a_break_and_the_turn_goes_on(fake_server, fault):
+    """The paused answer had ended (its stop reason arrived): it is not continued as a broken
+    stream, it is sent back for the turn to go on."""
+    reference = await run(fake_server, PROMPT, extra=UNPAUSED)
+    out = await run(fake_server, PROMPT, extra=PAUSED, faults=[fault])
+    assert_invariants(out, reference)
+    (interrupted,) = out.events("llm_stream_interrupted")
+    assert interrupted["answer_complete"] is True
+    assert out.events("llm_stream_continuation_started") == []
+    assert [e.understood_as for e in out.log] == ["fresh", "paused_turn", "paused_turn"]
+
+
+async def test_the_stored_answer_of_a_paused_turn_is_a_valid_history_for_the_next_request(fake_server):
+    """The fake refuses a server tool call without its result in any but the last message, as
+    the API does: the thread goes on from the stored answer without a 400."""
+    out = await run(fake_server, PROMPT, extra=PAUSED)
+    follow_up = await run(
+        fake_server, messages=[*out.result.messages, user("And what else? [[words=12]]")], extra=_search()
+    )
+    assert follow_up.status == "completed", follow_up.result.error
+    assert [e.status for e in follow_up.log] == [200]
+    assert _types(follow_up.assistant[-1]) == ["text"]
+
+
+async def test_a_turn_that_pauses_forever_ends_at_max_turns_with_what_history_takes(fake_server):
+    out = await run(fake_server, PROMPT, extra=_search("[[search=40]]", "[[pause]]"), config=with_config(max_turns=3))
+    assert out.status == "failed"
+    error = out.result.error
+    assert error is not None
+    assert error["kind"] == "max_turns"
+    assert error["message"] == "stopped after 3 assistant turns: the provider paused the last one (pause_turn)"
+    assert len(out.log) == 3  # asked no more than max_turns times
+    # The client saw the searches stream; history takes no call without its result (every
+    # provider refuses one), so it keeps the text and the client is told to drop the rest.
+    (answer,) = out.assistant
+    assert _types(answer) == ["text"]
+    ((reconstructed, committed),) = out.view.turns
+    assert reconstructed == committed == answer["content"]
+    follow_up = await run(fake_server, messages=[*out.result.messages, user("Go on. [[words=12]]")], extra=_search())
+    assert follow_up.status == "completed", follow_up.result.error
+
+
+class DiesSendingThePauseBack(CollectingSink):
+    """The worker dies as the first request that sends a paused answer back starts."""
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        await super().on_attempt(attempt)
+        if attempt.strategy == "as_is" and attempt.outcome == AttemptOutcome.PENDING:
+            raise WorkerDied("killed as the paused answer was sent back")
+
+
+async def test_a_worker_dying_after_a_pause_leaves_the_turn_to_the_next_one_which_goes_on(fake_server):
+    """The paused answer is in the turn's checkpoint until the turn's answer is committed: the
+    next worker goes on from it, and nobody pays for it twice."""
+    reference = await run(fake_server, PROMPT, extra=UNPAUSED)
+    store = InMemoryCheckpointStore()
+    run_id, scenario = uuid.uuid4().hex, uuid.uuid4().hex
+    with pytest.raises(WorkerDied):
+        await run(
+            fake_server, PROMPT, extra=PAUSED, checkpoints=store, run_id=run_id, scenario=scenario,
+            sink=DiesSendingThePauseBack(),
+        )  # fmt: skip
+    first = len(fake_server.log_for(scenario))
+    out = await run(fake_server, PROMPT, extra=PAUSED, checkpoints=store, run_id=run_id, scenario=scenario, resume=True)
+    assert out.status == "completed", out.result.error
+    assert out.result.messages == reference.result.messages
+    (answer,) = out.assistant
+    ((reconstructed, committed),) = out.view.turns
+    assert reconstructed == committed == answer["content"]
+    # the paused response was asked for once, by the worker that died
+    assert [e.understood_as for e in out.log[first:]] == ["paused_turn", "paused_turn"]
+    assert await store.get(run_id) is None
