@@ -66,6 +66,24 @@ async def test_a_lost_terminator_after_a_pause_is_not_a_break_and_the_turn_goes_
     assert [e.understood_as for e in out.log] == ["fresh", "paused_turn", "paused_turn"]
 
 
+@pytest.mark.parametrize(
+    ("faults", "understood"),
+    [
+        (["cut:events=6"], ["fresh", "prefill", "paused_turn", "paused_turn"]),  # in the first text
+        (["ok", "ok", "cut:from_end=6"], ["fresh", "paused_turn", "paused_turn", "prefill"]),  # in the last
+    ],
+)
+async def test_a_break_in_a_paused_turn_is_recovered_and_the_answer_is_the_unpaused_one(
+    fake_server, faults, understood
+):
+    reference = await run(fake_server, PROMPT, extra=UNPAUSED)
+    out = await run(fake_server, PROMPT, extra=PAUSED, faults=faults)
+    assert_invariants(out, reference)
+    assert [e.understood_as for e in out.log] == understood
+    assert all(e.prefix_matched for e in out.log[1:])
+    assert len(out.events("llm_stream_continuation_started")) == 1
+
+
 async def test_the_stored_answer_of_a_paused_turn_is_a_valid_history_for_the_next_request(fake_server):
     """The fake refuses a server tool call without its result in any but the last message, as
     the API does: the thread goes on from the stored answer without a 400."""

@@ -60,7 +60,9 @@ class Interpretation:
     include_usage: bool = False
     max_tokens: int | None = None  # the request's output limit (the answer stops there: max_tokens)
     instructions: int = 0  # continue-instruction messages peeled off (each costs input tokens)
-    paused: tuple[Mapping[str, Any], ...] = ()  # a paused answer's content blocks, as sent back (PAUSED_TURN)
+    # the blocks of a trailing assistant message that holds server tool blocks (a paused turn
+    # sent back, or a prefill of a web search answer): the answer goes on after them
+    sent_back: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def continues(self) -> bool:

@@ -357,9 +357,12 @@ def _continue_plan(
         return restart, False
     rest: list[PlannedBlock] = []
     if text_block is not None and len(prefix_text) < len(text):
-        rest.append(_slice_block(text_block, len(prefix_text)))
-    if not (drop_tools and not prefix_calls):
-        rest.extend(calls[len(prefix_calls) :])
+        rest.append(slice_block(text_block, len(prefix_text)))
+    # what follows the text: its calls (less those the prefix holds), or a search answer's searches
+    later = blocks[blocks.index(text_block) + 1 :] if text_block is not None else blocks
+    sent = {id(b) for b in calls[: len(prefix_calls)]}
+    dropped = drop_tools and not prefix_calls
+    rest.extend(b for b in later if id(b) not in sent and not (dropped and b.kind is BlockKind.TOOL_USE))
     stop = plan.stop_reason
     if stop == "tool_use" and not any(b.kind is BlockKind.TOOL_USE for b in rest):
         stop = "end_turn"
@@ -623,7 +626,7 @@ def _after_tools_text(prompt: str, directives: Directives, results: Sequence[Too
     return "\n".join(lines) + "\n\n" + generate_text(seed, directives.words or DEFAULT_WORDS, about=prompt)
 
 
-def _slice_block(block: PlannedBlock, offset: int) -> PlannedBlock:
+def slice_block(block: PlannedBlock, offset: int) -> PlannedBlock:
     """The block's pieces after ``offset`` characters (the piece holding it is cut there).
 
     A prefix ends inside a piece only where the caller left out the piece's trailing

@@ -64,7 +64,8 @@ def interpret(body: Any, *, counting: bool = False) -> Interpretation:
     _check_server_tool_results(messages)
     if isinstance(body.get("thinking"), Mapping) and body["thinking"].get("type") == "enabled":
         _check_thinking_leads_tool_loop(messages)
-    paused = messages[-1].get("role") == "assistant" and _ends_with_server_tool_block(messages[-1])
+    final = messages[-1] if messages[-1].get("role") == "assistant" else {}
+    paused = bool(final) and _ends_with_server_tool_block(final)
     if paused:
         _check_paused_turn(len(messages) - 1, messages[-1], thinking)
     elif messages[-1].get("role") == "assistant":
@@ -82,7 +83,7 @@ def interpret(body: Any, *, counting: bool = False) -> Interpretation:
         prefix_calls=prefix_calls,
         instructions=instructions,
         max_tokens=max_tokens,
-        paused=tuple(_blocks(messages[-1])) if paused else (),
+        sent_back=tuple(_blocks(final)) if _holds_server_tool_block(final) else (),
     )
 
 
@@ -129,6 +130,10 @@ def _offers_web_search(tools: Any) -> bool:
 
 # The server tools' blocks (the API runs the call and sends its result in the same message)
 SERVER_TOOL_USE = "server_tool_use"
+
+
+def _holds_server_tool_block(message: Mapping[str, Any]) -> bool:
+    return any(b.get("type") == SERVER_TOOL_USE or _is_server_tool_result(b) for b in _blocks(message))
 
 
 def _ends_with_server_tool_block(message: Mapping[str, Any]) -> bool:

@@ -490,11 +490,12 @@ def _understand(
         plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
     outcome.understood_as = interpretation.mode.value
     inputs = _input_tokens(interpretation, plan, body)
-    if interpretation.mode is Mode.PAUSED_TURN:
-        # the turn goes on after the blocks sent back; a model that does not recognise them starts over
-        answered = wire_anthropic.answered_from(plan, interpretation.paused)
-        outcome.prefix_matched = answered is not None
-        plan = Plan(plan.blocks[answered or 0 :], plan.stop_reason)
+    if interpretation.sent_back and recording is None and interpretation.mode in (Mode.PAUSED_TURN, Mode.PREFILL):
+        # an answer with server tool blocks goes on after the blocks sent back (a paused turn, or
+        # a prefill after a break); a model that does not recognise them starts over
+        rest = wire_anthropic.rest_after(plan, interpretation.sent_back)
+        outcome.prefix_matched = rest is not None
+        plan = rest or plan
     elif interpretation.continues:
         directives = Directives.of(interpretation.conversation)
         conversation = interpretation.conversation

@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .model import BlockKind, Plan, PlannedBlock, stable_token
+from .model import BlockKind, Plan, PlannedBlock, slice_block, stable_token
 from .wire import ErrorSpec, ResponseContext, WireEvent, compact, spaced, sse
 
 PING = sse('{"type": "ping"}', "ping")
@@ -192,14 +192,22 @@ def _start_usage(input_tokens: int) -> dict[str, Any]:
     }
 
 
-def answered_from(plan: Plan, sent_back: Sequence[Mapping[str, Any]]) -> int | None:
-    """How many blocks of the answer a paused turn sent back holds (every one as the API sent
-    it), or None when it is not the answer's beginning."""
-    if len(sent_back) > len(plan.blocks):
+def rest_after(plan: Plan, sent_back: Sequence[Mapping[str, Any]]) -> Plan | None:
+    """The rest of the answer after an assistant message that holds its beginning: every block as
+    the API sent it, the last one a text block as far as it got (a prefill after a break), or
+    None when it is not the answer's beginning."""
+    for index, sent in enumerate(sent_back):
+        planned = plan.blocks[index] if index < len(plan.blocks) else None
+        if planned is None:
+            return None
+        if dict(sent) == _whole(planned):
+            continue
+        text = sent.get("text")
+        last = index == len(sent_back) - 1
+        if last and planned.kind is BlockKind.TEXT and isinstance(text, str) and planned.content.startswith(text):
+            return Plan((slice_block(planned, len(text)), *plan.blocks[index + 1 :]), plan.stop_reason)
         return None
-    if any(dict(sent) != _whole(planned) for sent, planned in zip(sent_back, plan.blocks, strict=False)):
-        return None
-    return len(sent_back)
+    return Plan(plan.blocks[len(sent_back) :], plan.stop_reason)
 
 
 def _opening(block: PlannedBlock) -> dict[str, Any]:
