@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from streamrecover.engine.cancel import CancelToken
 from streamrecover.engine.checkpoint import InMemoryCheckpointStore
 from streamrecover.engine.sink import AttemptOutcome, AttemptRecord, CollectingSink
 
@@ -112,6 +113,30 @@ async def test_a_turn_that_pauses_forever_ends_at_max_turns_with_what_history_ta
     assert reconstructed == committed == answer["content"]
     follow_up = await run(fake_server, messages=[*out.result.messages, user("Go on. [[words=12]]")], extra=_search())
     assert follow_up.status == "completed", follow_up.result.error
+
+
+class CancelsAtThePause(CollectingSink):
+    """The user cancels as the paused response ends, before it is sent back."""
+
+    def __init__(self, cancel: CancelToken) -> None:
+        super().__init__()
+        self.cancel = cancel
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        await super().on_attempt(attempt)
+        if attempt.stop_reason == "pause_turn":
+            self.cancel.cancel("enough")
+
+
+async def test_a_cancel_at_a_pause_ends_the_turn_with_what_history_takes(fake_server):
+    cancel = CancelToken()
+    out = await run(fake_server, PROMPT, extra=PAUSED, cancel=cancel, sink=CancelsAtThePause(cancel))
+    assert out.status == "cancelled"
+    assert len(out.log) == 1  # not sent back
+    (answer,) = out.assistant
+    assert _types(answer) == ["text"]
+    ((reconstructed, committed),) = out.view.turns
+    assert reconstructed == committed == answer["content"]
 
 
 class DiesSendingThePauseBack(CollectingSink):
