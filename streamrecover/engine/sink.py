@@ -119,6 +119,7 @@ class ContinuationFailedFields(TypedDict):
 class ContinuationExhaustedFields(TypedDict):
     attempts: int
     final_reason: str
+    plan: str  # the plan of the blocks it gave up on, as the ``exhausted`` frame names it
 
 
 class DiscardedToolFields(TypedDict):

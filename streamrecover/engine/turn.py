@@ -377,6 +377,7 @@ class TurnRunner:
                 ev.LLM_STREAM_CONTINUATION_EXHAUSTED,
                 attempts=self.state.continuation,
                 final_reason=self._last_error_kind(),
+                plan=recovery.kind.value,
             )
             await self.ctx.frame(
                 FrameKind.RECOVERY, phase="exhausted", attempt=self.state.continuation, plan=recovery.kind.value
