@@ -10,10 +10,16 @@ from django.db.models.signals import pre_delete
 from .analytics import rollup
 from .conf import reload_app_settings
 from .live.publisher import announce_cancelled_in_queue
+from .live.threads import announce_run_started
 from .models import Run
 from .runs import deferred
-from .runs.signals import run_cancel_awaits_worker, run_cancelled_in_queue, run_requeued, run_settled
+from .runs.signals import run_cancel_awaits_worker, run_cancelled_in_queue, run_created, run_requeued, run_settled
 from .starter import start_in_thread
+
+
+def announce_created_run(sender: Any, run_id: Any, thread_id: int, **kwargs: Any) -> None:
+    """A run just created: every page of its thread's owner open on the thread follows it."""
+    announce_run_started(thread_id, str(run_id))
 
 
 def fold_settled_run(sender: Any, run_id: Any, **kwargs: Any) -> None:
@@ -51,6 +57,7 @@ def unfold_deleted_run(sender: type[Run], instance: Run, **kwargs: Any) -> None:
 def connect() -> None:
     """Connect every receiver; ``dispatch_uid`` makes a second call change nothing."""
     setting_changed.connect(reload_app_settings, dispatch_uid="streamrecover.reload_app_settings")
+    run_created.connect(announce_created_run, dispatch_uid="streamrecover_announce_created_run")
     run_settled.connect(fold_settled_run, dispatch_uid="streamrecover_fold_settled_run")
     run_requeued.connect(unfold_requeued_run, dispatch_uid="streamrecover_unfold_requeued_run")
     run_cancelled_in_queue.connect(publish_cancelled_run, dispatch_uid="streamrecover_publish_cancelled_run")

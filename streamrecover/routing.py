@@ -5,7 +5,9 @@ from __future__ import annotations
 from django.urls import path
 
 from .live.consumer import RunConsumer
+from .live.threads import ThreadConsumer
 
 websocket_urlpatterns = [
     path("ws/streamrecover/runs/<uuid:run_id>/", RunConsumer.as_asgi(), name="streamrecover-run-socket"),
+    path("ws/streamrecover/threads/<int:thread_id>/", ThreadConsumer.as_asgi(), name="streamrecover-thread-socket"),
 ]

@@ -53,8 +53,13 @@ def login_required_json(view: JsonView) -> JsonView:
     return wrapped
 
 
+# The WebSocket paths (``routing.py``), ``{id}`` for the run's or the thread's id.
+RUN_SOCKET = "/ws/streamrecover/runs/{id}/"
+THREAD_SOCKET = "/ws/streamrecover/threads/{id}/"
+
+
 def ws_url(run: Run) -> str:
-    return f"/ws/streamrecover/runs/{run.pk}/"
+    return RUN_SOCKET.replace("{id}", str(run.pk))
 
 
 def _messages(thread_id: int) -> list[dict[str, Any]]:

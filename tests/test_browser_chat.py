@@ -665,6 +665,9 @@ def test_a_second_tab_told_the_thread_is_busy_shows_that_run_and_can_cancel_it(c
     chat.wait_until_finished()
     other = ChatPage(chat.page.context.new_page(), chat.base_url)
     other.page.goto(chat.page.url)  # the same thread, its last run finished
+    # a tab that missed the run's announcement (its thread socket was down)
+    other.page.wait_for_function("window.__streamrecover.threadWatch.socket?.readyState === 1")
+    other.page.evaluate("window.__streamrecover.threadWatch.close()")
     busy_run = chat.send("A long follow-up. [[words=2000]]")
     other.page.fill("#sr-prompt", "Mine, meanwhile.")
     other.page.click("#sr-send")
@@ -678,6 +681,29 @@ def test_a_second_tab_told_the_thread_is_busy_shows_that_run_and_can_cancel_it(c
     assert chat.wait_until_finished() == "cancelled"
     assert other.page.locator("#sr-error").is_hidden()  # over: "in progress" no longer holds
     assert other.page.locator("#sr-send").is_enabled()
+    assert other.errors == []
+    other.page.close()
+
+
+def test_a_second_page_on_the_thread_shows_a_run_started_in_the_first_as_it_streams(chat: ChatPage) -> None:
+    """Two pages on one thread: a run started in the first showed in the second only once that one
+    sent a message or was reloaded. It streams there now, as in the first, without a reload."""
+    chat.page.goto(f"{chat.base_url}/streamrecover/")
+    chat.send("A first question. [[words=10]]")
+    assert chat.wait_until_finished() == "completed"
+    other = ChatPage(chat.page.context.new_page(), chat.base_url)
+    other.page.goto(chat.page.url)  # the same thread, its last run finished
+    other.page.evaluate("window.__loadedOnce = true")  # gone if the page reloads
+    run_id = chat.send("Tell me about harbours. [[words=300]]")
+    other.page.wait_for_function("id => window.__streamrecover.runId === id", arg=run_id, timeout=5_000)
+    other.wait_for_streamed_text(20)  # its deltas, live, while the first page's stream goes on
+    assert other.page.locator("#sr-cancel").is_enabled()
+    assert chat.wait_until_finished() == "completed"
+    assert other.wait_until_finished() == "completed"
+    committed = chat.committed_assistant_texts(run_id)
+    assert other.shown_assistant_texts() == committed == chat.shown_assistant_texts()
+    assert other.page.evaluate("window.__loadedOnce") is True
+    assert other.state()["stats"]["mismatches"] == 0
     assert other.errors == []
     other.page.close()
 

@@ -17,7 +17,7 @@ from .. import dispatch
 from ..conf import app_settings
 from ..models import Message, Run, Thread
 from ..runs import lifecycle
-from ..views import BadRequest, _run_options, ws_url
+from ..views import RUN_SOCKET, THREAD_SOCKET, BadRequest, _run_options, ws_url
 from .notice import recovery_notice
 
 _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
@@ -70,6 +70,9 @@ class ChatView(LoginRequiredMixin, View):
                 "run": reverse("streamrecover:api-run", args=[_ZERO_UUID]).replace(_ZERO_UUID, "{id}"),
                 # the page's way to cancel while its socket is reconnecting
                 "cancel": reverse("streamrecover:api-run-cancel", args=[_ZERO_UUID]).replace(_ZERO_UUID, "{id}"),
+                # the sockets: a run's, and the thread's, which announces each run started in it
+                "runSocket": RUN_SOCKET,
+                "threadSocket": THREAD_SOCKET,
             },
         }
 

@@ -37,7 +37,7 @@ from .cancels import CANCELLED_BY_USER, cancel_error
 from .checkpoints import sweep_settled_checkpoints
 from .fence import Fence
 from .recorder import write_messages
-from .signals import run_cancel_awaits_worker, run_cancelled_in_queue, run_requeued, run_settled
+from .signals import run_cancel_awaits_worker, run_cancelled_in_queue, run_created, run_requeued, run_settled
 
 log = structlog.get_logger("streamrecover")
 
@@ -123,6 +123,7 @@ def create_run(
             role=Message.Role.USER,
             content=[*notice_blocks(notices), {"type": "text", "text": prompt}],
         )
+        _created_on_commit(run)
     return run
 
 
@@ -323,6 +324,12 @@ def finish_many(ends: Sequence[RunEnd]) -> set[str]:
         for run, _ in kept:
             _settled_on_commit(run)
     return lost
+
+
+def _created_on_commit(run: Run) -> None:
+    """Tell ``run_created``'s receivers (the thread's sockets) once the transaction commits."""
+    run_id, thread_id = run.pk, run.thread_id
+    transaction.on_commit(lambda: run_created.send(sender=Run, run_id=run_id, thread_id=thread_id))
 
 
 def _settled_on_commit(run: Run) -> None:

@@ -6,7 +6,8 @@ its state changes; ``run_cancelled_in_queue`` once the transaction that cancelle
 worker held has committed (no worker will publish its end: the receiver does), with the
 ``error`` its end carries; ``run_cancel_awaits_worker`` once the transaction that asked a queued
 run that had started to stop has committed (it must be claimed to be ended: the receiver claims it
-in a thread of this process). All
+in a thread of this process); ``run_created`` once the transaction that created a run has
+committed, with its ``thread_id`` too (the thread's sockets hear of it). All
 carry ``run_id``. ``streamrecover.receivers`` connects them.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
+run_created = Signal()
 run_settled = Signal()
 run_requeued = Signal()
 run_cancelled_in_queue = Signal()

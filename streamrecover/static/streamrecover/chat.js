@@ -31,6 +31,7 @@
     snapshots: [],
     errors: [],
     cancelling: false, // Cancel was clicked and the run has not ended yet
+    threadWatch: null, // hears of the runs started in the thread, in this page or another
   });
   var renderQueued = false;
   var cancelLabel = el.cancel.textContent; // the template's own (translated) wording
@@ -338,13 +339,18 @@
     el.error.hidden = !message;
   }
 
+  function socketUrl(path) {
+    var url = new URL(path, window.location.href);
+    url.protocol = window.location.protocol === "https:" ? "wss:" : "ws:";
+    return url.toString();
+  }
+
   function follow(runId, wsPath) {
+    if (page.client && page.runId === runId) return; // already followed (announced, then posted)
     if (page.client) page.client.close();
     setCancelling(false);
-    var url = new URL(wsPath, window.location.href);
-    url.protocol = window.location.protocol === "https:" ? "wss:" : "ws:";
     page.runId = runId;
-    var client = new StreamRecoverClient(url.toString(), {
+    var client = new StreamRecoverClient(socketUrl(wsPath), {
       onRender: scheduleRender,
       onStatus: function (status, error) {
         setStatus(status);
@@ -362,6 +368,26 @@
     });
     page.client = client;
     client.connect();
+  }
+
+  /* A run started in this thread by another page (or this one): shown here as it streams. */
+  function followStarted(frame) {
+    if (frame.run_id === page.runId) return;
+    showError("");
+    el.recovery.hidden = true; // the notice of the run before
+    el.recovery.dataset.phase = "";
+    setStatus("queued");
+    follow(frame.run_id, config.urls.runSocket.replace("{id}", frame.run_id));
+  }
+
+  function watchThread(threadId) {
+    // (a host's get_config may leave the thread's socket out: the page then follows only its own runs)
+    if (page.threadWatch || !threadId || !config.urls.threadSocket) return;
+    page.threadWatch = new StreamRecoverClient.ThreadWatch(
+      socketUrl(config.urls.threadSocket.replace("{id}", threadId)),
+      { onRun: followStarted }
+    );
+    page.threadWatch.connect();
   }
 
   function csrfToken() {
@@ -414,17 +440,22 @@
         el.form.action = config.urls.thread.replace("{id}", data.thread_id);
         window.history.replaceState(null, "", el.form.action);
         el.prompt.value = "";
-        setStatus(data.status);
-        follow(data.run_id, data.ws_url);
+        if (data.run_id !== page.runId) {
+          setStatus(data.status);
+          follow(data.run_id, data.ws_url);
+        }
+        watchThread(data.thread_id);
       })
       .catch(function (err) {
         el.send.disabled = false;
         showError(err.message);
         // another tab's run: show it here (its Cancel too); the typed words stay for when it is over
-        if (err.busy && err.busy.run_id !== page.runId) {
+        if (err.busy) {
           busyError = err.message;
-          setStatus(err.busy.status);
-          follow(err.busy.run_id, err.busy.ws_url);
+          if (err.busy.run_id !== page.runId) {
+            setStatus(err.busy.status);
+            follow(err.busy.run_id, err.busy.ws_url);
+          }
         }
       });
   });
@@ -459,4 +490,5 @@
   });
 
   if (config.runId) follow(config.runId, config.wsUrl);
+  watchThread(config.threadId);
 })();

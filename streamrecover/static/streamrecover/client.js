@@ -18,6 +18,13 @@
  *     onError(frame) {}, onConnection(state, attempt) {},
  *   });
  *   client.connect();  client.cancel();  client.close();
+ *
+ * StreamRecoverClient.ThreadWatch follows a thread instead: which runs start in it.
+ *
+ *   const watch = new StreamRecoverClient.ThreadWatch("wss://host/ws/streamrecover/threads/<id>/", {
+ *     onRun(frame) {},  // frame.run_id: a run to follow with a StreamRecoverClient
+ *   });
+ *   watch.connect();  watch.close();
  */
 (function (root) {
   "use strict";
@@ -307,10 +314,70 @@
     return this.partialBlocks().map(function (entry) { return comparable(blockToContent(entry[1])); });
   };
 
+  /*
+   * Watches a thread (ws/streamrecover/threads/<id>/, its owner only): onRun(frame) for the
+   * thread's latest run on connect and for every run started in it after, to follow with a
+   * StreamRecoverClient. Reopened with the client's backoff until close() or a refusal (4403).
+   */
+  function StreamRecoverThreadWatch(url, options) {
+    options = options || {};
+    this.url = url;
+    this.onRun = options.onRun || noop;
+    this.onError = options.onError || noop;
+    this.WebSocketImpl = options.WebSocket || root.WebSocket;
+    this.delays = options.delaysMs || DELAYS_MS;
+    this.closed = false;
+    this.socket = null;
+    this.attempt = 0;
+    this.timer = null;
+  }
+
+  StreamRecoverThreadWatch.prototype.connect = function () {
+    var self = this;
+    this.closed = false;
+    var socket = new this.WebSocketImpl(this.url);
+    this.socket = socket;
+    socket.onopen = function () {
+      if (socket === self.socket) self.attempt = 0;
+    };
+    socket.onmessage = function (event) {
+      if (socket !== self.socket) return;
+      var frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch (e) {
+        return;
+      }
+      if (frame.type === "run_started") self.onRun(frame);
+      else if (frame.type === "error") self.onError(frame);
+    };
+    socket.onclose = function (event) {
+      if (socket !== self.socket) return;
+      self.socket = null;
+      if (self.closed || event.code === FORBIDDEN) return;
+      var base = self.delays[Math.min(self.attempt, self.delays.length - 1)];
+      self.attempt += 1;
+      self.timer = setTimeout(function () {
+        self.timer = null;
+        if (!self.closed) self.connect();
+      }, base * (0.8 + Math.random() * 0.4));
+    };
+  };
+
+  StreamRecoverThreadWatch.prototype.close = function () {
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    if (this.socket) this.socket.close(1000);
+    this.socket = null;
+  };
+
   StreamRecoverClient.blockToContent = blockToContent;
   StreamRecoverClient.blockFromContent = blockFromContent;
   StreamRecoverClient.canonical = canonical;
   StreamRecoverClient.TERMINAL = TERMINAL;
+
+  StreamRecoverClient.ThreadWatch = StreamRecoverThreadWatch;
 
   root.StreamRecoverClient = StreamRecoverClient;
   if (typeof module !== "undefined" && module.exports) module.exports = StreamRecoverClient;
