@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Permission
 
 from project.asgi import application
 from streamrecover.models import Run
@@ -47,12 +48,17 @@ async def test_the_owners_sockets_hear_of_a_run_started_in_the_thread_after_they
         await close(tab)
 
 
-@pytest.mark.parametrize("who", ["other user", "anonymous"])
+@pytest.mark.parametrize("who", ["other user", "staff who may view runs", "anonymous"])
 async def test_no_one_else_hears_of_the_threads_runs(who: str) -> None:
     """A stranger's socket on the thread is refused (4403, as the run's socket refuses) and hears of
-    no run started after; their socket on their own thread hears nothing of the owner's either."""
+    no run started after; their socket on their own thread hears nothing of the owner's either.
+    The admin's view permission opens someone else's run by its id, not their thread's socket."""
     owner = await sync_to_async(make_user)()
-    stranger = await sync_to_async(make_user)() if who == "other user" else None
+    stranger = None
+    if who != "anonymous":
+        stranger = await sync_to_async(make_user)(is_staff=who.startswith("staff"))
+        if stranger.is_staff:
+            await stranger.user_permissions.aadd(await Permission.objects.aget(codename="view_run"))
     first = await new_run(owner)
     ws = await thread_socket(first.thread_id, stranger)
     error = await receive(ws)
