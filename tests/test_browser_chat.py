@@ -689,10 +689,12 @@ def test_a_second_page_on_the_thread_shows_a_run_started_in_the_first_as_it_stre
     """Two pages on one thread: a run started in the first showed in the second only once that one
     sent a message or was reloaded. It streams there now, as in the first, without a reload."""
     chat.page.goto(f"{chat.base_url}/streamrecover/")
-    chat.send("A first question. [[words=10]]")
+    first = chat.send("A first question. [[words=10]]")
     assert chat.wait_until_finished() == "completed"
     other = ChatPage(chat.page.context.new_page(), chat.base_url)
     other.page.goto(chat.page.url)  # the same thread, its last run finished
+    # its thread socket is open and listening (the latest run comes after it joined the group)
+    other.page.wait_for_function("id => window.__streamrecover.threadWatch?.lastRunId === id", arg=first)
     other.page.evaluate("window.__loadedOnce = true")  # gone if the page reloads
     run_id = chat.send("Tell me about harbours. [[words=300]]")
     other.page.wait_for_function("id => window.__streamrecover.runId === id", arg=run_id, timeout=5_000)

@@ -330,6 +330,7 @@
     this.socket = null;
     this.attempt = 0;
     this.timer = null;
+    this.lastRunId = null; // the last run announced (on connect: the thread's latest)
   }
 
   StreamRecoverThreadWatch.prototype.connect = function () {
@@ -348,7 +349,10 @@
       } catch (e) {
         return;
       }
-      if (frame.type === "run_started") self.onRun(frame);
+      if (frame.type === "run_started") {
+        self.lastRunId = frame.run_id;
+        self.onRun(frame);
+      }
       else if (frame.type === "error") self.onError(frame);
     };
     socket.onclose = function (event) {
