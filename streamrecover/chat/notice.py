@@ -37,7 +37,7 @@ class RecoveryNotice:
     phase: Literal["recovered", "exhausted"]
     # recovered: the last recovery kept nothing and the answer started over (``whole_restart``)
     restarted: bool = False
-    # exhausted: the continuation attempts spent, and the plan of the break it gave up on
+    # exhausted: the continuation attempts spent, and the plan its ``exhausted`` frame named
     continuations: int = 0
     plan: str = ""
 
