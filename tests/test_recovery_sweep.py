@@ -15,6 +15,7 @@ client told so).
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -35,6 +36,10 @@ SAMPLED_FAULTS = (
     "goaway:events={n}",  # over HTTP/2 (the fake's h2c mode): GOAWAY mid-stream
 )
 MAX_SAMPLES = 12  # boundaries per sampled fault kind (evenly spread, first and last included)
+# No fault here is a stall, so nothing waits for the idle timeout: a roomy one keeps a loaded
+# host's pause (the fake serves from this process) from breaking an attempt the fake has already
+# billed in full, which the billed-once check would take for text billed twice.
+SWEEP = replace(FAST, idle_timeout_s=15.0)
 
 # name -> (wire, model, thinking budget)
 RECORDED = {
@@ -105,7 +110,7 @@ async def _sweep(
                 model=model,
                 thinking_budget=thinking,
                 tools=demo_registry(),
-                config=FAST,
+                config=SWEEP,
                 recording=recording,
                 transport=transport,
                 extra=extra,
@@ -188,7 +193,8 @@ def _assert_billed_once(outcome, committed: str) -> None:
     """Every character of the answer was generated exactly once across all calls, except
     the trailing whitespace a prefill may not end with: the model regenerates that."""
     billed = outcome.billed_text()
-    assert "".join(billed.split()) == "".join(committed.split()), "text billed twice (or never)"
+    attempts = [(a.kind, a.interrupt_cause, a.error_kind, a.outcome) for a in outcome.sink.attempts]
+    assert "".join(billed.split()) == "".join(committed.split()), f"text billed twice (or never); attempts {attempts}"
     extra = len(billed) - len(committed)
     prefills = sum(1 for e in outcome.log if e.understood_as == "prefill")
     assert 0 <= extra <= 2 * prefills, f"{extra} characters billed twice"
@@ -222,7 +228,9 @@ async def test_sweep_seams(fake_server, seam, case):
     kinds, exact = SEAMS[seam]
 
     async def once(faults):
-        return await run(fake_server, prompt, faults=faults, wire=wire, model=model, tools=demo_registry(), config=FAST)
+        return await run(
+            fake_server, prompt, faults=faults, wire=wire, model=model, tools=demo_registry(), config=SWEEP
+        )
 
     reference = await once([])
     raw = _raw_of(reference)
