@@ -35,6 +35,15 @@
 
   function noop() {}
 
+  // A message's frame, or null for one that is not JSON (ignored: the next frame or snapshot tells)
+  function parseFrame(event) {
+    try {
+      return JSON.parse(event.data);
+    } catch (e) {
+      return null;
+    }
+  }
+
   function blockFromContent(content) {
     var kind = content.type || "";
     if (kind === "text") {
@@ -143,13 +152,8 @@
     };
     socket.onmessage = function (event) {
       if (socket !== self.socket) return;
-      var frame;
-      try {
-        frame = JSON.parse(event.data);
-      } catch (e) {
-        return;
-      }
-      self.handle(frame);
+      var frame = parseFrame(event);
+      if (frame !== null) self.handle(frame);
     };
     socket.onclose = function (event) {
       if (socket !== self.socket) return;
@@ -343,12 +347,8 @@
     };
     socket.onmessage = function (event) {
       if (socket !== self.socket) return;
-      var frame;
-      try {
-        frame = JSON.parse(event.data);
-      } catch (e) {
-        return;
-      }
+      var frame = parseFrame(event);
+      if (frame === null) return;
       if (frame.type === "run_started") {
         self.lastRunId = frame.run_id;
         self.onRun(frame);
