@@ -459,7 +459,7 @@ def test_block_text_and_arguments_behave_like_plain_fields() -> None:
     assert text != Block(0, "text", text="other")
     assert repr(Block(3, "text", text="x")) == (
         "Block(index=3, kind='text', text='x', id=None, name=None, arguments='', signature='', data=None, "
-        "closed=False, citations=None, field='')"
+        "closed=False, citations=None, field='', refusal=False)"
     )
     assert dataclasses.asdict(tool)["arguments"] == '{"a": 1}'
     assert dataclasses.replace(tool, closed=True).arguments == '{"a": 1}'

@@ -66,6 +66,9 @@ class Block(Utf8Slots):
     closed: bool = False
     citations: list[dict[str, Any]] | None = None  # a text block's citations, as sent
     field: str = ""  # an opaque block's string field that ``text`` fills (FieldDelta)
+    # a text block that is the model's refusal (``BlockStart.refusal``): stored as plain text,
+    # the run's stop reason says it was one; live clients are told on each of its deltas
+    refusal: bool = False
 
     def status(self) -> BlockStatus:
         if self.kind == TEXT:
@@ -244,8 +247,8 @@ class Accumulator:
                 block.field = name
                 block._text.append(t)
                 return block
-            case BlockStart(index=i, kind=k, id=ident, name=name, data=data):
-                block = Block(i, k, id=ident, name=name, data=dict(data) if data else None)
+            case BlockStart(index=i, kind=k, id=ident, name=name, data=data, refusal=refusal):
+                block = Block(i, k, id=ident, name=name, data=dict(data) if data else None, refusal=refusal)
                 self._blocks[i] = block
                 return block
             case BlockStop(index=i):

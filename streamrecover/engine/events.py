@@ -71,13 +71,16 @@ class MessageStart:
 @dataclass(frozen=True, slots=True)
 class BlockStart:
     """A content block opens. ``kind`` is text, tool_use, thinking, redacted_thinking or
-    any provider type we keep opaquely (``data`` then holds the whole block)."""
+    any provider type we keep opaquely (``data`` then holds the whole block). ``refusal``: a text
+    block whose text is the model's refusal (OpenAI Chat's ``delta.refusal``), known from its start
+    so that a client's wire format can put it where its API puts a refusal."""
 
     index: int
     kind: str
     id: str | None = None
     name: str | None = None
     data: dict[str, Any] | None = None
+    refusal: bool = False
 
 
 class TopLogprob(TypedDict):

@@ -18,8 +18,8 @@ through ``on_thinking_dropped`` so it records ``discarded_thinking``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Container
-from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypedDict
 
 from . import citespan
 from .blocks import REASONING, REDACTED_THINKING, TEXT, THINKING, TOOL_USE, Accumulator, Block
@@ -79,6 +79,13 @@ _ARGUMENTS: Container[str] = _AllBut(TEXT, THINKING, REDACTED_THINKING, REASONIN
 _FIELDS: Container[str] = _AllBut(TEXT, THINKING, TOOL_USE, REDACTED_THINKING, REASONING)
 
 
+class _TextDeltaOptions(TypedDict, total=False):
+    """The optional fields of a ``text_delta`` frame (``protocol.TextDeltaFrame``)."""
+
+    logprobs: list[TokenLogprob]
+    refusal: Literal[True]
+
+
 class InFlightTool(TypedDict):
     """The tool call being received, as a checkpoint records it."""
 
@@ -135,7 +142,7 @@ class IndexMapper:
         self._merge_open = False
         self.next += 1
         self.map[event.index] = target
-        self.acc.apply(BlockStart(target, event.kind, event.id, event.name, event.data))
+        self.acc.apply(replace(event, index=target))
         return target
 
     def _unique_tool_id(self, event: BlockStart) -> str | None:
@@ -439,10 +446,7 @@ class Translator:
 
     async def _text_frame(self, target: int, text: str, logprobs: tuple[TokenLogprob, ...]) -> None:
         """A text delta for the client, with its tokens' logprobs where the provider sent some."""
-        if logprobs:
-            await self.ctx.frame(FrameKind.TEXT_DELTA, block=target, text=text, logprobs=list(logprobs))
-        else:
-            await self.ctx.frame(FrameKind.TEXT_DELTA, block=target, text=text)
+        await text_frame(self.ctx, self.acc.block_at(target), target, text, logprobs)
 
     async def _settle_spans(self, target: int) -> None:
         """Move the continued block's span citations onto its text, once the joiner decided the
@@ -474,10 +478,24 @@ class Translator:
         return self.joiner.result if self.joiner is not None else None
 
 
+async def text_frame(
+    ctx: RunContext, block: Block | None, target: int, text: str, logprobs: tuple[TokenLogprob, ...] = ()
+) -> None:
+    """A ``text_delta`` frame of ``block`` (the turn's block ``target``): with its tokens' logprobs
+    where the provider sent some, and ``refusal`` on every delta of a refusal (not only the first:
+    a reader may start inside the block)."""
+    options: _TextDeltaOptions = {}
+    if logprobs:
+        options["logprobs"] = list(logprobs)
+    if block is not None and block.refusal:
+        options["refusal"] = True
+    await ctx.frame(FrameKind.TEXT_DELTA, block=target, text=text, **options)
+
+
 async def replay_block(ctx: RunContext, block: Block) -> None:
     """The frames that show a kept block to a client that starts from nothing (a resume)."""
     if block.kind == TEXT:
-        await ctx.frame(FrameKind.TEXT_DELTA, block=block.index, text=block.text)
+        await text_frame(ctx, block, block.index, block.text)
         for citation in block.citations or ():
             await ctx.frame(FrameKind.CITATION, block=block.index, citation=citation)
     elif block.kind == TOOL_USE:

@@ -214,7 +214,7 @@ class OpenAIChatStreamParser:
                 # stream is cut, so the stop reason is set now (the finish_reason stays "stop").
                 self._refused = True
                 out.append(StopReason("refusal", None))
-            self._text(refusal, out)
+            self._text(refusal, out, refusal=True)
         tool_calls = delta.get("tool_calls")
         if tool_calls:
             for position, call in enumerate(tool_calls):
@@ -227,12 +227,14 @@ class OpenAIChatStreamParser:
         if function_call:
             self._tool(0, None, function_call, out)
 
-    def _text(self, text: str, out: list[StreamEvent]) -> None:
+    def _text(self, text: str, out: list[StreamEvent], *, refusal: bool = False) -> None:
+        """Text of the message's one text block; a block opened by ``delta.refusal`` is a refusal
+        (the API never streams both in one message: a refusal after content goes on in its block)."""
         if type(text) is not str:
             raise TypeError("content is not a string")
         if not self._text_open:
             self._text_open = True
-            out.append(BlockStart(TEXT_INDEX, "text"))
+            out.append(BlockStart(TEXT_INDEX, "text", refusal=refusal))
         logprobs, self._unplaced_logprobs = tuple(self._unplaced_logprobs), []
         out.append(TextDelta(TEXT_INDEX, text, logprobs))
 

@@ -46,6 +46,7 @@ class Unsplicable(Exception):
 class OpenText:
     index: int  # downstream block index
     cited: bool = False  # a cited span (Anthropic's): its citations follow its text
+    refusal: bool = False  # the model's refusal: a format with a place for one writes its text there
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,7 @@ class _Held(Utf8Slots):
     unsent: list[str] = field(default_factory=list)  # a text block's deltas not yet released
     unsent_logprobs: list[TokenLogprob] = field(default_factory=list)  # their tokens' logprobs
     has_text: bool = False  # a text block received some text
+    refusal: bool = False  # a text block that is the model's refusal (its deltas say so)
     id: str | None = None
     name: str | None = None
     arguments: str = ""
@@ -139,6 +141,7 @@ class Splicer:
                 held.unsent.append(piece)
                 held.unsent_logprobs.extend(frame.get("logprobs") or ())
                 held.has_text = True
+                held.refusal = held.refusal or frame.get("refusal") is True
         elif kind == FrameKind.THINKING_DELTA:
             self._at(index, THINKING)._text.append(frame.get("thinking", ""))
         elif kind == FrameKind.TOOL_CALL_DELTA:
@@ -213,7 +216,7 @@ class Splicer:
                     if held.down is None or held.down != self.open_index:
                         ops.extend(self._close())
                         held.down = self.open_index = self._next()
-                        ops.append(OpenText(held.down, cited=makes_cited_span(held.citations)))
+                        ops.append(OpenText(held.down, makes_cited_span(held.citations), held.refusal))
                     ops.append(TextPiece(held.down, "".join(held.unsent), tuple(held.unsent_logprobs)))
                     held.unsent.clear()
                     held.unsent_logprobs.clear()

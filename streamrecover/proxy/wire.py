@@ -201,17 +201,24 @@ def thinking_text(content: dict[str, Any]) -> str:
 
 
 class ChoiceLogprobs(TypedDict):
-    """A Chat chunk's ``choices[0].logprobs`` when the client asked for them, in the API's field order."""
+    """A Chat chunk's ``choices[0].logprobs`` when the client asked for them, in the API's field
+    order: a refusal's entries under ``refusal`` (``content`` then null), any other text's under
+    ``content`` (``refusal`` null)."""
 
-    content: list[TokenLogprob]
-    refusal: None
+    content: list[TokenLogprob] | None
+    refusal: list[TokenLogprob] | None
 
 
 class OpenAIWriter:
     """Chat Completions: chunks of one id, tool calls whole, one ``finish_reason``, the usage chunk
     when the client asked for it, ``[DONE]``. A client that asked for ``logprobs`` gets, as the API
     sends them, a ``logprobs`` object on the first chunk and on each text chunk, with the entries
-    the engine passed on for that text (a refusal's text is written as ``content``: so are its entries)."""
+    the engine passed on for that text.
+
+    A refusal (a text block the upstream marked as one) is written where the API writes it: its
+    text as ``delta.refusal``, its entries under ``logprobs.refusal``, and, when it opens the
+    answer, a first chunk of ``{"role": "assistant", "content": null, "refusal": ""}``. So the role
+    chunk waits for the first op, which says which of the two first chunks it is."""
 
     def __init__(self, completion_id: str, model: str, include_usage: bool, logprobs: bool = False) -> None:
         self.completion_id = completion_id
@@ -220,6 +227,8 @@ class OpenAIWriter:
         self.logprobs = logprobs
         self.created = int(time.time())
         self.tool_calls = 0
+        self.role_sent = False
+        self.in_refusal = False  # the open text block is a refusal
 
     def _chunk(
         self, delta: dict[str, Any], finish_reason: str | None = None, logprobs: ChoiceLogprobs | None = None
@@ -235,17 +244,38 @@ class OpenAIWriter:
             chunk["usage"] = None
         return _data(chunk)
 
-    def _text_logprobs(self, entries: Sequence[TokenLogprob]) -> ChoiceLogprobs | None:
-        return ChoiceLogprobs(content=list(entries), refusal=None) if self.logprobs else None
+    def _text_logprobs(self, entries: Sequence[TokenLogprob], refusal: bool) -> ChoiceLogprobs | None:
+        if not self.logprobs:
+            return None
+        if refusal:
+            return ChoiceLogprobs(content=None, refusal=list(entries))
+        return ChoiceLogprobs(content=list(entries), refusal=None)
+
+    def _role(self, refusal: bool) -> bytes:
+        """The first chunk, once: the API's for a refusal, or for anything else."""
+        if self.role_sent:
+            return b""
+        self.role_sent = True
+        if refusal:
+            delta: dict[str, Any] = {"role": "assistant", "content": None, "refusal": ""}
+        else:
+            delta = {"role": "assistant", "content": "", "refusal": None}
+        return self._chunk(delta, logprobs=self._text_logprobs((), refusal))
 
     def start(self, usage: TurnUsage) -> bytes:
-        return self._chunk({"role": "assistant", "content": "", "refusal": None}, logprobs=self._text_logprobs(()))
+        """Nothing yet: the role chunk goes out with the first op (or the end), shaped by it."""
+        return b""
 
     def ops(self, ops: Iterable[Op], usage: TurnUsage) -> bytes:
         out: list[bytes] = []
         for op in ops:
-            if isinstance(op, TextPiece):
-                out.append(self._chunk({"content": op.text}, logprobs=self._text_logprobs(op.logprobs)))
+            out.append(self._role(isinstance(op, OpenText) and op.refusal))
+            if isinstance(op, OpenText):
+                self.in_refusal = op.refusal
+            elif isinstance(op, TextPiece):
+                field = "refusal" if self.in_refusal else "content"
+                logprobs = self._text_logprobs(op.logprobs, self.in_refusal)
+                out.append(self._chunk({field: op.text}, logprobs=logprobs))
             elif isinstance(op, WholeBlock) and op.content.get("type") == "tool_use":
                 call = {
                     "index": self.tool_calls,
@@ -269,7 +299,7 @@ class OpenAIWriter:
         metadata: Sequence[AttemptMetadata] = (),
     ) -> bytes:
         """Chat's ``finish_reason`` is ``stop`` at a stop sequence too, naming none."""
-        out = [self._chunk({}, FINISH_REASONS.get(stop_reason, "stop"))]
+        out = [self._role(refusal=False), self._chunk({}, FINISH_REASONS.get(stop_reason, "stop"))]
         if self.include_usage:
             out.append(
                 _data(
