@@ -170,3 +170,29 @@ def test_the_refusal_chunks_are_the_real_apis(site: str, raw_key: str, recorded:
     assert json.dumps(served[0]) == json.dumps(expected[0])  # {"role": "assistant", "content": null, "refusal": ""}
     assert _shape(served[1]) == _shape(expected[1])  # {"refusal": "I'm"}, its entry under logprobs.refusal
     assert json.dumps(served[-1]) == json.dumps(expected[-1])  # delta {}, logprobs null, finish_reason "stop"
+
+
+@pytest.mark.parametrize(
+    "sent_back",
+    [
+        {"role": "assistant", "content": None, "refusal": REFUSAL_TEXT},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": REFUSAL_TEXT}]},
+    ],
+    ids=["refusal-field", "refusal-part"],
+)
+def test_a_refusal_sent_back_in_the_history_reaches_the_provider_as_the_assistants_text(
+    client: openai.OpenAI, sent_back: dict[str, Any]
+) -> None:
+    """The client's next request holds the refusal as the API's message has it (``refusal`` set,
+    ``content`` null, or a ``refusal`` part): it goes on as the assistant's text, as the endpoint
+    stores a refusal, never as an empty assistant message."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o",
+        messages=[{"role": "user", "content": PROMPT}, sent_back, {"role": "user", "content": "Then say hello."}],  # type: ignore[list-item]
+        stream=True,
+    )
+    list(raw.parse())
+    run_id = raw.headers["x-streamrecover-run"]
+    wait_for(run_id)
+    sent = Attempt.objects.get(run_id=run_id).request["json"]["messages"]
+    assert sent[1] == {"role": "assistant", "content": REFUSAL_TEXT}

@@ -385,9 +385,28 @@ def _openai_user(content: Any, where: str) -> list[dict[str, Any]]:
     ]
 
 
+def _openai_assistant_text(message: dict[str, Any], where: str) -> str:
+    """The assistant's text: its content's, then its refusal's (the ``refusal`` field, or a
+    ``refusal`` part), which the API's message holds apart; the endpoint stores a refusal as text,
+    so one sent back goes on as the text it was, never as an empty message."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        text = _openai_text(content, f"{where}.content")
+    else:
+        pieces: list[str] = []
+        for position, part in enumerate(content):
+            at = f"{where}.content[{position}]"
+            kind = _string(_object(part, at).get("type"), f"{at}.type")
+            if kind in ("text", "refusal"):  # the part's string is under its type's name
+                pieces.append(_string(part.get(kind), f"{at}.{kind}"))
+        text = "".join(pieces)
+    refusal = message.get("refusal")
+    return text if refusal is None else text + _string(refusal, f"{where}.refusal")
+
+
 def _openai_assistant(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    text = _openai_text(message.get("content"), f"{where}.content")
+    text = _openai_assistant_text(message, where)
     if text:
         blocks.append({"type": "text", "text": text})
     calls = message.get("tool_calls") or []
