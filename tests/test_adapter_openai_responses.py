@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,7 +11,17 @@ import pytest
 from streamrecover.engine.blocks import Accumulator, BlockStatus
 from streamrecover.engine.contract import ModelRequest, ProviderConfig, Strategy, ToolSpec
 from streamrecover.engine.errors import ErrorClass, ParseError
-from streamrecover.engine.events import MessageStart, ProviderErrorEvent, StopReason, StreamEnd, StreamEvent, Usage
+from streamrecover.engine.events import (
+    MessageStart,
+    ProviderErrorEvent,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+)
 from streamrecover.engine.sse import SSEEvent
 from streamrecover.providers.openai_chat import OpenAIChatAdapter
 from streamrecover.providers.openai_responses import OpenAIResponsesAdapter, ResponsesStreamParser, ResumePoint
@@ -363,3 +374,40 @@ def test_a_web_search_call_is_a_whole_block_and_annotations_are_its_texts_citati
     assert searched.to_content() == search
     assert searched.status() is BlockStatus.COMPLETE
     assert text.to_content() == {"type": "text", "text": "Rivers flow.", "citations": [cite]}
+
+
+def test_an_output_texts_logprobs_are_read_into_its_text_delta_without_bytes() -> None:
+    """``include: ["message.output_text.logprobs"]`` adds entries to each delta (no ``bytes`` on
+    them, unlike Chat's); a list of the wrong shape is left out whole and the text goes on."""
+    scored = {"token": " river", "logprob": -0.25, "top_logprobs": [{"token": " lake", "logprob": -1.5}]}
+    where = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    events = [
+        {"type": "response.content_part.added", **where, "part": {"type": "output_text", "text": ""}},
+        {"type": "response.output_text.delta", **where, "delta": " river", "logprobs": [scored]},
+        {"type": "response.output_text.delta", **where, "delta": " bank", "logprobs": [{"token": 3}]},
+        {"type": "response.output_text.delta", **where, "delta": "s", "logprobs": []},
+    ]
+    deltas = [out for out in parse([event(e) for e in events]) if isinstance(out, TextDelta)]
+    assert [(d.text, d.logprobs) for d in deltas] == [
+        (
+            " river",
+            (
+                TokenLogprob(
+                    token=" river",
+                    logprob=-0.25,
+                    bytes=None,
+                    top_logprobs=[TopLogprob(token=" lake", logprob=-1.5, bytes=None)],
+                ),
+            ),
+        ),
+        (" bank", ()),
+        ("s", ()),
+    ]
+
+
+def test_a_clients_include_is_kept_with_the_reasoning_a_continuation_needs() -> None:
+    request = conversation()
+    asked = replace(request, extra={"include": ["message.output_text.logprobs"], "top_logprobs": 3})
+    body = ADAPTER.build_request(asked).json
+    assert body["include"] == ["message.output_text.logprobs", "reasoning.encrypted_content"]
+    assert body["top_logprobs"] == 3

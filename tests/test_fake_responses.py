@@ -244,3 +244,34 @@ def test_a_cited_answer_with_the_web_search_tool_searches_then_annotates_its_tex
     plain = oai.responses.create(model="gpt-4o", input=prompt)
     assert [item.type for item in plain.output] == ["message"]
     assert plain.output[0].content[0].annotations == []
+
+
+def test_logprobs_only_when_include_asks_the_same_for_the_same_request(fake_server):
+    """``include: ["message.output_text.logprobs"]``: each delta's one token with as many
+    ``top_logprobs`` as asked, all of them on ``output_text.done`` and, with ``bytes``, in the
+    finished part and the non-streamed response; not asked, ``[]`` everywhere."""
+    api = client(fake_server, uuid.uuid4().hex)
+    asked = {"include": ["message.output_text.logprobs"], "top_logprobs": 3}
+
+    def streamed(**kw):
+        events = list(api.responses.create(model="gpt-4o", input=PROMPT, stream=True, **kw))
+        deltas = [e for e in events if e.type == "response.output_text.delta"]
+        (done,) = [e for e in events if e.type == "response.output_text.done"]
+        return deltas, done, events[-1].response.output[0].content[0]
+
+    deltas, done, part = streamed(**asked)
+    assert all([x.token for x in d.logprobs] == [d.delta] for d in deltas)
+    assert all(len(x.top_logprobs) == 3 for d in deltas for x in d.logprobs)
+    assert [x.model_dump() for x in done.logprobs] == [x.model_dump() for d in deltas for x in d.logprobs]
+    assert [(x.token, x.logprob, x.bytes) for x in part.logprobs] == [
+        (x.token, x.logprob, list(x.token.encode())) for x in done.logprobs
+    ]
+    again = streamed(**asked)
+    assert [d.logprobs for d in again[0]] == [d.logprobs for d in deltas]
+    whole = api.responses.create(model="gpt-4o", input=PROMPT, **asked).output[0].content[0]
+    assert "".join(x.token for x in whole.logprobs) == whole.text
+    assert all(x.bytes == list(x.token.encode()) and len(x.top_logprobs) == 3 for x in whole.logprobs)
+
+    deltas, done, part = streamed()
+    assert [d.logprobs for d in deltas] == [[]] * len(deltas)
+    assert (done.logprobs, part.logprobs) == ([], [])

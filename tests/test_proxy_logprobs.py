@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from streamrecover.models import Attempt
+from streamrecover.models import Attempt, Run
 from streamrecover.proxy.keys import issue_key
 from streamrecover.proxy.views import FAULTS_HEADER
 from streamrecover.testing.fake.local import local_fake_server
@@ -197,3 +197,29 @@ def test_top_logprobs_without_logprobs_is_refused_as_the_api_refuses_it(client: 
         client.chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": PROMPT}], stream=True, top_logprobs=2
         )
+
+
+def test_failover_to_a_responses_provider_asks_it_for_logprobs_and_passes_them_on(client: openai.OpenAI) -> None:
+    """The Chat provider's budget is spent mid-answer; the Responses provider that goes on is asked
+    with ``include: ["message.output_text.logprobs"]`` (and ``top_logprobs``), and its entries reach
+    the Chat client in Chat's shape: Responses sends no ``bytes`` on its deltas, so they are null."""
+    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": "sk-provider-logprobs"}
+    configured = {
+        **proxy_settings(settings.STREAMRECOVER),
+        "PROVIDERS": {"fake": fake, "fake-responses": {**fake, "ADAPTER": "openai-responses"}},
+        "MAX_CONTINUATIONS": 1,
+        "PROXY_FAILOVER": {"openai": {"PROVIDER": "fake-responses", "MODEL": "gpt-4o-mini"}},
+    }
+    with override_settings(STREAMRECOVER=configured):
+        seen, run_id = scored_answer(client, "Tell me about rivers [[words=30]]", "cut:events=8;cut:events=6")
+    wait_for(run_id)
+    assert Run.objects.get(pk=run_id).events.get(name="llm_stream_failover").payload["to_model"] == "gpt-4o-mini"
+    last = Attempt.objects.filter(run_id=run_id).order_by("index").last()
+    assert last is not None
+    assert "message.output_text.logprobs" in last.request["json"]["include"]
+    assert last.request["json"]["top_logprobs"] == 2
+    assert "logprobs" not in last.request["json"]
+    _check_spliced(seen, "failover")
+    from_responses = [entry for _, entries in seen for entry in entries or () if entry["bytes"] is None]
+    assert len(from_responses) > 5
+    assert all(len(entry["top_logprobs"]) == 2 for entry in from_responses)

@@ -90,3 +90,22 @@ def test_the_wire_format_of_a_provider() -> None:
     assert wire_format({"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover"}, "gpt-4o") == OPENAI
     assert wire_format({"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover"}, "claude-x") == ANTHROPIC
     assert wire_format({"ADAPTER": "gemini", "BASE_URL": "https://x"}, "gemini-2.5-pro") is None
+
+
+def test_token_logprobs_are_asked_for_in_the_other_openai_formats_terms() -> None:
+    """Chat's ``logprobs: true`` is Responses' ``include`` of the output text's logprobs, and back;
+    ``top_logprobs`` goes as it is. Anthropic has none: they are named as dropped."""
+    chat = {"logprobs": True, "top_logprobs": 2}
+    responses = {"include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    to_responses = translate(chat, OPENAI, RESPONSES)
+    assert (to_responses.extra, to_responses.dropped) == (responses, [])
+    to_chat = translate(
+        {**responses, "include": ["reasoning.encrypted_content", *responses["include"]]}, RESPONSES, OPENAI
+    )
+    assert (to_chat.extra, to_chat.dropped) == (chat, ["include (reasoning.encrypted_content)"])
+    assert translate(chat, OPENAI, ANTHROPIC).dropped == ["logprobs", "top_logprobs"]
+    assert translate(responses, RESPONSES, ANTHROPIC).dropped == [
+        "top_logprobs",
+        "include (message.output_text.logprobs)",
+    ]
+    assert translate({"logprobs": False}, OPENAI, RESPONSES).dropped == ["logprobs"]

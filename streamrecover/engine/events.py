@@ -84,8 +84,9 @@ class BlockStart:
 
 
 class TopLogprob(TypedDict):
-    """One of the most likely tokens at a position (OpenAI Chat's ``top_logprobs`` item), in the
-    API's field order. ``bytes`` is the token's UTF-8 bytes (None where it has none)."""
+    """One of the most likely tokens at a position (an OpenAI ``top_logprobs`` item), in Chat's
+    field order. ``bytes`` is the token's UTF-8 bytes (None where the provider sent none:
+    Chat's for a token without them, every Responses delta's)."""
 
     token: str
     logprob: float
@@ -94,7 +95,8 @@ class TopLogprob(TypedDict):
 
 class TokenLogprob(TypedDict):
     """One sampled token's log probability (an item of OpenAI Chat's ``logprobs.content`` or
-    ``logprobs.refusal``), in the API's field order: plain JSON, so frames carry it as it is."""
+    ``logprobs.refusal``, or of a Responses ``output_text.delta``'s ``logprobs``), in Chat's field
+    order: plain JSON, so frames carry it as it is; each writer writes it in its own API's shape."""
 
     token: str
     logprob: float
@@ -105,7 +107,7 @@ class TokenLogprob(TypedDict):
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     """A piece of a text block. ``logprobs``: the provider's entries for the tokens of this piece
-    (OpenAI Chat when asked for them), in order; empty where it sent none."""
+    (OpenAI Chat or Responses when asked for them), in order; empty where it sent none."""
 
     index: int
     text: str

@@ -70,10 +70,10 @@ class _Header(TypedDict):
 
 
 class TextDeltaFrame(_Header):
-    """``logprobs``: the provider's entries for the tokens of ``text`` (OpenAI Chat, when the
-    request asked), each one's token exactly the text at its place. For the healing endpoint:
-    the live publisher leaves them out of what browsers get. ``refusal``: on every delta of a text
-    block that is the model's refusal (``BlockStart.refusal``), absent on any other."""
+    """``logprobs``: the provider's entries for the tokens of ``text`` (OpenAI Chat or Responses,
+    when the request asked), each one's token exactly the text at its place. For the healing
+    endpoint: the live publisher leaves them out of what browsers get. ``refusal``: on every delta
+    of a text block that is the model's refusal (``BlockStart.refusal``), absent on any other."""
 
     type: Literal["text_delta"]
     block: int

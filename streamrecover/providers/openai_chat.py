@@ -276,7 +276,12 @@ def token_logprobs(logprobs: Any, kind: str) -> list[TokenLogprob]:
     """A chunk's ``logprobs.content`` or ``logprobs.refusal`` entries, rebuilt in the API's field
     order. They describe the answer, they are not part of it: a list of the wrong shape is left
     out whole (never half of it), and the stream goes on."""
-    entries = logprobs.get(kind) if isinstance(logprobs, dict) else None
+    return logprob_entries(logprobs.get(kind) if isinstance(logprobs, dict) else None)
+
+
+def logprob_entries(entries: Any) -> list[TokenLogprob]:
+    """A list of token logprob entries (Chat's, or a Responses ``output_text.delta``'s, which have
+    no ``bytes``: None then), checked; none at all where one has the wrong shape."""
     if not isinstance(entries, list):
         return []
     out: list[TokenLogprob] = []

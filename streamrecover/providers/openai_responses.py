@@ -36,7 +36,7 @@ from ..engine.events import (
 from ..engine.sse import SSEEvent
 from .azure import azure_headers, azure_url, deployment
 from .common import ContinueMessageOnly, SplitPairs, as_int, excerpt, optional_strings, text_of
-from .openai_chat import OpenAIChatAdapter
+from .openai_chat import OpenAIChatAdapter, logprob_entries
 
 __all__ = [
     "ANNOTATION_TYPES",
@@ -51,6 +51,8 @@ __all__ = [
 WEB_SEARCH_CALL = "web_search_call"  # the hosted web search tool's output item
 # the annotations of an output text part: they arrive as its text block's citations
 ANNOTATION_TYPES = frozenset({"url_citation", "file_citation", "container_file_citation", "file_path"})
+LOGPROBS_INCLUDE = "message.output_text.logprobs"  # ``include``: the output text's token logprobs
+ENCRYPTED_REASONING = "reasoning.encrypted_content"  # ``include``: a stateless request's reasoning, passed back
 MIN_OUTPUT_TOKENS = 16  # the smallest ``max_output_tokens`` the API takes
 
 # incomplete_details.reason -> normalized stop reason
@@ -188,7 +190,10 @@ class ResponsesStreamParser:
         if key not in self._blocks:
             out.extend(self._open_text(*key, refusal))
         if delta:
-            out.append(TextDelta(self._blocks[key], delta))
+            # a refusal's deltas have no logprobs; an output text's has them when the request's
+            # ``include`` asked for them
+            logprobs = () if refusal else tuple(logprob_entries(payload.get("logprobs")))
+            out.append(TextDelta(self._blocks[key], delta, logprobs))
         return out
 
     def _annotation(self, payload: dict[str, Any]) -> list[StreamEvent]:
@@ -348,6 +353,13 @@ def _assistant_items(message: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _included(asked: Any) -> list[Any]:
+    """``include``: what the client asked for (``message.output_text.logprobs``...) and the
+    reasoning's encrypted content, which a stateless continuation needs to pass back."""
+    listed = list(asked) if isinstance(asked, list) else []
+    return listed if ENCRYPTED_REASONING in listed else [*listed, ENCRYPTED_REASONING]
+
+
 def _input(request: ModelRequest) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in request.messages:
@@ -408,7 +420,6 @@ class OpenAIResponsesAdapter(ContinueMessageOnly):
             body["store"] = True
         else:
             body["store"] = False
-            body["include"] = ["reasoning.encrypted_content"]
         if request.tools:
             body["tools"] = [
                 {"type": "function", "name": t.name, "description": t.description, "parameters": t.input_schema}
@@ -417,6 +428,8 @@ class OpenAIResponsesAdapter(ContinueMessageOnly):
         if request.temperature is not None:
             body["temperature"] = request.temperature
         body.update(request.extra)
+        if not self.native_resume:
+            body["include"] = _included(request.extra.get("include"))
         return HTTPRequest("POST", self._url("/responses"), self._headers(json_body=True), body)
 
     def resume_request(self, point: ResumePoint) -> HTTPRequest:

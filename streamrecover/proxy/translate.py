@@ -4,9 +4,9 @@ The client's fields (``ProxyRequest.extra``) are written for the provider of its
 fallback of another format (Anthropic Messages, OpenAI Chat, OpenAI Responses) gets the fields
 that have a counterpart there, translated: function tool definitions, ``tool_choice`` (and
 parallel tool calls), stop sequences, ``top_p``, structured output between the two OpenAI
-formats, reasoning effort between them, the end user's id. What has none is dropped and named
-(``dropped``); a request whose answer would change in kind without it (structured output to
-Anthropic) does not fail over at all (``refused``).
+formats, reasoning effort and token logprobs between them, the end user's id. What has none is
+dropped and named (``dropped``); a request whose answer would change in kind without it
+(structured output to Anthropic) does not fail over at all (``refused``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from ..conf import proxy_wire_format
+from ..providers.openai_responses import LOGPROBS_INCLUDE
 from .inbound import ANTHROPIC, OPENAI, RESPONSES, Format
 
 # fields both OpenAI formats take as they are
@@ -30,6 +31,7 @@ _CARRIED = frozenset({"system"})
 _TRANSLATED = frozenset(
     {"tools", "tool_choice", "stop", "stop_sequences", "response_format", "text", "reasoning", "reasoning_effort"}
     | {"user", "metadata", "parallel_tool_calls"}
+    | {"logprobs", "top_logprobs", "include"}
 )
 
 # what cannot fail over to each format: the client's field -> why
@@ -82,6 +84,7 @@ def translate(extra: Mapping[str, Any], source: Format, target: Format) -> Trans
     _stop(extra, source, target, out)
     _structured(extra, source, target, out)
     _reasoning(extra, source, target, out)
+    _logprobs(extra, source, target, out)
     _user(extra, source, target, out)
     return out
 
@@ -234,6 +237,26 @@ def _reasoning(extra: Mapping[str, Any], source: Format, target: Format, out: Tr
         out.extra["reasoning"] = {"effort": effort}
     else:
         out.dropped.append("reasoning" if source == RESPONSES else "reasoning_effort")
+
+
+def _logprobs(extra: Mapping[str, Any], source: Format, target: Format, out: Translated) -> None:
+    """Token logprobs between the OpenAI formats: Chat's ``logprobs: true`` is Responses'
+    ``include: ["message.output_text.logprobs"]``, ``top_logprobs`` the same in both. What else
+    a Responses ``include`` names has no counterpart (a Chat provider sends no reasoning)."""
+    include = extra.get("include")
+    included = list(include) if isinstance(include, list) else []
+    asked = extra.get("logprobs") is True if source == OPENAI else LOGPROBS_INCLUDE in included
+    carried = asked and target != ANTHROPIC
+    out.dropped.extend(name for name in ("logprobs", "top_logprobs") if name in extra and not carried)
+    out.dropped.extend(f"include ({name})" for name in included if name != LOGPROBS_INCLUDE or not carried)
+    if not carried:
+        return
+    if target == RESPONSES:
+        out.extra["include"] = [LOGPROBS_INCLUDE]
+    else:
+        out.extra["logprobs"] = True
+    if "top_logprobs" in extra:
+        out.extra["top_logprobs"] = extra["top_logprobs"]
 
 
 def _user(extra: Mapping[str, Any], source: Format, target: Format, out: Translated) -> None:

@@ -7,7 +7,9 @@ and its annotations, a function call's arguments whole in one delta, a reasoning
 summary text, a web search call with its progress events), and one
 ``response.completed`` (``response.incomplete`` for a turn cut by its token budget) carrying the
 output and the usage summed over the turn's attempts; ``response.failed`` where nothing more can
-be spliced truthfully.
+be spliced truthfully. Token logprobs (when the client's ``include`` asked and the upstream sent
+them) go in the API's two shapes: without ``bytes`` on the ``output_text.delta`` and ``.done``
+events, with them in the output text part.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
+from ..engine.events import TokenLogprob, TopLogprob
 from ..providers.openai_responses import WEB_SEARCH_CALL
 from .annotations import Annotation, WholeTextCitation, as_annotation, covering, whole_text_annotation
 from .splice import Citation, CloseBlock, Op, OpenText, TextPiece, WholeBlock
@@ -28,6 +31,72 @@ _ECHOED = ("instructions", "tool_choice", "tools", "temperature", "top_p", "para
 _INCOMPLETE = {"max_tokens": "max_output_tokens", "content_filter": "content_filter"}
 
 
+class DeltaTopLogprob(TypedDict):
+    """An alternative token of an ``output_text.delta``/``.done`` event's entry (no ``bytes`` there)."""
+
+    token: str
+    logprob: float
+
+
+class DeltaLogprob(TypedDict):
+    """An entry of an ``output_text.delta``/``.done`` event's ``logprobs``, in the API's field order."""
+
+    token: str
+    logprob: float
+    top_logprobs: list[DeltaTopLogprob]
+
+
+class PartTopLogprob(TypedDict):
+    """An alternative token of an output text part's entry, ``bytes`` required."""
+
+    token: str
+    bytes: list[int]
+    logprob: float
+
+
+class PartLogprob(TypedDict):
+    """An entry of an ``output_text`` content part's ``logprobs`` (``response.completed``,
+    ``output_item.done``, ``content_part.done``), in the API's field order."""
+
+    token: str
+    bytes: list[int]
+    logprob: float
+    top_logprobs: list[PartTopLogprob]
+
+
+def delta_logprobs(entries: Iterable[TokenLogprob]) -> list[DeltaLogprob]:
+    """The entries as the delta and done events carry them: without ``bytes``, theirs or their alternatives'."""
+    return [
+        DeltaLogprob(
+            token=e["token"],
+            logprob=e["logprob"],
+            top_logprobs=[DeltaTopLogprob(token=t["token"], logprob=t["logprob"]) for t in e["top_logprobs"]],
+        )
+        for e in entries
+    ]
+
+
+def part_logprobs(entries: Iterable[TokenLogprob]) -> list[PartLogprob]:
+    """The part's entries. A Responses upstream's deltas carry no ``bytes``: a token's are then its
+    text's UTF-8 (what a Chat upstream sends for every token that is whole characters)."""
+    return [
+        PartLogprob(
+            token=e["token"],
+            bytes=_bytes(e),
+            logprob=e["logprob"],
+            top_logprobs=[
+                PartTopLogprob(token=t["token"], bytes=_bytes(t), logprob=t["logprob"]) for t in e["top_logprobs"]
+            ],
+        )
+        for e in entries
+    ]
+
+
+def _bytes(entry: TokenLogprob | TopLogprob) -> list[int]:
+    raw = entry["bytes"]
+    return list(entry["token"].encode()) if raw is None else raw
+
+
 @dataclass(slots=True)
 class _StreamingMessage:
     """The message item being streamed: its id and its text's deltas, joined once at its end
@@ -37,13 +106,19 @@ class _StreamingMessage:
     parts: list[str] = field(default_factory=list)
     annotations: list[Annotation] = field(default_factory=list)  # sent, in order
     whole: list[WholeTextCitation] = field(default_factory=list)  # to cover all its text, sent at its end
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # its tokens' entries, sent, in order
 
     def text(self) -> str:
         return "".join(self.parts)
 
     def item(self, status: str, text: str) -> dict[str, Any]:
         """The message item with its one output text part, ``text`` and the annotations sent."""
-        part = {"type": "output_text", "text": text, "annotations": list(self.annotations), "logprobs": []}
+        part = {
+            "type": "output_text",
+            "text": text,
+            "annotations": list(self.annotations),
+            "logprobs": part_logprobs(self.logprobs),
+        }
         return {"id": self.id, "type": "message", "status": status, "role": "assistant", "content": [part]}
 
 
@@ -121,8 +196,10 @@ class ResponsesWriter:
                 out.append(self._open_message())
             elif isinstance(op, TextPiece) and self.message is not None:
                 self.message.parts.append(op.text)
+                self.message.logprobs.extend(op.logprobs)
                 fields = {"item_id": self.message.id, "output_index": len(self.output), "content_index": 0}
-                out.append(self._emit("response.output_text.delta", {**fields, "delta": op.text, "logprobs": []}))
+                scored = delta_logprobs(op.logprobs)
+                out.append(self._emit("response.output_text.delta", {**fields, "delta": op.text, "logprobs": scored}))
             elif isinstance(op, Citation) and self.message is not None:
                 out.append(self._citation(op.citation))
             elif isinstance(op, CloseBlock):
@@ -174,7 +251,8 @@ class ResponsesWriter:
         item = message.item("completed", text)
         part = item["content"][0]
         at = {"item_id": message.id, "output_index": len(self.output), "content_index": 0}
-        out += self._emit("response.output_text.done", {**at, "text": text, "logprobs": []})
+        scored = delta_logprobs(message.logprobs)
+        out += self._emit("response.output_text.done", {**at, "text": text, "logprobs": scored})
         out += self._emit("response.content_part.done", {**at, "part": part})
         out += self._emit("response.output_item.done", {"output_index": len(self.output), "item": item})
         self.output.append(item)

@@ -68,7 +68,7 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
         "system_fingerprint": _fingerprint(ctx),
     }
     tail = _Tail(ctx)
-    logprobs = _Logprobs.asked(ctx)
+    logprobs = Logprobs.asked(ctx)
 
     def chunk(
         delta: Mapping[str, Any],
@@ -124,7 +124,7 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
 _ALTERNATIVES = (" the", ",", " and", ".", " of", " a", " to", " in", "\n", " is", " it", " that")
 
 
-class _Logprobs:
+class Logprobs:
     """``choices[0].logprobs`` as the API sends it when the request set ``logprobs: true``: on the
     first chunk and on each text chunk, ``{"content": [...], "refusal": null}`` (a refusal's under
     ``refusal``, ``content`` null), one entry per text chunk (each is one token), its
@@ -137,7 +137,7 @@ class _Logprobs:
         self.position = 0
 
     @classmethod
-    def asked(cls, ctx: ResponseContext) -> _Logprobs:
+    def asked(cls, ctx: ResponseContext) -> Logprobs:
         top = ctx.options.get("top_logprobs")
         on = ctx.options.get("logprobs") is True
         return cls(ctx.seed, (top if isinstance(top, int) else 0) if on else None)
@@ -146,10 +146,11 @@ class _Logprobs:
         """The object for a chunk (or a whole answer) of ``kind`` (content or refusal) with ``tokens``."""
         if self.top is None:
             return None
-        entries = [self._entry(token, self.top) for token in tokens]
+        entries = [self.entry(token, self.top) for token in tokens]
         return {"content": None, "refusal": entries} if kind == "refusal" else {"content": entries, "refusal": None}
 
-    def _entry(self, token: str, top_count: int) -> dict[str, Any]:
+    def entry(self, token: str, top_count: int) -> dict[str, Any]:
+        """The next token's entry in Chat's shape (the Responses dialect reshapes it)."""
         self.position += 1
         chosen = -(1 + zlib.crc32(f"{self.seed}\x00logprob\x00{self.position}".encode()) % 300_000) / 100_000
         alternatives = [t for t in _ALTERNATIVES if t != token][: max(0, top_count - 1)]
@@ -196,7 +197,7 @@ def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
             {"id": b.call_id, "type": "function", "function": {"name": b.name, "arguments": b.content}} for b in calls
         ]
     pieces = [p for b in blocks if b.kind is BlockKind.TEXT for p in b.pieces]
-    scored = _Logprobs.asked(ctx).of("refusal" if refused else "content", pieces)
+    scored = Logprobs.asked(ctx).of("refusal" if refused else "content", pieces)
     return {
         "id": completion_id(ctx),
         "object": "chat.completion",

@@ -16,6 +16,10 @@ announced (``output_text.annotation.added``) after the delta that completes the 
 and repeated in the part and item when they are done. Their ``start_index`` and ``end_index``
 count characters (code points) of this response's own text: a continuation's annotations index
 its text, not the answer it continues. A continuation does not search again.
+
+With ``include: ["message.output_text.logprobs"]`` each ``output_text.delta`` (one token) carries
+its entry and ``output_text.done`` all of them, without ``bytes``; the finished part has them
+with ``bytes`` (deterministic values, as many ``top_logprobs`` as asked); otherwise ``[]``.
 """
 
 from __future__ import annotations
@@ -29,12 +33,14 @@ from typing import Any
 
 from .model import BlockKind, Plan, PlannedBlock, signature_valid, stable_token
 from .wire import ErrorSpec, ResponseContext, WireEvent, compact
+from .wire_openai import Logprobs
 
 ENCRYPTED_PREFIX = "gAAAAAB"  # what the real tokens start with; the rest is the fake's own
 _SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
 NULL_CODE = "null"  # an error fault's type that sends ``"code": null``
 
 
+LOGPROBS_INCLUDE = "message.output_text.logprobs"  # what a request's ``include`` names to get them
 WEB_SEARCH_TOOLS = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11")
 
 
@@ -129,7 +135,7 @@ def response_object(
             for t in options.get("tools") or ()
             if isinstance(t, Mapping)
         ],
-        "top_logprobs": 0,
+        "top_logprobs": options.get("top_logprobs") or 0,
         "top_p": 1.0,
         "truncation": "disabled",
         "usage": usage,
@@ -149,8 +155,14 @@ def _usage(ctx: ResponseContext, plan: Plan) -> dict[str, Any]:
     }
 
 
-def _message(item_id: str, text: str, status: str, annotations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    part = {"annotations": list(annotations or ()), "text": text, "logprobs": [], "type": "output_text"}
+def _message(
+    item_id: str,
+    text: str,
+    status: str,
+    annotations: list[dict[str, Any]] | None = None,
+    logprobs: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    part = {"annotations": list(annotations or ()), "text": text, "logprobs": logprobs or [], "type": "output_text"}
     content = [part] if status == "completed" else []
     return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message"}
 
@@ -276,23 +288,54 @@ def _text_item(out: _Writer, ctx: ResponseContext, index: int, block: PlannedBlo
     where = {"item_id": item_id}
     at = {"content_index": 0, "output_index": index}
     empty_part = {"annotations": [], "text": "", "logprobs": [], "type": "output_text"}
-    full_part = {**empty_part, "annotations": annotations, "text": text}
     out.add("response.output_item.added", {"item": _message(item_id, "", "in_progress"), "output_index": index})
     out.add("response.content_part.added", {**where, "part": empty_part, **at})
+    scores = _scores(ctx)
+    entries: list[dict[str, Any]] = []  # the part's, with bytes
     written, announced = 0, 0
     for piece in block.pieces:
         if piece:
-            out.add("response.output_text.delta", {"delta": piece, "logprobs": [], **where, **at}, tokens=1, text=piece)
+            scored = [scores.entry(piece, scores.top)] if scores.top is not None else []
+            entries.extend(_part_entry(e) for e in scored)
+            fields = {"delta": piece, "logprobs": _without_bytes(scored), **where, **at}
+            out.add("response.output_text.delta", fields, tokens=1, text=piece)
             written += len(piece)
         while announced < len(annotations) and annotations[announced]["end_index"] <= written:
             fields = {**where, **at, "annotation_index": announced, "annotation": annotations[announced]}
             out.add("response.output_text.annotation.added", fields)
             announced += 1
-    out.add("response.output_text.done", {"text": text, "logprobs": [], **where, **at})
+    out.add("response.output_text.done", {"text": text, "logprobs": _without_bytes(entries), **where, **at})
+    full_part = {**empty_part, "annotations": annotations, "text": text, "logprobs": entries}
     out.add("response.content_part.done", {**where, "content_index": 0, "part": full_part, "output_index": index})
-    item = _message(item_id, text, "completed", annotations)
+    item = _message(item_id, text, "completed", annotations, entries)
     out.add("response.output_item.done", {"item": item, "output_index": index})
     return item
+
+
+def _scores(ctx: ResponseContext) -> Logprobs:
+    """The answer's token logprobs: asked for (``top`` not None) when ``include`` names them."""
+    include = ctx.options.get("include")
+    top = ctx.options.get("top_logprobs")
+    asked = isinstance(include, list) and LOGPROBS_INCLUDE in include
+    return Logprobs(ctx.seed, (top if isinstance(top, int) else 0) if asked else None)
+
+
+def _part_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry as the output text part carries it, in its field order (bytes before logprob)."""
+    tops = [{"token": t["token"], "bytes": t["bytes"], "logprob": t["logprob"]} for t in entry["top_logprobs"]]
+    return {"token": entry["token"], "bytes": entry["bytes"], "logprob": entry["logprob"], "top_logprobs": tops}
+
+
+def _without_bytes(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entries as the ``output_text.delta`` and ``.done`` events carry them: no ``bytes``."""
+    return [
+        {
+            "token": e["token"],
+            "logprob": e["logprob"],
+            "top_logprobs": [{"token": t["token"], "logprob": t["logprob"]} for t in e["top_logprobs"]],
+        }
+        for e in entries
+    ]
 
 
 def _call_item(out: _Writer, ctx: ResponseContext, index: int, block: PlannedBlock) -> dict[str, Any]:
@@ -327,7 +370,9 @@ def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
             items.append(_reasoning(_item_id("rs", ctx, index), block))
         elif block.kind is BlockKind.TEXT:
             annotations = _annotations(ctx, block.content) if searches else []
-            items.append(_message(_item_id("msg", ctx, index), block.content, "completed", annotations))
+            scores = _scores(ctx)
+            entries = [_part_entry(scores.entry(p, scores.top)) for p in block.pieces if p and scores.top is not None]
+            items.append(_message(_item_id("msg", ctx, index), block.content, "completed", annotations, entries))
         else:
             items.append(_call(_item_id("fc", ctx, index), block, "completed"))
     status = "incomplete" if plan.stop_reason == "max_tokens" else "completed"
