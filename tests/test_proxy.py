@@ -638,3 +638,28 @@ def test_a_paused_server_tool_turn_reaches_the_anthropic_client_as_the_provider_
     assert rest.stop_reason == "end_turn"
     assert [b.type for b in rest.content] == ["web_search_tool_result", "text"]
     assert rest.content[0].tool_use_id == paused.content[1].id  # type: ignore[union-attr]
+
+
+def test_a_clients_prefill_goes_on_through_a_break_as_it_would_unbroken(site: str, raw_key: str) -> None:
+    """A client that ends its request with its own assistant text (a prefill) gets the rest of
+    the answer, not an empty one; cut mid-answer, the rest it gets is still the unbroken one:
+    the continuation goes on after the prefill and the text already streamed."""
+    prompt = "Tell me about rivers [[words=12]]"
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+
+    def answer(faults: str) -> tuple[anthropic.types.Message, str]:
+        with client.messages.stream(
+            model="claude-x",
+            max_tokens=400,
+            messages=[{"role": "user", "content": prompt}, {"role": "assistant", "content": "Rivers"}],
+            extra_headers={FAULTS_HEADER: faults},
+        ) as stream:
+            return stream.get_final_message(), stream.response.headers["x-streamrecover-run"]
+
+    clean, _ = answer("")
+    clean_text = "".join(b.text for b in clean.content if b.type == "text")
+    assert clean_text.strip(), "a prefilled request is answered with the rest of the answer"
+    for fault in ("cut:events=5", "cut:events=8,mid"):
+        broken, run_id = answer(fault)
+        assert comparable(broken) == comparable(clean), fault
+        assert Attempt.objects.filter(run_id=run_id).count() == 2, fault  # the break was real
