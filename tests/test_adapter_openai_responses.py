@@ -174,7 +174,7 @@ def test_an_error_event_with_a_null_code_is_classified_by_its_message(message, e
     assert (classified.error_class, classified.kind) == (error_class, kind)
 
 
-def test_refusal_parts_stop_as_a_refusal():
+def test_refusal_parts_stop_as_a_refusal_in_a_block_marked_as_one():
     events = [
         {"type": "response.created", "response": {"id": "resp_r", "model": "gpt-4o"}, "sequence_number": 0},
         {
@@ -198,6 +198,8 @@ def test_refusal_parts_stop_as_a_refusal():
     for out in parse([event(e) for e in events]):
         acc.apply(out)
     assert acc.stop_reason == "refusal"
+    (block,) = acc.blocks
+    assert (block.text, block.refusal) == ("No.", True)  # marked, so a client's format can show it as one
     assert acc.blocks[0].text == "No."
 
 

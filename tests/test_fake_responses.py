@@ -12,6 +12,7 @@ import pytest
 
 from streamrecover.engine.sse import SSEDecoder
 from streamrecover.testing.fake import FakeProviderServer
+from streamrecover.testing.fake.model import REFUSAL_TEXT
 from streamrecover.testing.tools import demo_registry
 
 from .harness import assert_invariants, run
@@ -77,6 +78,46 @@ def test_the_stream_has_the_recorded_shape(fake_server):
     assert events[0]["response"]["status"] == "queued"
     assert events[0]["response"]["background"] is True
     assert "[DONE]" not in response.text
+
+
+def test_a_refusal_streams_as_a_refusal_part_as_the_api_sends_it(fake_server):
+    """``[[refuse]]``: the message's one part is a refusal, streamed in refusal events (no
+    logprobs, even when asked), carried whole by the done events and the completed response; the
+    same bytes every time; the official client reads every event."""
+    body = {"model": "gpt-4o", "input": "Do it [[refuse]]", "stream": True}
+    body |= {"include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    headers = {"authorization": "Bearer k", "x-fake-scenario": uuid.uuid4().hex}
+    raw = httpx.post(f"{fake_server.base_url}/v1/responses", json=body, headers=headers).content
+    assert httpx.post(f"{fake_server.base_url}/v1/responses", json=body, headers=headers).content == raw
+    events = events_of(raw)
+    kinds = [e["type"] for e in events]
+    deltas = [e for e in events if e["type"] == "response.refusal.delta"]
+    assert len(deltas) > 1
+    assert kinds == [
+        *("response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"),
+        *["response.refusal.delta"] * len(deltas),
+        *("response.refusal.done", "response.content_part.done", "response.output_item.done", "response.completed"),
+    ]
+    assert "output_text" not in raw.decode()
+    item_id = events[2]["item"]["id"]
+    at = {"item_id": item_id, "content_index": 0, "output_index": 0}
+    assert events[3] == {"type": "response.content_part.added", **at, "sequence_number": 3} | {
+        "part": {"type": "refusal", "refusal": ""}
+    }
+    assert list(deltas[0]) == ["type", "delta", "item_id", "content_index", "output_index", "sequence_number"]
+    text = "".join(d["delta"] for d in deltas)
+    assert text == REFUSAL_TEXT
+    done = events[kinds.index("response.refusal.done")]
+    assert done == {"type": "response.refusal.done", "refusal": text, **at, "sequence_number": done["sequence_number"]}
+    part = {"type": "refusal", "refusal": text}
+    assert events[-3]["part"] == part
+    assert events[-2]["item"]["content"] == [part]
+    assert events[-1]["response"]["output"] == [events[-2]["item"]]
+    stream = client(fake_server, uuid.uuid4().hex).responses.create(
+        model="gpt-4o", input="Do it [[refuse]]", stream=True
+    )
+    final = list(stream)[-1]
+    assert final.response.output[0].content[0].refusal == REFUSAL_TEXT
 
 
 def test_reattach_serves_the_events_after_the_cursor_and_bills_nothing(fake_server):

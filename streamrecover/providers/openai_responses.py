@@ -80,11 +80,11 @@ def _usage(raw: Any) -> Usage:
 class ResponsesStreamParser:
     """One response's named events -> normalized stream events.
 
-    Output text parts and function calls are blocks, numbered in order of arrival; a text
-    part's annotations are its citations. A reasoning item becomes one opaque block when its
-    ``output_item.done`` arrives (its final ``encrypted_content`` is only there), and so does a
-    web search call (its action and outcome are only there): a break inside either leaves
-    nothing to discard.
+    Output text parts, refusal parts (a text block marked ``refusal``) and function calls are
+    blocks, numbered in order of arrival; a text part's annotations are its citations. A
+    reasoning item becomes one opaque block when its ``output_item.done`` arrives (its final
+    ``encrypted_content`` is only there), and so does a web search call (its action and outcome
+    are only there): a break inside either leaves nothing to discard.
     Events about parts or items this parser never saw open (a native resume starts after
     them) are read as going on in them: a text delta opens a text block.
 
@@ -209,6 +209,8 @@ class ResponsesStreamParser:
         return out
 
     def _open_text(self, item_id: str, content_index: int, refusal: bool) -> list[StreamEvent]:
+        """A text block for an output text or a refusal part (marked as one, so that a client's
+        wire format can put it where its API puts a refusal)."""
         out: list[StreamEvent] = []
         if refusal and not self._refused:
             self._refused = True
@@ -217,7 +219,7 @@ class ResponsesStreamParser:
         if key in self._blocks:
             return out
         block = self._blocks[key] = self._new_block()
-        out.append(BlockStart(block, "text"))
+        out.append(BlockStart(block, "text", refusal=refusal))
         return out
 
     def _new_block(self) -> int:

@@ -513,12 +513,19 @@ _RESPONSES_TEXT = ("input_text", "output_text", "text")
 
 
 def _responses_parts(content: Any, where: str) -> list[dict[str, Any]]:
-    """A message item's content: its text parts become text blocks, other parts (images, files) pass as sent."""
+    """A message item's content: its text parts become text blocks, and so does a refusal part (as
+    the API returns one; the endpoint stores a refusal as text, so one sent back goes on as the
+    text it was, never dropped); other parts (images, files) pass as sent."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
         raise BadRequest(f"{where}: expected a string or a list of parts")
-    return [
-        {"type": "text", "text": p["text"]} if p["type"] in _RESPONSES_TEXT else p
-        for p in _parts(content, where, _RESPONSES_TEXT)
-    ]
+    blocks: list[dict[str, Any]] = []
+    for position, part in enumerate(_parts(content, where, _RESPONSES_TEXT)):
+        if part["type"] in _RESPONSES_TEXT:
+            blocks.append({"type": "text", "text": part["text"]})
+        elif part["type"] == "refusal":
+            blocks.append({"type": "text", "text": _string(part.get("refusal"), f"{where}[{position}].refusal")})
+        else:
+            blocks.append(part)
+    return blocks

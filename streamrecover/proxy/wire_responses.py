@@ -9,7 +9,9 @@ summary text, a web search call with its progress events), and one
 output and the usage summed over the turn's attempts; ``response.failed`` where nothing more can
 be spliced truthfully. Token logprobs (when the client's ``include`` asked and the upstream sent
 them) go in the API's two shapes: without ``bytes`` on the ``output_text.delta`` and ``.done``
-events, with them in the output text part.
+events, with them in the output text part. A refusal (a text block the upstream marked as one)
+is the message's ``refusal`` part, streamed in ``response.refusal.delta`` events and finished by
+``response.refusal.done``, as the API sends one: no logprobs, no annotations.
 """
 
 from __future__ import annotations
@@ -100,9 +102,11 @@ def _bytes(entry: TokenLogprob | TopLogprob) -> list[int]:
 @dataclass(slots=True)
 class _StreamingMessage:
     """The message item being streamed: its id and its text's deltas, joined once at its end
-    (``+=`` on a str something else refers to copies all of it on every delta)."""
+    (``+=`` on a str something else refers to copies all of it on every delta); ``refusal``: its
+    one part is the model's refusal, not output text."""
 
     id: str
+    refusal: bool = False
     parts: list[str] = field(default_factory=list)
     annotations: list[Annotation] = field(default_factory=list)  # sent, in order
     whole: list[WholeTextCitation] = field(default_factory=list)  # to cover all its text, sent at its end
@@ -111,15 +115,34 @@ class _StreamingMessage:
     def text(self) -> str:
         return "".join(self.parts)
 
-    def item(self, status: str, text: str) -> dict[str, Any]:
-        """The message item with its one output text part, ``text`` and the annotations sent."""
-        part = {
+    def part(self, text: str) -> dict[str, Any]:
+        """Its one content part holding ``text``: a refusal's, or output text with the annotations
+        and entries sent."""
+        if self.refusal:
+            return {"type": "refusal", "refusal": text}
+        return {
             "type": "output_text",
             "text": text,
             "annotations": list(self.annotations),
             "logprobs": part_logprobs(self.logprobs),
         }
-        return {"id": self.id, "type": "message", "status": status, "role": "assistant", "content": [part]}
+
+    def item(self, status: str, text: str) -> dict[str, Any]:
+        """The message item with its one part holding ``text``."""
+        return {"id": self.id, "type": "message", "status": status, "role": "assistant", "content": [self.part(text)]}
+
+    def delta(self, text: str, logprobs: Sequence[TokenLogprob]) -> tuple[str, dict[str, Any]]:
+        """The delta event's type and its own fields for ``text``: a refusal's has no logprobs."""
+        if self.refusal:
+            return "response.refusal.delta", {"delta": text}
+        self.logprobs.extend(logprobs)
+        return "response.output_text.delta", {"delta": text, "logprobs": delta_logprobs(logprobs)}
+
+    def done(self, text: str) -> tuple[str, dict[str, Any]]:
+        """The done event's type and its own fields for the whole ``text``."""
+        if self.refusal:
+            return "response.refusal.done", {"refusal": text}
+        return "response.output_text.done", {"text": text, "logprobs": delta_logprobs(self.logprobs)}
 
 
 class ResponsesWriter:
@@ -193,14 +216,13 @@ class ResponsesWriter:
         out: list[bytes] = []
         for op in ops:
             if isinstance(op, OpenText):
-                out.append(self._open_message())
+                out.append(self._open_message(op.refusal))
             elif isinstance(op, TextPiece) and self.message is not None:
                 self.message.parts.append(op.text)
-                self.message.logprobs.extend(op.logprobs)
+                kind, own = self.message.delta(op.text, op.logprobs)
                 fields = {"item_id": self.message.id, "output_index": len(self.output), "content_index": 0}
-                scored = delta_logprobs(op.logprobs)
-                out.append(self._emit("response.output_text.delta", {**fields, "delta": op.text, "logprobs": scored}))
-            elif isinstance(op, Citation) and self.message is not None:
+                out.append(self._emit(kind, {**fields, **own}))
+            elif isinstance(op, Citation) and self.message is not None and not self.message.refusal:
                 out.append(self._citation(op.citation))
             elif isinstance(op, CloseBlock):
                 out.append(self._close_message())
@@ -208,12 +230,12 @@ class ResponsesWriter:
                 out.append(self._whole(op.content))
         return b"".join(out)
 
-    def _open_message(self) -> bytes:
+    def _open_message(self, refusal: bool) -> bytes:
         item_id = self._item_id("msg")
-        self.message = _StreamingMessage(item_id)
+        self.message = _StreamingMessage(item_id, refusal)
         at = {"output_index": len(self.output)}
         item = {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        part = self.message.part("")
         return self._emit("response.output_item.added", {**at, "item": item}) + self._emit(
             "response.content_part.added", {"item_id": item_id, **at, "content_index": 0, "part": part}
         )
@@ -251,8 +273,8 @@ class ResponsesWriter:
         item = message.item("completed", text)
         part = item["content"][0]
         at = {"item_id": message.id, "output_index": len(self.output), "content_index": 0}
-        scored = delta_logprobs(message.logprobs)
-        out += self._emit("response.output_text.done", {**at, "text": text, "logprobs": scored})
+        kind, own = message.done(text)
+        out += self._emit(kind, {**at, **own})
         out += self._emit("response.content_part.done", {**at, "part": part})
         out += self._emit("response.output_item.done", {"output_index": len(self.output), "item": item})
         self.output.append(item)

@@ -20,6 +20,11 @@ its text, not the answer it continues. A continuation does not search again.
 With ``include: ["message.output_text.logprobs"]`` each ``output_text.delta`` (one token) carries
 its entry and ``output_text.done`` all of them, without ``bytes``; the finished part has them
 with ``bytes`` (deterministic values, as many ``top_logprobs`` as asked); otherwise ``[]``.
+
+A refusal (``[[refuse]]``) is the message's one content part of type ``refusal``: added empty,
+streamed in ``response.refusal.delta`` events, finished by ``response.refusal.done`` (its whole
+``refusal``), the part and item done and the completed response carrying
+``{"type": "refusal", "refusal": ...}``. Refusal events and parts have no logprobs.
 """
 
 from __future__ import annotations
@@ -155,15 +160,22 @@ def _usage(ctx: ResponseContext, plan: Plan) -> dict[str, Any]:
     }
 
 
+def _refusal_part(refusal: str) -> dict[str, Any]:
+    """A refusal content part, as the API's ``ResponseOutputRefusal``."""
+    return {"type": "refusal", "refusal": refusal}
+
+
 def _message(
     item_id: str,
     text: str,
     status: str,
     annotations: list[dict[str, Any]] | None = None,
     logprobs: list[dict[str, Any]] | None = None,
+    *,
+    refusal: bool = False,
 ) -> dict[str, Any]:
     part = {"annotations": list(annotations or ()), "text": text, "logprobs": logprobs or [], "type": "output_text"}
-    content = [part] if status == "completed" else []
+    content = [_refusal_part(text) if refusal else part] if status == "completed" else []
     return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message"}
 
 
@@ -227,6 +239,8 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
             tokens = sum(1 for p in block.pieces if p)
             out.add("response.output_item.done", {"output_index": index, "item": item}, tokens=tokens, seq_first=True)
             done_items.append(item)
+        elif block.kind is BlockKind.TEXT and plan.stop_reason == "refusal":
+            done_items.append(_refusal_item(out, ctx, index, block))
         elif block.kind is BlockKind.TEXT:
             done_items.append(_text_item(out, ctx, index, block))
         else:
@@ -312,6 +326,24 @@ def _text_item(out: _Writer, ctx: ResponseContext, index: int, block: PlannedBlo
     return item
 
 
+def _refusal_item(out: _Writer, ctx: ResponseContext, index: int, block: PlannedBlock) -> dict[str, Any]:
+    """A message whose one part is the refusal: its own events, in the output text's field order."""
+    item_id = _item_id("msg", ctx, index)
+    where = {"item_id": item_id}
+    at = {"content_index": 0, "output_index": index}
+    out.add("response.output_item.added", {"item": _message(item_id, "", "in_progress"), "output_index": index})
+    out.add("response.content_part.added", {**where, "part": _refusal_part(""), **at})
+    for piece in block.pieces:
+        if piece:
+            out.add("response.refusal.delta", {"delta": piece, **where, **at}, tokens=1, text=piece)
+    out.add("response.refusal.done", {"refusal": block.content, **where, **at})
+    done_part = _refusal_part(block.content)
+    out.add("response.content_part.done", {**where, "content_index": 0, "part": done_part, "output_index": index})
+    item = _message(item_id, block.content, "completed", refusal=True)
+    out.add("response.output_item.done", {"item": item, "output_index": index})
+    return item
+
+
 def _scores(ctx: ResponseContext) -> Logprobs:
     """The answer's token logprobs: asked for (``top`` not None) when ``include`` names them."""
     include = ctx.options.get("include")
@@ -368,6 +400,8 @@ def response_json(plan: Plan, ctx: ResponseContext) -> dict[str, Any]:
             index += 1
         if block.kind is BlockKind.THINKING:
             items.append(_reasoning(_item_id("rs", ctx, index), block))
+        elif block.kind is BlockKind.TEXT and plan.stop_reason == "refusal":
+            items.append(_message(_item_id("msg", ctx, index), block.content, "completed", refusal=True))
         elif block.kind is BlockKind.TEXT:
             annotations = _annotations(ctx, block.content) if searches else []
             scores = _scores(ctx)
