@@ -43,6 +43,13 @@ def daphne_url() -> str:
         return _base_url
 
 
+def fake_providers(api_key: str) -> dict[str, dict[str, str]]:
+    """Providers served by the built-in fake, with a provider key of their own: ``fake`` (the
+    Anthropic and Chat formats) and ``fake-responses`` (the Responses dialect)."""
+    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": api_key}
+    return {"fake": fake, "fake-responses": {**fake, "ADAPTER": "openai-responses"}}
+
+
 def proxy_settings(base: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """The test STREAMRECOVER settings with both formats served by the built-in fake, no backoff,
     a checkpoint at every delta."""

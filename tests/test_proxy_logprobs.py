@@ -20,7 +20,7 @@ from streamrecover.proxy.views import FAULTS_HEADER
 from streamrecover.testing.fake.local import local_fake_server
 from streamrecover.testing.host import wait_for
 
-from .proxy_helpers import daphne_url, proxy_settings, sweep, upstream_events
+from .proxy_helpers import daphne_url, fake_providers, proxy_settings, sweep, upstream_events
 from .streams import load_recorded
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,8 +32,8 @@ Scored = list[tuple[str, list[dict[str, Any]] | None]]
 
 @pytest.fixture
 def site() -> Iterator[str]:
-    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": "sk-provider-logprobs"}
-    with override_settings(STREAMRECOVER=proxy_settings(settings.STREAMRECOVER, PROVIDERS={"fake": fake})):
+    configured = proxy_settings(settings.STREAMRECOVER, PROVIDERS=fake_providers("sk-provider-logprobs"))
+    with override_settings(STREAMRECOVER=configured):
         yield daphne_url() + "/streamrecover/proxy/v1"
 
 
@@ -203,10 +203,9 @@ def test_failover_to_a_responses_provider_asks_it_for_logprobs_and_passes_them_o
     """The Chat provider's budget is spent mid-answer; the Responses provider that goes on is asked
     with ``include: ["message.output_text.logprobs"]`` (and ``top_logprobs``), and its entries reach
     the Chat client in Chat's shape: Responses sends no ``bytes`` on its deltas, so they are null."""
-    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": "sk-provider-logprobs"}
     configured = {
         **proxy_settings(settings.STREAMRECOVER),
-        "PROVIDERS": {"fake": fake, "fake-responses": {**fake, "ADAPTER": "openai-responses"}},
+        "PROVIDERS": fake_providers("sk-provider-logprobs"),
         "MAX_CONTINUATIONS": 1,
         "PROXY_FAILOVER": {"openai": {"PROVIDER": "fake-responses", "MODEL": "gpt-4o-mini"}},
     }

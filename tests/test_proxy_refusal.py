@@ -24,7 +24,7 @@ from streamrecover.proxy.views import FAULTS_HEADER
 from streamrecover.testing.fake.model import REFUSAL_TEXT
 from streamrecover.testing.host import wait_for
 
-from .proxy_helpers import daphne_url, proxy_settings
+from .proxy_helpers import daphne_url, fake_providers, proxy_settings
 from .streams import load_recorded, load_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,8 +34,8 @@ PROMPT = "Explain something forbidden [[refuse]]"
 
 @pytest.fixture
 def site() -> Iterator[str]:
-    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": "sk-provider-refusal"}
-    with override_settings(STREAMRECOVER=proxy_settings(settings.STREAMRECOVER, PROVIDERS={"fake": fake})):
+    configured = proxy_settings(settings.STREAMRECOVER, PROVIDERS=fake_providers("sk-provider-refusal"))
+    with override_settings(STREAMRECOVER=configured):
         yield daphne_url() + "/streamrecover/proxy/v1"
 
 

@@ -24,7 +24,7 @@ from streamrecover.testing import DEFAULT_SCENARIO, parse_faults
 from streamrecover.testing.fake.local import local_fake_server
 from streamrecover.testing.host import wait_for
 
-from .proxy_helpers import daphne_url, proxy_settings, sweep, upstream_events
+from .proxy_helpers import daphne_url, fake_providers, proxy_settings, sweep, upstream_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,9 +40,7 @@ TOOLS = [
 
 
 def _providers() -> dict[str, Any]:
-    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": PROVIDER_KEY}
-    responses = {"ADAPTER": "openai-responses", "BASE_URL": "fake://streamrecover", "API_KEY": PROVIDER_KEY}
-    return {"fake": fake, "fake-responses": responses}
+    return fake_providers(PROVIDER_KEY)
 
 
 @pytest.fixture

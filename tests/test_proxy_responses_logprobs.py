@@ -22,7 +22,7 @@ from streamrecover.proxy.views import FAULTS_HEADER
 from streamrecover.testing.fake.local import local_fake_server
 from streamrecover.testing.host import wait_for
 
-from .proxy_helpers import daphne_url, proxy_settings, sweep, upstream_events
+from .proxy_helpers import daphne_url, fake_providers, proxy_settings, sweep, upstream_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,9 +33,7 @@ Scored = list[tuple[str, list[dict[str, Any]]]]
 
 
 def _providers() -> dict[str, Any]:
-    fake = {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": "sk-provider-resp-logprobs"}
-    responses = {**fake, "ADAPTER": "openai-responses"}
-    return {"fake": fake, "fake-responses": responses}
+    return fake_providers("sk-provider-resp-logprobs")
 
 
 @pytest.fixture

@@ -22,17 +22,13 @@ from streamrecover.proxy.views import FAULTS_HEADER
 from streamrecover.testing.fake.model import REFUSAL_TEXT
 from streamrecover.testing.host import wait_for
 
-from .proxy_helpers import daphne_url, proxy_settings
+from .proxy_helpers import daphne_url, fake_providers, proxy_settings
 from .test_proxy_responses import check_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PROMPT = "Explain something forbidden [[refuse]]"
-_KEY = "sk-provider-responses-refusal"
-PROVIDERS = {
-    "fake": {"ADAPTER": "anthropic", "BASE_URL": "fake://streamrecover", "API_KEY": _KEY},
-    "fake-responses": {"ADAPTER": "openai-responses", "BASE_URL": "fake://streamrecover", "API_KEY": _KEY},
-}
+PROVIDERS = fake_providers("sk-provider-responses-refusal")
 
 
 def configured(**more: Any) -> dict[str, Any]:
