@@ -85,6 +85,29 @@ async def test_a_break_in_a_paused_turn_is_recovered_and_the_answer_is_the_unpau
     assert len(out.events("llm_stream_continuation_started")) == 1
 
 
+NO_PREFILL = "claude-sonnet-4-6"  # refuses a prefill: a break is continued with a continue message
+
+
+@pytest.mark.parametrize(
+    ("faults", "understood"),
+    [
+        (["cut:events=6"], ["fresh", "continue_message", "paused_turn", "paused_turn"]),  # in the first text
+        (["ok", "ok", "cut:from_end=6"], ["fresh", "paused_turn", "paused_turn", "continue_message"]),  # in the last
+    ],
+)
+async def test_a_break_in_a_paused_turn_on_a_model_without_prefill_is_recovered_with_a_continue_message(
+    fake_server, faults, understood
+):
+    """The answer so far (its searches too) is sent back with a continue message, and the model
+    goes on after it: the answer is the unpaused one."""
+    reference = await run(fake_server, PROMPT, model=NO_PREFILL, extra=UNPAUSED)
+    out = await run(fake_server, PROMPT, model=NO_PREFILL, extra=PAUSED, faults=faults)
+    assert_invariants(out, reference)
+    assert [e.understood_as for e in out.log] == understood
+    assert all(e.prefix_matched for e in out.log[1:])
+    assert len(out.events("llm_stream_continuation_started")) == 1
+
+
 async def test_the_stored_answer_of_a_paused_turn_is_a_valid_history_for_the_next_request(fake_server):
     """The fake refuses a server tool call without its result in any but the last message, as
     the API does: the thread goes on from the stored answer without a 400."""
@@ -169,3 +192,47 @@ async def test_a_worker_dying_after_a_pause_leaves_the_turn_to_the_next_one_whic
     # the paused response was asked for once, by the worker that died
     assert [e.understood_as for e in out.log[first:]] == ["paused_turn", "paused_turn"]
     assert await store.get(run_id) is None
+
+
+class DiesAtAPause(CollectingSink):
+    """The worker dies as it is about to send the paused answer back for the ``nth`` time."""
+
+    def __init__(self, nth: int) -> None:
+        super().__init__()
+        self.nth = nth
+        self.sent_back = 0
+
+    async def on_attempt(self, attempt: AttemptRecord) -> None:
+        await super().on_attempt(attempt)
+        if attempt.strategy == "as_is" and attempt.outcome == AttemptOutcome.PENDING:
+            self.sent_back += 1
+            if self.sent_back == self.nth:
+                raise WorkerDied(f"killed at pause {self.nth}")
+
+
+async def test_a_turn_that_pauses_forever_across_worker_deaths_ends_at_max_turns_in_all(fake_server):
+    """The requests a paused turn made before its worker died count after the resume: the
+    turn's checkpoint keeps how often it was paused. Two deaths ask no more than one worker."""
+    max_turns = 6
+    store = InMemoryCheckpointStore()
+    run_id, scenario = uuid.uuid4().hex, uuid.uuid4().hex
+    pausing = _search("[[search=40]]", "[[pause]]")
+    config = with_config(max_turns=max_turns)
+    same_run: dict[str, Any] = {"checkpoints": store, "run_id": run_id, "scenario": scenario, "config": config}
+    with pytest.raises(WorkerDied):
+        await run(fake_server, PROMPT, extra=pausing, sink=DiesAtAPause(3), **same_run)
+    assert len(fake_server.log_for(scenario)) == 3  # the third pause is not sent back
+    with pytest.raises(WorkerDied):
+        await run(fake_server, PROMPT, extra=pausing, sink=DiesAtAPause(2), resume=True, **same_run)
+    assert len(fake_server.log_for(scenario)) == 4  # the resume asks nothing: the pause is in the checkpoint
+    out = await run(fake_server, PROMPT, extra=pausing, resume=True, **same_run)
+    assert out.status == "failed"
+    assert out.result.error is not None
+    assert out.result.error == {
+        "kind": "max_turns",
+        "message": f"stopped after {max_turns} assistant turns: the provider paused the last one (pause_turn)",
+    }
+    assert len(fake_server.log_for(scenario)) == max_turns  # asked max_turns times in all
+    assert out.result.turns == max_turns
+    (answer,) = out.assistant
+    assert _types(answer) == ["text"]

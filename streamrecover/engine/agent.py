@@ -172,6 +172,11 @@ async def run_agent(
                 ctx.seq = max(ctx.seq, found.seq)
             else:
                 await checkpoints.delete(ctx.run_id)
+    # how often the provider paused the turn now running: a turn it paused before this process
+    # took the run over made as many requests more than its own (the last) one, which count
+    # against max_turns as the committed turns do
+    pauses = resume_checkpoint.pauses if resume_checkpoint is not None else 0
+    result.turns += pauses
 
     notices: list[ToolNotice] = []
     final: dict[str, Any] | None = None  # the final answer, committed with the run's end (ctx.settle)
@@ -202,7 +207,7 @@ async def run_agent(
             if stop is not None and paused:
                 # a paused answer not gone on with ends as any answer cut short: what it showed
                 # that history takes is committed, the rest dropped (a server tool call never run)
-                runner = TurnRunner(ctx, _with_messages(request, messages), turn, len(messages), paused)
+                runner = TurnRunner(ctx, _with_messages(request, messages), turn, len(messages), paused, pauses)
                 paused = []
                 outcome = await runner.endings.end_short(*stop)
                 result.status, result.error = outcome.status, outcome.error
@@ -229,7 +234,7 @@ async def run_agent(
                 result.error = {"kind": "max_turns", "message": f"stopped after {config.max_turns} assistant turns"}
                 break
             turn_request = _with_messages(request, messages)
-            runner = TurnRunner(ctx, turn_request, turn, len(messages), paused)
+            runner = TurnRunner(ctx, turn_request, turn, len(messages), paused, pauses)
             paused = []
             outcome = await runner.run(resume_checkpoint)
             resume_checkpoint = None
@@ -249,6 +254,7 @@ async def run_agent(
                 # counts against max_turns). The turn's checkpoint, holding that answer, stays:
                 # a worker dying before the next request leaves it to the next one.
                 paused = outcome.numbered
+                pauses += 1
                 continue
             # one_turn (the healing endpoint): the client runs the tools, the run is this one answer
             last = (
@@ -269,6 +275,7 @@ async def run_agent(
             # leaves a checkpoint that no longer matches the history, which a resume discards.
             await runner.settled()
             turn += 1
+            pauses = 0
             if last:
                 break
         if ctx.settle is not None:

@@ -39,6 +39,7 @@ _CHECKED_TYPES: dict[str, type | tuple[type, ...]] = {
     "updated_at": (int, float),
     "dropped_output": int,
     "received_bytes": int,
+    "pauses": int,
 }
 
 
@@ -76,6 +77,10 @@ class Checkpoint:
     # exhausted), ``blocks`` then what it commits (the text its client was shown); a resume
     # ends the turn so, asking the provider nothing
     ending: dict[str, Any] | None = None
+    # how often the provider paused the turn (``pause_turn``) before the request ``blocks`` are
+    # the answer of: each request counts against max_turns, and a resume counts these too
+    # (0 in a checkpoint from before this field)
+    pauses: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

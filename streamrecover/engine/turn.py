@@ -58,11 +58,13 @@ class TurnRunner:
         turn: int,
         history_len: int,
         paused: list[Block] | None = None,
+        pauses: int = 0,
     ) -> None:
         """``paused``: the blocks of the turn's answer so far, which the provider paused
-        (``pause_turn``): the turn goes on from them, sent back as they are."""
+        (``pause_turn``): the turn goes on from them, sent back as they are. ``pauses``: how
+        often the provider paused the turn so far (its checkpoints keep it for a resume)."""
         self.ctx = ctx
-        self.state = TurnState(ctx, request, turn)
+        self.state = TurnState(ctx, request, turn, pauses=pauses)
         if paused:
             self.state.carry_paused(paused)
         self.events = TurnEvents(self.state)

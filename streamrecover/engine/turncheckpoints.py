@@ -93,6 +93,7 @@ class TurnCheckpoints:
             output_used=used if keep else 0,
             received_bytes=received if keep else 0,
             ending=ending,
+            pauses=state.pauses,
         )
         await self.writer.write(checkpoint)
 

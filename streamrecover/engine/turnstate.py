@@ -38,6 +38,9 @@ class TurnState:
     # the prefix is a paused answer (Anthropic's ``pause_turn``), sent back as it is for the model
     # to go on with its turn: no trimming, no continue instruction, no text joined onto it
     paused: bool = False
+    # how often the provider paused the turn before the request streaming now (each request
+    # counts against max_turns): its checkpoints keep the count for a resume
+    pauses: int = 0
 
     def model_strategy(self) -> Strategy:
         """The model's strategy; ``continue_message`` once it refused a prefill in this run or process."""

@@ -60,8 +60,9 @@ class Interpretation:
     include_usage: bool = False
     max_tokens: int | None = None  # the request's output limit (the answer stops there: max_tokens)
     instructions: int = 0  # continue-instruction messages peeled off (each costs input tokens)
-    # the blocks of a trailing assistant message that holds server tool blocks (a paused turn
-    # sent back, or a prefill of a web search answer): the answer goes on after them
+    # the blocks of the answer so far when it holds server tool blocks (a paused turn sent back,
+    # or a web search answer's prefill or the assistant message a continue message follows):
+    # the answer goes on after them
     sent_back: tuple[Mapping[str, Any], ...] = ()
 
     @property

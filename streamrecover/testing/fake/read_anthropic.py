@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -74,6 +74,9 @@ def interpret(body: Any, *, counting: bool = False) -> Interpretation:
         merge_turns(name_tool_results(turns)), Mode.PREFILL
     )
     system = content_text(body.get("system"))
+    # the answer so far: a trailing assistant message (sent back paused, or a prefill), or the
+    # ones a continue message follows
+    carried = [final] if final else [messages[-2 * n] for n in range(instructions, 0, -1)]
     return Interpretation(
         model=model,
         stream=body.get("stream") is True,
@@ -83,7 +86,7 @@ def interpret(body: Any, *, counting: bool = False) -> Interpretation:
         prefix_calls=prefix_calls,
         instructions=instructions,
         max_tokens=max_tokens,
-        sent_back=tuple(_blocks(final)) if _holds_server_tool_block(final) else (),
+        sent_back=_sent_back(carried),
     )
 
 
@@ -134,6 +137,14 @@ SERVER_TOOL_USE = "server_tool_use"
 
 def _holds_server_tool_block(message: Mapping[str, Any]) -> bool:
     return any(b.get("type") == SERVER_TOOL_USE or _is_server_tool_result(b) for b in _blocks(message))
+
+
+def _sent_back(carried: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    """The blocks of the assistant messages that carry the answer so far, when they hold server
+    tool blocks (a web search answer): the answer goes on after them, matched block by block."""
+    if not any(_holds_server_tool_block(m) for m in carried):
+        return ()
+    return tuple(b for m in carried for b in _blocks(m))
 
 
 def _ends_with_server_tool_block(message: Mapping[str, Any]) -> bool:

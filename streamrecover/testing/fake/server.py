@@ -440,6 +440,8 @@ def _answered(outcome: _Outcome) -> dict[str, Any]:
 
 
 _PARTIAL_TOOL_WIRES = ("anthropic", "openai")  # where ``[[partial_tool_at_limit]]`` applies
+# how an answer so far holding server tool blocks comes back (``Interpretation.sent_back``)
+_SENT_BACK_MODES = (Mode.PAUSED_TURN, Mode.PREFILL, Mode.CONTINUE_MESSAGE)
 
 
 def _prompt_of(interpretation: Interpretation) -> str:
@@ -490,9 +492,10 @@ def _understand(
         plan = plan_answer(interpretation.conversation, tool_id_prefix=dialect.tool_id_prefix)
     outcome.understood_as = interpretation.mode.value
     inputs = _input_tokens(interpretation, plan, body)
-    if interpretation.sent_back and recording is None and interpretation.mode in (Mode.PAUSED_TURN, Mode.PREFILL):
+    if interpretation.sent_back and recording is None and interpretation.mode in _SENT_BACK_MODES:
         # an answer with server tool blocks goes on after the blocks sent back (a paused turn, or
-        # a prefill after a break); a model that does not recognise them starts over
+        # after a break a prefill or a continue message); a model that does not recognise them
+        # starts over
         rest = wire_anthropic.rest_after(plan, interpretation.sent_back)
         outcome.prefix_matched = rest is not None
         plan = rest or plan
