@@ -316,3 +316,29 @@ def test_logprobs_only_when_include_asks_the_same_for_the_same_request(fake_serv
     deltas, done, part = streamed()
     assert [d.logprobs for d in deltas] == [[]] * len(deltas)
     assert (done.logprobs, part.logprobs) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("top", "code"),
+    [(21, "integer_above_max_value"), (-1, "integer_below_min_value"), ("3", "invalid_type"), (2.5, "invalid_type")],
+)
+def test_top_logprobs_out_of_range_or_not_an_integer_is_refused_as_the_api_does(fake_server, top, code):
+    """``top_logprobs`` is an integer from 0 to 20: anything else is a 400 naming the field,
+    before a byte of answer is streamed (0 and 20 are taken)."""
+    api = client(fake_server, uuid.uuid4().hex)
+    asked = {"include": ["message.output_text.logprobs"]}
+    with pytest.raises(openai.BadRequestError) as refused:
+        api.responses.create(model="gpt-4o", input=PROMPT, stream=True, top_logprobs=top, **asked)
+    error = refused.value.body
+    assert isinstance(error, dict)
+    assert (refused.value.status_code, error["type"], error["param"], error["code"]) == (
+        400,
+        "invalid_request_error",
+        "top_logprobs",
+        code,
+    )
+    assert "'top_logprobs'" in error["message"]
+    for bound in (0, 20):
+        scored = api.responses.create(model="gpt-4o", input=PROMPT, top_logprobs=bound, **asked).output[0].content[0]
+        assert scored.logprobs
+        assert all(len(x.top_logprobs) <= bound for x in scored.logprobs)

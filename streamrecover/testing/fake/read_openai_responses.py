@@ -5,7 +5,8 @@
 whose ``encrypted_content`` must be one the fake issued, unmodified. There is no prefill:
 a trailing assistant message is a finished turn. Background mode needs ``store: true``.
 ``tools`` holds function tools and hosted ones (``web_search``, ``web_search_preview``), which
-need no name; an answer told to cite (``[[cite]]``) searches with the latter.
+need no name; an answer told to cite (``[[cite]]``) searches with the latter. ``top_logprobs`` is an
+integer from 0 to 20.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def interpret(body: Any) -> Interpretation:
         raise RequestRejected("Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
     turns = [t for i, item in enumerate(raw) if (t := _turn(i, item)) is not None]
     _check_pairing(raw)
+    _check_top_logprobs(body.get("top_logprobs"))
     base, mode, prefix_text, prefix_calls, instructions = peel_continuation(
         merge_turns(name_tool_results(turns)), Mode.NEW_TURN_AFTER_ASSISTANT
     )
@@ -66,6 +68,43 @@ def _max_tokens(value: Any) -> int | None:
             code="integer_below_min_value",
         )
     return value
+
+
+def _check_top_logprobs(value: Any) -> None:
+    """``top_logprobs`` is an integer from 0 to 20 (unlike Chat's, it needs no other field)."""
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise RequestRejected(
+            f"Invalid type for 'top_logprobs': expected an integer, but got {_json_type(value)} instead.",
+            param="top_logprobs",
+            code="invalid_type",
+        )
+    if value < 0:
+        raise RequestRejected(
+            f"Invalid 'top_logprobs': integer below minimum value. Expected a value >= 0, but got {value} instead.",
+            param="top_logprobs",
+            code="integer_below_min_value",
+        )
+    if value > 20:
+        raise RequestRejected(
+            f"Invalid 'top_logprobs': integer above maximum value. Expected a value <= 20, but got {value} instead.",
+            param="top_logprobs",
+            code="integer_above_max_value",
+        )
+
+
+def _json_type(value: Any) -> str:
+    """How the API names a JSON value's type in its messages ("a string", "a decimal")."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
 
 
 def _tools(tools: Any) -> tuple[ToolOffer, ...]:
