@@ -116,6 +116,14 @@ class Block(Utf8Slots):
             content[self.field] = self.text
         return content
 
+    def to_checkpoint(self) -> dict[str, Any]:
+        """``to_content`` as a checkpoint keeps it: a refusal's text block also says
+        ``"refusal": true`` (canonical content, stored and sent back, has no such field)."""
+        content = self.to_content()
+        if self.kind == TEXT and self.refusal:
+            content["refusal"] = True
+        return content
+
     def copy(self) -> Block:
         return replace(
             self,
@@ -148,6 +156,14 @@ class Block(Utf8Slots):
         if kind == REDACTED_THINKING:
             return cls(index, REDACTED_THINKING, data={"data": content.get("data", "")}, closed=True)
         return cls(index, kind, data=dict(content), closed=True)
+
+    @classmethod
+    def from_checkpoint(cls, index: int, content: dict[str, Any]) -> Block:
+        """A closed block from a checkpoint's ``to_checkpoint`` content; without ``refusal``
+        (a checkpoint from before it was kept) the block is not a refusal."""
+        block = cls.from_content(index, content)
+        block.refusal = block.kind == TEXT and content.get("refusal") is True
+        return block
 
 
 # After the dataclass is built, so its __init__, __eq__, __repr__, replace() and asdict()

@@ -48,7 +48,9 @@ class Checkpoint:
     run_id: str
     turn: int  # index of the assistant turn within the run
     history_len: int  # committed messages at the time; a resume checks it still matches
-    blocks: list[dict[str, Any]]  # canonical content: text (even partial), complete tool calls, kept thinking
+    # canonical content (``Block.to_checkpoint``): text (even partial), complete tool calls, kept
+    # thinking; a refusal's text block says ``"refusal": true`` (absent in older ones: not one)
+    blocks: list[dict[str, Any]]
     in_flight_tool: dict[str, Any] | None = None  # {"id", "name", "partial_input_bytes"}, for the record only
     attempt: int = 0
     continuation: int = 0

@@ -43,7 +43,7 @@ class CheckpointResume:
         """Pick up a turn another process left: replay what it kept, then go on from it (None)."""
         state, budget = self.state, self.budget
         ctx = state.ctx
-        blocks = [Block.from_content(i, c) for i, c in enumerate(checkpoint.blocks)]
+        blocks = [Block.from_checkpoint(i, c) for i, c in enumerate(checkpoint.blocks)]
         # The client may have seen more than the checkpoint: reset it to exactly the checkpoint.
         await ctx.frame(FrameKind.STREAM_RESET, reason="resume")
         for block in blocks:
@@ -94,6 +94,12 @@ class CheckpointResume:
             state.set_native(recovery.keep, native)
             budget.output_used, budget.received_bytes = checkpoint.output_used or 0, checkpoint.received_bytes
             return None
+        if any(b.refusal for b in recovery.keep):
+            # A refusal is never continued, as at a break: what arrived of it is the answer.
+            state.acc.restore(recovery.keep)
+            result = await self.endings.finish_with(recovery.keep, "refusal")
+            result.recovered = True
+            return result
         if recovery.kind is PlanKind.WHOLE_RESTART and blocks:
             # the answer starts over, as at a break: the client drops what it was just shown
             await ctx.frame(FrameKind.STREAM_RESET, reason="whole_restart")

@@ -80,7 +80,7 @@ class TurnCheckpoints:
             run_id=state.ctx.run_id,
             turn=state.turn,
             history_len=self.history_len,
-            blocks=[b.to_content() for b in keep],
+            blocks=[b.to_checkpoint() for b in keep],
             in_flight_tool=dict(in_flight) if in_flight is not None else None,
             attempt=state.attempt.index if state.attempt else 0,
             continuation=state.continuation,
