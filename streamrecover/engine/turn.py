@@ -194,12 +194,12 @@ class TurnRunner:
         if native is not None:
             assert resumes_natively(self.ctx.adapter)
             http_request = self.ctx.adapter.resume_request(native)
-        elif self.state.paused:
-            messages = paused_turn_messages(self.state.request.messages, self.state.prefix)
-            budgeted = self.budget.budgeted(replace(self.state.request, messages=messages))
-            http_request = self.ctx.adapter.build_request(budgeted)
         else:
-            messages = continuation_messages(self.state.request.messages, self.state.prefix, self.state.strategy)
+            history = self.state.request.messages
+            if self.state.paused:
+                messages = paused_turn_messages(history, self.state.prefix)
+            else:
+                messages = continuation_messages(history, self.state.prefix, self.state.strategy)
             budgeted = self.budget.budgeted(replace(self.state.request, messages=messages))
             http_request = self.ctx.adapter.build_request(budgeted)
         retries = 0

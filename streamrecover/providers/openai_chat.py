@@ -203,11 +203,13 @@ class OpenAIChatStreamParser:
         elif self._reasoning_open and (delta.get("content") or delta.get("tool_calls") or delta.get("refusal")):
             self._close_reasoning(out)
         content = delta.get("content")
-        self._unplaced_logprobs.extend(token_logprobs(logprobs, "content"))
+        if logprobs is not None:  # ``null`` on every chunk of a request that did not ask
+            self._unplaced_logprobs.extend(token_logprobs(logprobs, "content"))
         if content:
             self._text(content, out)
         refusal = delta.get("refusal")
-        self._unplaced_logprobs.extend(token_logprobs(logprobs, "refusal"))
+        if logprobs is not None:
+            self._unplaced_logprobs.extend(token_logprobs(logprobs, "refusal"))
         if refusal:
             if not self._refused:
                 # A refusal is known from its first delta: the answer is one, wherever the
@@ -235,8 +237,11 @@ class OpenAIChatStreamParser:
         if not self._text_open:
             self._text_open = True
             out.append(BlockStart(TEXT_INDEX, "text", refusal=refusal))
-        logprobs, self._unplaced_logprobs = tuple(self._unplaced_logprobs), []
-        out.append(TextDelta(TEXT_INDEX, text, logprobs))
+        if self._unplaced_logprobs:
+            out.append(TextDelta(TEXT_INDEX, text, tuple(self._unplaced_logprobs)))
+            self._unplaced_logprobs.clear()
+        else:
+            out.append(TextDelta(TEXT_INDEX, text))
 
     def _tool(self, index: int, call_id: str | None, function: dict[str, Any], out: list[StreamEvent]) -> None:
         block = self._open_tools.get(index)
