@@ -98,6 +98,22 @@ def daphne(port: int, env: dict[str, str], log_path: Path) -> Service:
     return service
 
 
+@contextlib.contextmanager
+def browser_site(db: Path, *setup: Sequence[str], **env_extra: str) -> Iterator[str]:
+    """The demo project on the SQLite file ``db`` (``tests.settings_browser``), migrated, each of
+    ``setup``'s ``manage.py`` commands run, served by Daphne on a free port: its base URL."""
+    env = base_env(DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(db), **env_extra)
+    manage("migrate", "--verbosity", "0", env=env)
+    for command in setup:
+        manage(*command, env=env)
+    port = free_port()
+    server = daphne(port, env, db.parent / "daphne.log")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
 def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
     env.update(PYTHONUNBUFFERED="1", LOG_LEVEL="WARNING", DJANGO_DEBUG="1", **extra)

@@ -4,12 +4,11 @@ visible (none cut off on the right, no sideways scrolling), long model names and
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .e2e_helpers import admin_run_list, base_env, chromium, daphne, free_port, manage
+from .e2e_helpers import admin_run_list, browser_site, chromium
 
 pytestmark = pytest.mark.browser
 
@@ -34,14 +33,8 @@ for i in range(24):
 
 @pytest.fixture(scope="module")
 def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("browser-admin")
-    env = base_env(DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(tmp / "admin.sqlite3"))
-    manage("migrate", "--verbosity", "0", env=env)
-    manage("shell", "-c", POPULATE, env=env)
-    port = free_port()
-    server = daphne(port, env, Path(tmp) / "daphne.log")
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with browser_site(tmp_path_factory.mktemp("browser-admin") / "admin.sqlite3", ("shell", "-c", POPULATE)) as url:
+        yield url
 
 
 def test_the_run_list_fits_1280_px_with_each_id_on_one_line(admin_site: str) -> None:

@@ -5,12 +5,11 @@ wide enough to read (it had shrunk to a few characters a line, the page to thous
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .e2e_helpers import admin_run_list, base_env, chromium, daphne, free_port, manage
+from .e2e_helpers import admin_run_list, browser_site, chromium
 
 pytestmark = pytest.mark.browser
 
@@ -23,19 +22,13 @@ get_user_model().objects.create_superuser("root", "root@example.org", "root-pw")
 
 @pytest.fixture(scope="module")
 def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("browser-admin-run")
-    env = base_env(DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(tmp / "admin.sqlite3"))
-    manage("migrate", "--verbosity", "0", env=env)
-    manage("shell", "-c", SUPERUSER, env=env)
-    manage(
+    recovered_run = (
         "streamrecover_run", "--provider", "fake", "--prompt", "A story [[words=120]]", "--json",
         "--fault", "cut:bytes=900", "--fault", "cut:events=6", "--backoff-scale", "0",
-        env=env,
     )  # fmt: skip
-    port = free_port()
-    server = daphne(port, env, Path(tmp) / "daphne.log")
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    db = tmp_path_factory.mktemp("browser-admin-run") / "admin.sqlite3"
+    with browser_site(db, ("shell", "-c", SUPERUSER), recovered_run) as url:
+        yield url
 
 
 def test_a_recovered_runs_page_fits_1280_px_and_its_event_payloads_are_readable(admin_site: str) -> None:

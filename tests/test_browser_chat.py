@@ -20,7 +20,7 @@ from streamrecover.testing.client import ClientView
 from streamrecover.testing.tools import demo_registry
 
 from . import browser_fixtures
-from .e2e_helpers import ChatPage, base_env, daphne, free_port, manage
+from .e2e_helpers import ChatPage, browser_site
 
 pytestmark = pytest.mark.browser
 
@@ -33,18 +33,8 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def demo_site(demo_db: Path) -> Iterator[str]:
     """A fresh SQLite demo (migrated, demo user) served by Daphne on a free port."""
-    tmp = demo_db.parent
-    env = base_env(
-        DJANGO_SETTINGS_MODULE="tests.settings_browser",
-        STREAMRECOVER_BROWSER_DB=str(demo_db),
-        STREAMRECOVER_FAKE_EVENT_DELAY="0.01",
-    )
-    manage("migrate", "--verbosity", "0", env=env)
-    manage("streamrecover_demo_user", env=env)
-    port = free_port()
-    server = daphne(port, env, tmp / "daphne.log")
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with browser_site(demo_db, ("streamrecover_demo_user",), STREAMRECOVER_FAKE_EVENT_DELAY="0.01") as url:
+        yield url
 
 
 browser = browser_fixtures.browser

@@ -5,12 +5,11 @@ reloaded during that backoff says the stream is reconnecting, as the page that s
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from . import browser_fixtures
-from .e2e_helpers import ChatPage, base_env, daphne, free_port, manage
+from .e2e_helpers import ChatPage, browser_site
 
 pytestmark = pytest.mark.browser
 
@@ -18,19 +17,10 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def demo_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The demo whose first continuation backoff lasts about 20 s: long enough to act in."""
-    tmp = tmp_path_factory.mktemp("browser_cancel")
-    env = base_env(
-        DJANGO_SETTINGS_MODULE="tests.settings_browser",
-        STREAMRECOVER_BROWSER_DB=str(tmp / "demo.sqlite3"),
-        STREAMRECOVER_FAKE_EVENT_DELAY="0.01",
-        STREAMRECOVER_BROWSER_BACKOFF_SCALE="20",
-    )
-    manage("migrate", "--verbosity", "0", env=env)
-    manage("streamrecover_demo_user", env=env)
-    port = free_port()
-    server = daphne(port, env, Path(tmp / "daphne.log"))
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    db = tmp_path_factory.mktemp("browser_cancel") / "demo.sqlite3"
+    delays = {"STREAMRECOVER_FAKE_EVENT_DELAY": "0.01", "STREAMRECOVER_BROWSER_BACKOFF_SCALE": "20"}
+    with browser_site(db, ("streamrecover_demo_user",), **delays) as url:
+        yield url
 
 
 browser = browser_fixtures.browser
