@@ -57,12 +57,13 @@ class Config:
     coalesce_ms: float = 25
     fault_every: int = 0  # every n-th run has its connection cut once (R1); 0: none
     workers: int = 1
-    concurrency: int = 0  # task slots per worker; 0: runs / workers
+    concurrency: int = 16  # Celery pool threads per worker: a run holds none once claimed
     layer: str = "pubsub"  # "core": the core channels_redis layer (the per-token baseline)
 
     @property
-    def slots(self) -> int:
-        return self.concurrency or -(-self.runs // self.workers)
+    def max_runs(self) -> int:
+        """``WORKER_MAX_RUNS`` of each worker: every run has a place at once."""
+        return -(-self.runs // self.workers)
 
 
 @dataclass(slots=True)
@@ -537,7 +538,7 @@ def run_config(
                 "project",
                 "worker",
                 "--pool=threads",
-                f"--concurrency={config.slots}",
+                f"--concurrency={config.concurrency}",
                 "--loglevel=WARNING",
                 "--without-heartbeat",
                 "--without-gossip",
@@ -545,7 +546,7 @@ def run_config(
                 "-n",
                 f"bench{i}-{os.getpid()}@%h",
             ],
-            _worker_env(env, logs, tag, profile),
+            {**_worker_env(env, logs, tag, profile), "BENCH_WORKER_MAX_RUNS": str(config.max_runs)},
             logs / f"{tag}-worker{i}.log",
         )
         for i in range(config.workers)

@@ -11,7 +11,11 @@ import threading
 from project.settings import *  # noqa: F403
 from project.settings import CHANNEL_LAYERS, STREAMRECOVER
 
-STREAMRECOVER = {**STREAMRECOVER, "FRAME_COALESCE_MS": float(os.environ.get("BENCH_FRAME_COALESCE_MS", "25"))}
+STREAMRECOVER = {
+    **STREAMRECOVER,
+    "FRAME_COALESCE_MS": float(os.environ.get("BENCH_FRAME_COALESCE_MS", "25")),
+    "WORKER_MAX_RUNS": int(os.environ.get("BENCH_WORKER_MAX_RUNS", "100")),
+}
 if os.environ.get("BENCH_LAYER") == "core":
     CHANNEL_LAYERS = {"default": {**CHANNEL_LAYERS["default"], "BACKEND": "channels_redis.core.RedisChannelLayer"}}
 LOGGING["root"]["level"] = "ERROR"  # noqa: F405

@@ -232,7 +232,7 @@ Measured {_now()}.
 `python -m bench.bench_delivery --only 100x30,baseline,faults,500x10`. Everything runs on this one
 machine, each in its own process as in production: PostgreSQL, Redis, the fake provider
 (`manage.py streamrecover_fake_provider`, pacing its SSE events: 30/s or 10/s per stream), one
-Daphne, the Celery worker(s) (threads pool, one task slot per stream, every run on the worker's
+Daphne, the Celery worker(s) (threads pool of 16; a run holds no thread once claimed, every run on the worker's
 shared event loop), and the bench process as the WebSocket clients. Every client connects before
 its run starts and reads to the final `run_status`.
 

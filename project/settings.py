@@ -104,10 +104,10 @@ if DISTRIBUTED:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# Celery, read by project/celery.py under the CELERY_ namespace. These matter for long streams:
-# one task at a time per worker process, acknowledged only when done, redelivered if the
-# worker dies, and a hard limit below the visibility timeout so Redis never hands a run
-# that is still streaming to a second worker.
+# Celery, read by project/celery.py under the CELERY_ namespace. A run's task returns once the
+# run is claimed (its stream goes on on the worker's event loop, streamrecover.runs.holder), so
+# it is acknowledged then and redelivered if the worker dies before the claim; a worker that
+# dies later leaves its run to the sweeper below (its heartbeat stops).
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "celery")
 # No result backend: the app's tasks store no result (a run's outcome is its row), and with the

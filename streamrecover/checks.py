@@ -21,9 +21,6 @@ from .conf import SETTINGS_NAME, import_tools, merge, proxy_wire_format, validat
 
 IN_MEMORY_LAYER = "channels.layers.InMemoryChannelLayer"
 
-# Broker URL scheme -> the transport's default visibility timeout (seconds).
-DEFAULT_VISIBILITY = {"redis": 3600, "rediss": 3600, "sentinel": 3600, "sqs": 1800}
-
 
 def _streamrecover() -> dict[str, Any] | None:
     """The merged settings, or None when E001 already reports them as invalid."""
@@ -41,50 +38,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         Error(problem, hint="See streamrecover.conf.DEFAULTS for every key.", id="streamrecover.E001")
         for problem in validate(getattr(settings, SETTINGS_NAME, {}))
     ]
-
-
-def _visibility_timeout() -> float | None:
-    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
-    if options.get("visibility_timeout") is not None:
-        return float(options["visibility_timeout"])
-    broker = getattr(settings, "CELERY_BROKER_URL", None) or ""
-    scheme = broker.split("://", 1)[0].split("+", 1)[0].lower() if "://" in broker else ""
-    return DEFAULT_VISIBILITY.get(scheme)
-
-
-def check_celery_time_limit(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """streamrecover.W001: a task that may outlive the broker's visibility timeout is
-    delivered again to another worker while the first still streams."""
-    conf = _streamrecover()
-    time_limit = getattr(settings, "CELERY_TASK_TIME_LIMIT", None)
-    if conf is None or not (_uses_celery(conf) or time_limit is not None):
-        return []
-    visibility = _visibility_timeout()
-    if visibility is None:
-        return []
-    hint = (
-        "Set CELERY_TASK_TIME_LIMIT below CELERY_BROKER_TRANSPORT_OPTIONS['visibility_timeout'] "
-        f"(currently {visibility:g} s)."
-    )
-    if time_limit is None:
-        return [
-            Warning(
-                "Celery tasks have no time limit (CELERY_TASK_TIME_LIMIT), so a run can outlive the "
-                "broker's visibility timeout and be executed twice.",
-                hint=hint,
-                id="streamrecover.W001",
-            )
-        ]
-    if float(time_limit) >= visibility:
-        return [
-            Warning(
-                f"CELERY_TASK_TIME_LIMIT ({time_limit} s) is at or above the broker's visibility timeout "
-                f"({visibility:g} s): a long run is redelivered to a second worker while the first still streams.",
-                hint=hint,
-                id="streamrecover.W001",
-            )
-        ]
-    return []
 
 
 def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -122,7 +75,7 @@ def check_checkpoint_store(app_configs: Any = None, **kwargs: Any) -> list[Check
 
 
 def check_prefetch(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """streamrecover.W004: prefetched long tasks wait behind a stream and are lost with its worker."""
+    """streamrecover.W004: tasks a full worker prefetched wait for a place there, not on a worker with room."""
     conf = _streamrecover()
     configured = hasattr(settings, "CELERY_WORKER_PREFETCH_MULTIPLIER")
     if conf is None or not (_uses_celery(conf) or configured):
@@ -132,8 +85,8 @@ def check_prefetch(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         return []
     return [
         Warning(
-            f"CELERY_WORKER_PREFETCH_MULTIPLIER is {multiplier}: a worker busy with one long stream holds "
-            "other runs it prefetched instead of leaving them to idle workers.",
+            f"CELERY_WORKER_PREFETCH_MULTIPLIER is {multiplier}: a worker holding WORKER_MAX_RUNS runs holds "
+            "other runs it prefetched instead of leaving them to workers with room.",
             hint="Set CELERY_WORKER_PREFETCH_MULTIPLIER = 1.",
             id="streamrecover.W004",
         )
@@ -434,7 +387,6 @@ def check_tools(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
 ALL_CHECKS = (
     check_settings,
-    check_celery_time_limit,
     check_channel_layer,
     check_checkpoint_store,
     check_prefetch,

@@ -155,6 +155,9 @@ DEFAULTS: dict[str, Any] = {
     "REDIS_URL": "redis://127.0.0.1:6379/0",
     "EXECUTION": "inprocess",
     "MAX_CLAIMS": 3,
+    # The runs one worker process holds at once on its event loop (``runs.holder``), whatever
+    # its Celery pool and concurrency: a task waits for a place, and the broker keeps the rest.
+    "WORKER_MAX_RUNS": 100,
     "HEARTBEAT_SECONDS": 5,
     "STALE_AFTER_SECONDS": 30,
     "QUEUED_STALE_AFTER_SECONDS": 300,
@@ -198,6 +201,7 @@ _INTS = (
     "MAX_LINE_BYTES",
     "FRAME_MAX_CHARS",
     "MAX_CLAIMS",
+    "WORKER_MAX_RUNS",
     "REPLAY_BUFFER_FRAMES",
     "PROXY_DEFAULT_MAX_TOKENS",
 )

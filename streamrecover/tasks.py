@@ -5,13 +5,21 @@ result backend is per thread, so storing one cost a Redis connection per worker 
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
+from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections
 
 from . import starter
 from .analytics import rollup
+from .conf import app_settings
+from .engine.agent import RunResult
 from .runs import lifecycle
+from .runs.holder import holder
 from .runs.loop import run_on_shared_loop
+
+RUNNING = "running"  # what the task returns for a run it handed over, still streaming
 
 
 @shared_task(
@@ -20,14 +28,32 @@ from .runs.loop import run_on_shared_loop
 def execute_run_task(self, run_id: str) -> str | None:
     """Execute (or resume) one run. A message for a finished run is acknowledged and dropped.
 
-    The run executes on the process's shared event loop (``runs.loop``) with every other run
-    of this worker; this task's thread waits for it."""
+    In a worker the run is handed to the process's shared event loop (``runs.holder``) with
+    every other run it holds, and the task returns once the run is claimed ("running"): the
+    run holds no pool slot, and a worker holds up to ``WORKER_MAX_RUNS`` runs whatever its
+    pool. Called directly or eagerly, the task waits for the run's end and returns its status."""
     close_old_connections()
     try:
-        result = run_on_shared_loop(starter.execute_here(run_id))
+        if self.request.called_directly or self.request.is_eager:
+            return _status(run_on_shared_loop(starter.execute_here(run_id)))
+        handover = holder.hand_over(
+            lambda claimed: starter.execute_here(run_id, on_claimed=claimed), app_settings.WORKER_MAX_RUNS
+        )
     finally:
         close_old_connections()
-    return result.status if result is not None else None
+    return _status(handover.result) if handover.ended else RUNNING
+
+
+def _status(result: object) -> str | None:
+    return result.status if isinstance(result, RunResult) else None
+
+
+@worker_shutdown.connect(dispatch_uid="streamrecover.drain_runs")
+@worker_process_shutdown.connect(dispatch_uid="streamrecover.drain_runs_of_child")
+def drain_runs(**_: Any) -> None:
+    """A warm shutdown lets the runs this process holds end before it exits, as Celery lets a
+    running task end (a cold shutdown, or a kill, leaves them to the sweep and their checkpoints)."""
+    holder.drain()
 
 
 @shared_task(ignore_result=True, name="streamrecover.sweep_stale_runs")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,10 +75,11 @@ def celery_settings(slow_fake, settings):
 class Worker:
     """A real ``celery worker`` process on the test database."""
 
-    def __init__(self, name: str, fake_url: str, log_dir: Path) -> None:
+    def __init__(self, name: str, fake_url: str, log_dir: Path, max_runs: int = 100) -> None:
         self.log_path = log_dir / f"{name}.log"
         env = {
             **os.environ,
+            "STREAMRECOVER_WORKER_MAX_RUNS": str(max_runs),
             "DJANGO_SETTINGS_MODULE": "tests.settings_worker",
             "STREAMRECOVER_TEST_DB_NAME": connection.settings_dict["NAME"],
             "STREAMRECOVER_FAKE_URL": fake_url,
@@ -116,8 +118,8 @@ class Worker:
 def workers(slow_fake, tmp_path) -> Iterator[list[Worker]]:
     started: list[Worker] = []
 
-    def start(name: str) -> Worker:
-        worker = Worker(name, slow_fake.base_url, tmp_path)
+    def start(name: str, max_runs: int = 100) -> Worker:
+        worker = Worker(name, slow_fake.base_url, tmp_path, max_runs)
         started.append(worker)
         return worker
 
@@ -173,6 +175,65 @@ def test_worker_completes_a_run_through_injected_cuts(celery_settings, workers, 
     # worker thread for it, no key per run left behind)
     wait_for(lambda: "streamrecover.execute_run" in worker.log() and "succeeded" in worker.log(), what="the ack")
     assert redis.Redis.from_url(django_settings.CELERY_RESULT_BACKEND).keys("celery-task-meta-*") == []
+
+
+def _stream_side_by_side(workers: Any, fake: FakeProviderServer, count: int, max_runs: int) -> tuple[Worker, int]:
+    """``count`` runs enqueued at once to one ``--pool=solo`` worker holding at most ``max_runs``:
+    the worker, and the most runs it streamed at once (sampled until every run ended)."""
+    worker = workers("w1", max_runs=max_runs)
+    prompts = [f"Tale {n} of a lighthouse keeper [[words=220]]" for n in range(count)]
+    runs = [lifecycle.create_run(prompt=prompt, provider="fake", model="fake-claude") for prompt in prompts]
+    for run in runs:
+        dispatch.enqueue_run(run)
+    ids = [run.pk for run in runs]
+    most = 0
+    deadline = time.monotonic() + 120
+    while Run.objects.filter(pk__in=ids).exclude(status__in=Run.TERMINAL_STATUSES).exists():
+        assert time.monotonic() < deadline, "the runs did not finish:\n" + worker.log()
+        most = max(most, Run.objects.filter(pk__in=ids, status="running").count())
+        time.sleep(0.05)
+    for run, prompt in zip(runs, prompts, strict=True):
+        run.refresh_from_db()
+        assert run.status == "completed", worker.log()
+        assert run.worker.endswith(str(worker.process.pid))
+        assert run.claims == 1
+        assert assistant_text(run) == reference_text(fake, prompt)
+    return worker, most
+
+
+def test_one_solo_worker_streams_several_runs_at_once(celery_settings, workers, slow_fake):
+    """A run holds no pool slot: one ``--pool=solo`` worker streams three runs side by side
+    (its task returns once the run is claimed), and each answer is the uninterrupted one."""
+    worker, most = _stream_side_by_side(workers, slow_fake, count=3, max_runs=100)
+    assert most == 3
+    # each task was acknowledged while its run streamed
+    broker = redis.Redis.from_url(celery_settings.conf.broker_url)
+    assert broker.llen("celery") == 0
+    assert broker.hlen("unacked") == 0
+    handed_over = re.findall(r"execute_run\[[^\]]+\] succeeded in [\d.]+s: 'running'", worker.log())
+    assert len(handed_over) == 3
+
+
+def test_a_worker_holds_at_most_worker_max_runs(celery_settings, workers, slow_fake):
+    """``WORKER_MAX_RUNS`` bounds what one process streams: the third run waits for a place."""
+    _worker, most = _stream_side_by_side(workers, slow_fake, count=3, max_runs=2)
+    assert most == 2
+
+
+def test_a_warm_shutdown_lets_the_runs_it_holds_end(celery_settings, workers, slow_fake):
+    """SIGTERM (Celery's warm shutdown) while a run streams: the process exits only after the
+    run ended, complete, on its one claim; nothing is left to resume."""
+    worker = workers("w1")
+    run = lifecycle.create_run(prompt=LONG, provider="fake", model="fake-claude")
+    dispatch.enqueue_run(run)
+    wait_for(lambda: Attempt.objects.filter(run=run).exists(), what="the run's first request")
+    worker.process.terminate()
+    assert worker.process.wait(timeout=90) == 0, worker.log()
+    run.refresh_from_db()
+    assert run.status == "completed", worker.log()
+    assert run.claims == 1
+    assert assistant_text(run) == reference_text(slow_fake, LONG)
+    assert "worker_draining_runs" in worker.log()
 
 
 def _kill_worker_mid_stream(workers: Any, owner: Any = None) -> tuple[Run, RedisCheckpointStore, str]:

@@ -45,38 +45,6 @@ def test_e001_quiet_on_valid_settings() -> None:
         assert checks.check_settings() == []
 
 
-@pytest.mark.parametrize(
-    "celery_settings",
-    [
-        # At the visibility timeout.
-        {"CELERY_TASK_TIME_LIMIT": 3600, "CELERY_BROKER_TRANSPORT_OPTIONS": {"visibility_timeout": 3600}},
-        # Above Redis's default visibility timeout (3600 s) with no transport options.
-        {"CELERY_TASK_TIME_LIMIT": 7200, "CELERY_BROKER_TRANSPORT_OPTIONS": {}},
-        # No time limit at all with a Redis broker.
-        {"CELERY_TASK_TIME_LIMIT": None, "CELERY_BROKER_TRANSPORT_OPTIONS": {}},
-    ],
-)
-def test_w001_time_limit_at_or_above_visibility(celery_settings: dict[str, Any]) -> None:
-    with override_settings(STREAMRECOVER=CELERY, CELERY_BROKER_URL="redis://127.0.0.1:6379/0", **celery_settings):
-        assert ids(checks.check_celery_time_limit()) == ["streamrecover.W001"]
-
-
-def test_w001_quiet_below_visibility() -> None:
-    with override_settings(
-        STREAMRECOVER=CELERY,
-        CELERY_BROKER_URL="redis://127.0.0.1:6379/0",
-        CELERY_TASK_TIME_LIMIT=1800,
-        CELERY_BROKER_TRANSPORT_OPTIONS={},
-    ):
-        assert checks.check_celery_time_limit() == []
-    with override_settings(
-        STREAMRECOVER=CELERY,
-        CELERY_TASK_TIME_LIMIT=5000,
-        CELERY_BROKER_TRANSPORT_OPTIONS={"visibility_timeout": 6000},
-    ):
-        assert checks.check_celery_time_limit() == []
-
-
 def test_w002_celery_with_in_memory_layer() -> None:
     with override_settings(STREAMRECOVER=CELERY, CHANNEL_LAYERS=MEMORY_LAYER):
         assert ids(checks.check_channel_layer()) == ["streamrecover.W002"]

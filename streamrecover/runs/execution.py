@@ -107,9 +107,13 @@ async def execute_run(
     extra_sinks: Sequence[RunSink] = (),
     tools: ToolRegistry | None = None,
     provider_override: ProviderConfig | None = None,
+    on_claimed: Callable[[], None] | None = None,
 ) -> RunResult | None:
     """Claim and execute a run to its end (or to a cancel). Returns None when not claimed, or
     when the claim was lost to another worker on the way (nothing more was written then).
+
+    ``on_claimed`` is called once the claim is held (``runs.holder``: the Celery task that
+    handed the run over returns then, and its message is acknowledged).
 
     ``live`` opens the run's live channel once the run is claimed; it is closed (by the
     context manager it returns) when the agent stops, after the run's end is stored.
@@ -126,6 +130,8 @@ async def execute_run(
         inputs = await sync_to_async(claims.claim)(run_id, worker, provider_override)
     if inputs is None:
         return None
+    if on_claimed is not None:
+        on_claimed()
     run = inputs.run
     fence = Fence(str(run.pk), run.claim_epoch, lease_seconds())
     running = asyncio.current_task()

@@ -3,8 +3,8 @@
 A thread and an event loop per run (``asyncio.run`` in each Celery task) made a hundred
 runs a hundred threads fighting for the GIL, each loop with its own Redis and HTTP
 connections, every frame its own round trips. Instead the process starts one loop in a
-daemon thread on first use; a task submits its run's coroutine to it and blocks its own
-thread (its Celery slot) until the run ends. Blocked threads cost nothing; the loop
+daemon thread on first use; a task hands its run's coroutine to it (``runs.holder``) and
+returns once the run is claimed, so a run holds no thread of its own. The loop
 interleaves the runs, and per-loop machinery (the live outbox, the Redis clients, the
 heartbeat and cancel watcher) is shared by all of them. Each run still opens its own HTTP
 client to the provider, so a broken connection (or an HTTP/2 GOAWAY) is one run's break, not
@@ -19,6 +19,7 @@ out of the collector's full passes, which had stopped every run of a worker for 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine
@@ -56,9 +57,13 @@ class RunLoop:
                 self._loop, self._pid = loop, os.getpid()
             return self._loop
 
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the shared loop; its future, which no thread need wait for."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop())
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the shared loop; block this thread until it returns (or raises)."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop())
+        future = self.submit(coro)
         try:
             return future.result()
         except BaseException:
@@ -80,6 +85,11 @@ _shared = RunLoop()
 def run_on_shared_loop(coro: Coroutine[Any, Any, T]) -> T:
     """Execute ``coro`` on this process's shared run loop, blocking until it ends."""
     return _shared.run(coro)
+
+
+def submit_to_shared_loop(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Schedule ``coro`` on this process's shared run loop without waiting for it."""
+    return _shared.submit(coro)
 
 
 def on_shared_loop() -> bool:

@@ -1,0 +1,82 @@
+"""The worker's run holder: a hand-over returns at the claim, a full process waits for a place,
+an error before the claim reaches the task, and a drain waits for the runs held."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from streamrecover.runs.holder import RunHolder
+
+
+def test_a_hand_over_returns_at_the_claim_and_the_run_goes_on() -> None:
+    holder = RunHolder()
+    release = threading.Event()
+    done: list[str] = []
+
+    async def run(claimed: Callable[[], None]) -> str:
+        claimed()
+        await asyncio.get_running_loop().run_in_executor(None, release.wait)
+        done.append("ended")
+        return "completed"
+
+    handover = holder.hand_over(run, limit=5)
+    assert handover.ended is False
+    assert holder.held == 1
+    assert done == []
+    assert holder.drain(timeout=0.2) is False  # the run still streams
+    release.set()
+    assert holder.drain(timeout=10) is True
+    assert done == ["ended"]
+    assert holder.held == 0
+
+
+def test_a_run_that_claims_nothing_ends_the_hand_over_with_its_result() -> None:
+    holder = RunHolder()
+
+    async def not_claimed(claimed: Callable[[], None]) -> None:
+        return None
+
+    handover = holder.hand_over(not_claimed, limit=5)
+    assert handover.ended is True
+    assert handover.result is None
+    assert holder.held == 0
+
+
+def test_an_error_before_the_claim_reaches_the_task() -> None:
+    holder = RunHolder()
+
+    async def broken(claimed: Callable[[], None]) -> None:
+        raise RuntimeError("database unreachable")
+
+    with pytest.raises(RuntimeError, match="database unreachable"):
+        holder.hand_over(broken, limit=5)
+    assert holder.held == 0
+
+
+def test_a_full_process_makes_the_next_hand_over_wait_for_a_place() -> None:
+    holder = RunHolder()
+    release = threading.Event()
+
+    async def held(claimed: Callable[[], None]) -> str:
+        claimed()
+        await asyncio.get_running_loop().run_in_executor(None, release.wait)
+        return "completed"
+
+    holder.hand_over(held, limit=1)
+    returned: list[float] = []
+    waiting = threading.Thread(target=lambda: (holder.hand_over(held, limit=1), returned.append(time.monotonic())))
+    waiting.start()
+    time.sleep(0.5)
+    assert returned == []
+    assert holder.held == 1
+    freed = time.monotonic()
+    release.set()
+    waiting.join(timeout=10)
+    assert returned
+    assert returned[0] >= freed
+    assert holder.drain(timeout=10) is True
