@@ -268,11 +268,13 @@ def test_google_genai_client_reads_a_whole_answer(fake_server: FakeProviderServe
     assert whole.usage_metadata.candidates_token_count > 0
 
 
-def _stream(server: FakeProviderServer, model: str, **config: Any) -> tuple[list[dict[str, Any]], Any]:
+def _stream(
+    server: FakeProviderServer, model: str, *, prompt: str = "A story [[words=30]]", **config: Any
+) -> tuple[list[dict[str, Any]], Any]:
     """The chunks of an answer to a story prompt, and the fake's billing log entry for it."""
     scenario = uuid.uuid4().hex
     url = f"{server.base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"
-    body = {"contents": [{"parts": [{"text": "A story [[words=30]]"}]}], "generationConfig": config}
+    body = {"contents": [{"parts": [{"text": prompt}]}], "generationConfig": config}
     response = httpx.post(url, json=body, headers={"x-goog-api-key": "AIza-fake", "x-fake-scenario": scenario})
     (entry,) = server.log_for(scenario)
     return [json.loads(e[6:]) for e in response.text.split("\r\n\r\n") if e], entry
@@ -333,3 +335,91 @@ def test_a_whole_answer_bills_the_thoughts_it_does_not_show(fake_server: FakePro
     assert total == prompt + candidates + thoughts
     (entry,) = fake_server.log_for(scenario)
     assert entry.billed_output_tokens == candidates + thoughts
+
+
+def _budget(budget: int, *, shown: bool = False) -> dict[str, Any]:
+    return {"thinkingConfig": {"thinkingBudget": budget, "includeThoughts": shown}}
+
+
+# Gemini API docs, "Gemini thinking": 2.5 Pro takes 128 to 32768 and cannot turn thinking off;
+# 2.5 Flash 0 to 24576; 2.5 Flash-Lite 512 to 24576, or 0 (off); -1 (dynamic) on all three.
+@pytest.mark.parametrize(
+    ("model", "refused", "taken"),
+    [
+        ("gemini-2.5-pro", [0, 1, 127, 32769, -2], [128, 200, 32768, -1]),
+        ("gemini-2.5-flash", [24577, -5], [0, 1, 24576, -1]),
+        ("gemini-2.5-flash-lite", [1, 511, 24577], [0, 512, 24576, -1]),
+    ],
+)
+def test_a_thinking_budget_the_model_does_not_take_is_the_apis_400(
+    fake_server: FakeProviderServer, model: str, refused: list[int], taken: list[int]
+) -> None:
+    for budget in refused:
+        response = _post(
+            fake_server, {"contents": [{"parts": [{"text": "Hi"}]}], "generationConfig": _budget(budget)}, model=model
+        )
+        assert response.status_code == 400, (model, budget)
+        error = response.json()["error"]
+        assert (error["code"], error["status"]) == (400, "INVALID_ARGUMENT")
+        expected = "This model only works in thinking mode" if budget == 0 else f"thinking budget ({budget}) is invalid"
+        assert expected in error["message"]
+    for budget in taken:
+        response = _post(
+            fake_server, {"contents": [{"parts": [{"text": "Hi"}]}], "generationConfig": _budget(budget)}, model=model
+        )
+        assert response.status_code == 200, (model, budget, response.text)
+
+
+def test_google_genai_client_gets_the_400_for_a_budget_of_0_on_2_5_pro(fake_server: FakeProviderServer) -> None:
+    from google.genai import errors, types
+
+    client = _client(fake_server, uuid.uuid4().hex)
+    config = types.GenerateContentConfig(thinking_config=types.ThinkingConfig(thinking_budget=0))
+    with pytest.raises(errors.ClientError) as raised:
+        list(client.models.generate_content_stream(model="gemini-2.5-pro", contents="Hi", config=config))
+    assert raised.value.code == 400
+    assert raised.value.status == "INVALID_ARGUMENT"
+    assert "only works in thinking mode" in (raised.value.message or "")
+
+
+@pytest.mark.parametrize(
+    ("model", "budget", "prompt"),
+    [
+        ("gemini-2.5-pro", 200, "A story [[words=30]] [[think=300]]"),  # asked to think long: its budget stops it
+        ("gemini-2.5-flash", 16, "A story [[words=30]]"),  # a budget below what it thinks by default
+    ],
+)
+def test_thinking_never_exceeds_a_positive_budget(
+    fake_server: FakeProviderServer, model: str, budget: int, prompt: str
+) -> None:
+    """Hidden or shown, the thinking stops at the budget (all of it spent here: the prompt asks
+    for more), is billed and counted against ``maxOutputTokens`` as before; -1 (dynamic) thinks
+    the model's own amount, more than the budget."""
+    dynamic, _ = _stream(fake_server, model, prompt=prompt, **_budget(-1))
+    assert _usage(dynamic[-1])[2] > budget
+    hidden, entry = _stream(fake_server, model, prompt=prompt, **_budget(budget))
+    assert not any(p.get("thought") for c in hidden for p in c["candidates"][0]["content"]["parts"])
+    assert [_usage(c)[2] for c in hidden] == [budget] * len(hidden)
+    assert _text(hidden) == _text(dynamic)  # the same answer, after less thinking
+    prompt_tokens, candidates, thoughts, total = _usage(hidden[-1])
+    assert total == prompt_tokens + candidates + thoughts
+    assert entry.billed_output_tokens == candidates + budget
+
+    shown, entry = _stream(fake_server, model, prompt=prompt, **_budget(budget, shown=True))
+    thought_parts = [p for c in shown for p in c["candidates"][0]["content"]["parts"] if p.get("thought")]
+    assert thought_parts
+    assert _usage(shown[-1])[2] == budget
+    assert entry.billed_output_tokens == _usage(shown[-1])[1] + budget
+
+    limited, entry = _stream(fake_server, model, prompt=prompt, maxOutputTokens=budget + 3, **_budget(budget))
+    assert limited[-1]["candidates"][0]["finishReason"] == "MAX_TOKENS"
+    assert _usage(limited[-1])[1:3] == (3, budget)
+    assert entry.billed_output_tokens == budget + 3
+
+
+def test_a_budget_of_0_shows_no_thoughts_where_it_turns_thinking_off(fake_server: FakeProviderServer) -> None:
+    """2.5 Flash with thinking turned off has no thoughts to show, asked for them or not."""
+    chunks, entry = _stream(fake_server, "gemini-2.5-flash", **_budget(0, shown=True))
+    assert not any(p.get("thought") for c in chunks for p in c["candidates"][0]["content"]["parts"])
+    assert all("thoughtsTokenCount" not in c["usageMetadata"] for c in chunks)
+    assert entry.billed_output_tokens == _usage(chunks[-1])[1]

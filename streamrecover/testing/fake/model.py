@@ -54,6 +54,9 @@ the fake without writing into a user's words:
 ``[[no_continuation_thinking]]``
     With thinking enabled, a continuation starts without a thinking block. The real API
     starts every response with one, a continuation included: that is the default.
+``[[think=N]]``
+    Length of the answer's thinking in words (default 30), so a thinking budget has something
+    to cap: a request's budget (Gemini's ``thinkingBudget``) cuts the thinking there.
 
 When the last user turn carries tool results, the answer is a final text that names each
 result ("NAME returned: ..."), then generated words. With thinking enabled (and a text
@@ -82,6 +85,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 DEFAULT_WORDS = 120
+DEFAULT_THINKING_WORDS = 30
 MAX_SEARCHES = 50
 DEFAULT_TOOL_PREAMBLE_WORDS = 12
 MAX_WORDS = 5000
@@ -160,6 +164,8 @@ class Conversation:
     # a model that thinks without being asked to show it (Gemini's thinking models): the same
     # thinking block, billed as output and bounded by max_tokens, but never sent
     hidden_thinking: bool = False
+    # the most tokens each response may think (Gemini's positive ``thinkingBudget``), shown or not
+    thinking_budget: int | None = None
     web_search: bool = False  # the request offers Anthropic's web_search server tool
 
 
@@ -200,6 +206,7 @@ class Plan:
 @dataclass(frozen=True, slots=True)
 class Directives:
     words: int | None = None
+    think: int | None = None  # words of thinking
     text: str | None = None
     tool: str | None = None  # explicit tool name
     tools: int = 0  # number of tool calls wanted
@@ -220,6 +227,8 @@ class Directives:
         for name, raw in _DIRECTIVE.findall(prompt):
             if name == "words" and raw.strip().isdigit():
                 values["words"] = max(1, min(MAX_WORDS, int(raw)))
+            elif name == "think" and raw.strip().isdigit():
+                values["think"] = max(1, min(MAX_WORDS, int(raw)))
             elif name == "text" and raw:
                 values["text"] = raw
             elif name == "tool":
@@ -398,6 +407,22 @@ def limit_plan(plan: Plan, max_tokens: int, *, partial_tools: bool = False) -> P
     return Plan(tuple(blocks), "max_tokens")
 
 
+def cap_thinking(plan: Plan, budget: int) -> Plan:
+    """The answer with each thinking block cut at ``budget`` tokens (non-empty pieces), signed as it
+    stands: a model given a thinking budget stops thinking there and answers."""
+    blocks: list[PlannedBlock] = []
+    for block in plan.blocks:
+        if block.kind is BlockKind.THINKING and sum(1 for p in block.pieces if p) > budget:
+            pieces: list[str] = []
+            for piece in block.pieces:
+                if piece and sum(1 for p in pieces if p) == budget:
+                    break
+                pieces.append(piece)
+            block = replace(block, pieces=tuple(pieces), signature=sign_thinking("".join(pieces)))
+        blocks.append(block)
+    return Plan(tuple(blocks), plan.stop_reason)
+
+
 SEAMS = ("repeat", "rephrase", "restart", "restart_new")
 
 
@@ -560,7 +585,8 @@ def _search_blocks(prompt: str, topic: str, searches: int) -> list[PlannedBlock]
 
 def _thinking_block(prompt: str, directives: Directives) -> PlannedBlock:
     about = directives.topic[:80] or "this"
-    thinking = f"Let me think about {about}.\n" + generate_text("thinking\x00" + prompt, 30, about=prompt)
+    words = directives.think or DEFAULT_THINKING_WORDS
+    thinking = f"Let me think about {about}.\n" + generate_text("thinking\x00" + prompt, words, about=prompt)
     return PlannedBlock(BlockKind.THINKING, split_pieces(thinking, 3, 12), signature=sign_thinking(thinking))
 
 

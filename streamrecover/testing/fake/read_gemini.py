@@ -3,7 +3,8 @@
 The model and whether the answer streams come from the URL (``models/{model}:streamGenerateContent?alt=sse``),
 the rest from the body: ``contents`` of ``user``/``model`` turns, ``systemInstruction``, ``tools``
 (``functionDeclarations``), ``generationConfig`` (``maxOutputTokens``, ``thinkingConfig``: a thinking model
-thinks, hidden, when ``includeThoughts`` is not asked for). Gemini has no
+thinks, hidden, when ``includeThoughts`` is not asked for, at most its ``thinkingBudget``; a budget the
+model does not take is refused). Gemini has no
 prefill: a trailing ``model`` turn is a finished one and a new answer starts. A continuation is the partial
 answer as a ``model`` turn followed by the continue message. Thought signatures sent back must be ones the
 fake issued, unmodified; Gemini 3 models refuse a function call of the current turn sent back without its
@@ -19,7 +20,7 @@ from typing import Any
 from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn
 from .read_openai import content_text
-from .wire_gemini import signature_ok, signs_every_call, thinks_unasked
+from .wire_gemini import budget_problem, signature_ok, signs_every_call, thinking_cap, thinking_off, thinks_unasked
 
 _SIGNATURE_DOCS = "https://ai.google.dev/gemini-api/docs/thought-signatures"
 
@@ -63,7 +64,10 @@ def interpret(body: Any, *, model: str, stream: bool) -> Interpretation:
     thinking_config = config.get("thinkingConfig") or {}
     if not isinstance(thinking_config, Mapping):
         thinking_config = {}
-    thinking = thinking_config.get("includeThoughts") is True
+    problem = budget_problem(model, thinking_config)
+    if problem is not None:
+        raise _rejected(problem)
+    thinking = thinking_config.get("includeThoughts") is True and not thinking_off(model, thinking_config)
     hidden_thinking = not thinking and thinks_unasked(model, thinking_config)
     turns = tuple(_turn(i, c) for i, c in enumerate(contents))
     _check_function_turns(contents)
@@ -81,6 +85,7 @@ def interpret(body: Any, *, model: str, stream: bool) -> Interpretation:
             thinking,
             _system(body.get("systemInstruction")),
             hidden_thinking=hidden_thinking,
+            thinking_budget=thinking_cap(thinking_config),
         ),
         prefix_text=prefix_text,
         prefix_calls=prefix_calls,

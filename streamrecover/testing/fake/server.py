@@ -40,6 +40,7 @@ from .log import LogEntry
 from .model import (
     Directives,
     Plan,
+    cap_thinking,
     continue_plan,
     input_tokens,
     limit_plan,
@@ -517,6 +518,8 @@ def _understand(
             plan = seam_plan(whole, plan, interpretation.prefix_text, directives, _prompt_of(interpretation))
     if Directives.of(interpretation.conversation).pause:
         plan = paused_part(plan)  # up to the next search call, where the API pauses the turn
+    if interpretation.conversation.thinking_budget is not None:
+        plan = cap_thinking(plan, interpretation.conversation.thinking_budget)
     if interpretation.max_tokens is not None:
         # only these wires stream a call's arguments in pieces: elsewhere a call comes whole
         directives = Directives.of(interpretation.conversation)

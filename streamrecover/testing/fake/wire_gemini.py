@@ -10,7 +10,10 @@ there is one (as the API sends it), otherwise on the last thought part. A Gemini
 whether or not its thoughts are shown: its first function call is signed either way. Gemini 3,
 2.5 Pro and 2.5 Flash think by default: asked for no thoughts, they think all the same, and that
 hidden thinking is billed as the first chunk goes out, counted in ``thoughtsTokenCount`` and
-``totalTokenCount`` from that chunk on, and takes its share of ``maxOutputTokens``. A cited answer (``[[cite]]``)
+``totalTokenCount`` from that chunk on, and takes its share of ``maxOutputTokens``. A positive
+``thinkingBudget`` caps the thinking, shown or hidden (-1: the model's default amount); a budget
+the model does not take (0 on 2.5 Pro, one outside a 2.5 model's range) is the API's 400
+``INVALID_ARGUMENT``. A cited answer (``[[cite]]``)
 is one grounded in a search: its last chunk carries the ``groundingMetadata`` (the sources as
 ``groundingChunks``, each cited span as a ``groundingSupports`` segment of UTF-8 byte offsets into this
 response's text, the search queries and entry point) and a ``citationMetadata`` naming the first
@@ -100,6 +103,52 @@ def thinks_unasked(model: str, thinking_config: Mapping[str, Any]) -> bool:
     if model.startswith("gemini-2.5-flash-lite"):
         return isinstance(budget, int) and budget != 0
     return model.startswith("gemini-2.5") and budget != 0
+
+
+# The thinkingBudget each Gemini 2.5 model takes (Gemini API docs, "Gemini thinking"): a positive
+# budget from ``lowest`` to ``highest``, -1 (dynamic), and 0 where thinking can be turned off.
+# Flash-Lite before Flash: its name starts with Flash's.
+_BUDGET_RANGES: tuple[tuple[str, int, int, bool], ...] = (
+    ("gemini-2.5-pro", 128, 32768, False),
+    ("gemini-2.5-flash-lite", 512, 24576, True),
+    ("gemini-2.5-flash", 1, 24576, True),
+)
+
+
+def _budget(thinking_config: Mapping[str, Any]) -> int | None:
+    budget = thinking_config.get("thinkingBudget")
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) else None
+
+
+def budget_problem(model: str, thinking_config: Mapping[str, Any]) -> str | None:
+    """The real API's 400 message for a ``thinkingBudget`` ``model`` does not take, else None:
+    2.5 Pro cannot turn thinking off (0), and each 2.5 model has its range. Gemini 3 models
+    (``thinkingLevel``) and others are not checked."""
+    budget = _budget(thinking_config)
+    if budget is None or budget == -1:
+        return None
+    for prefix, lowest, highest, can_turn_off in _BUDGET_RANGES:
+        if not model.startswith(prefix):
+            continue
+        if budget == 0:
+            return None if can_turn_off else "Budget 0 is invalid. This model only works in thinking mode."
+        return None if lowest <= budget <= highest else f"The thinking budget ({budget}) is invalid."
+    return None
+
+
+def thinking_off(model: str, thinking_config: Mapping[str, Any]) -> bool:
+    """True when a budget of 0 turns ``model``'s thinking off (2.5 Flash and Flash-Lite): asked
+    to show its thoughts all the same, it has none to show."""
+    if _budget(thinking_config) != 0:
+        return False
+    return any(model.startswith(prefix) and off for prefix, _, _, off in _BUDGET_RANGES)
+
+
+def thinking_cap(thinking_config: Mapping[str, Any]) -> int | None:
+    """The most tokens a response thinks: a positive ``thinkingBudget`` (None for -1, dynamic:
+    the model's default amount)."""
+    budget = _budget(thinking_config)
+    return budget if budget is not None and budget > 0 else None
 
 
 def _shown_thinking(plan: Plan) -> PlannedBlock | None:
