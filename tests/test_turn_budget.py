@@ -327,3 +327,39 @@ async def test_a_gemini_break_counts_the_thinking_it_did_not_show_against_max_to
         assert out.sink.attempts[-1].stop_reason == "max_tokens"
         assert broken.billed_output_tokens + continued.billed_output_tokens == max_tokens
         assert _text(reference).startswith(_text(out))
+
+
+# 2.5 Pro takes a thinkingBudget from 128 to 32768 and thinks at most about that much. A turn cut
+# in its text goes on with a continuation the model accepts, each response thinking within the
+# budget, and the thinking of both (billed, shown) and their text within the turn's max_tokens.
+@pytest.mark.parametrize(
+    ("max_tokens", "cut"), [(1024, "cut:events=60"), (300, "cut:events=55")], ids=["roomy", "little-left"]
+)
+async def test_a_broken_2_5_pro_turn_thinks_within_its_budget_and_max_tokens(fake_server, max_tokens, cut):
+    kw = {"wire": "gemini", "model": "gemini-2.5-pro", "thinking_budget": 200, "max_tokens": max_tokens}
+    prompt = "A long story [[words=200]] [[think=300]]"  # it would think longer than its budget
+    reference = await run(fake_server, prompt, **kw)
+    out = await run(fake_server, prompt, faults=[cut], **kw)
+    assert out.status == "completed", out.result.error
+    assert [a.kind for a in out.sink.attempts] == ["initial", "continuation"]
+    assert [e.status for e in out.log] == [200, 200]  # no request the model refuses
+    thoughts = [a.usage.reasoning_tokens for a in out.sink.attempts]
+    assert thoughts[0] == 200  # it spent its budget, and no more
+    assert all(t <= 200 for t in thoughts)
+    assert sum(e.billed_output_tokens for e in out.log) <= max_tokens
+    reference_text = _text(reference)
+    if max_tokens == 1024:
+        assert _text(out) == reference_text
+        assert sum(e.billed_output_tokens for e in reference.log) <= max_tokens
+    else:  # the continuation thinks again: the turn ends at its limit, a bit shorter
+        assert out.sink.attempts[-1].stop_reason == "max_tokens"
+        assert reference_text.startswith(_text(out))
+
+
+async def test_a_budget_of_0_on_2_5_pro_fails_the_run_with_the_apis_400(fake_server):
+    """2.5 Pro cannot turn thinking off: the run fails at once with the API's message, as it
+    would against Google (a 400 is permanent: not retried, not continued)."""
+    out = await run(fake_server, STORY, wire="gemini", model="gemini-2.5-pro", thinking_budget=0)
+    assert out.status == "failed"
+    assert [e.status for e in out.log] == [400]
+    assert "only works in thinking mode" in str(out.result.error)
