@@ -423,3 +423,15 @@ def test_a_budget_of_0_shows_no_thoughts_where_it_turns_thinking_off(fake_server
     assert not any(p.get("thought") for c in chunks for p in c["candidates"][0]["content"]["parts"])
     assert all("thoughtsTokenCount" not in c["usageMetadata"] for c in chunks)
     assert entry.billed_output_tokens == _usage(chunks[-1])[1]
+
+
+def test_a_gemini_3_request_with_a_thinking_level_and_a_budget_is_the_apis_400(fake_server: FakeProviderServer) -> None:
+    """Gemini 3 docs: ``thinkingLevel`` and the legacy ``thinkingBudget`` are exclusive; either alone is taken."""
+    contents = [{"parts": [{"text": "Hi"}]}]
+    both = {"thinkingConfig": {"thinkingLevel": "low", "thinkingBudget": 1024}}
+    response = _post(fake_server, {"contents": contents, "generationConfig": both}, model="gemini-3-pro-preview")
+    assert response.status_code == 400
+    assert response.json()["error"]["status"] == "INVALID_ARGUMENT"
+    for alone in ({"thinkingLevel": "low"}, {"thinkingBudget": 1024}):
+        body = {"contents": contents, "generationConfig": {"thinkingConfig": alone}}
+        assert _post(fake_server, body, model="gemini-3-pro-preview").status_code == 200

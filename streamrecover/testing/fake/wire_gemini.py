@@ -122,9 +122,12 @@ def _budget(thinking_config: Mapping[str, Any]) -> int | None:
 
 def budget_problem(model: str, thinking_config: Mapping[str, Any]) -> str | None:
     """The real API's 400 message for a ``thinkingBudget`` ``model`` does not take, else None:
-    2.5 Pro cannot turn thinking off (0), and each 2.5 model has its range. Gemini 3 models
-    (``thinkingLevel``) and others are not checked."""
+    2.5 Pro cannot turn thinking off (0), and each 2.5 model has its range; a Gemini 3 model
+    takes a ``thinkingLevel`` or a budget, not both. Other budgets are not checked."""
     budget = _budget(thinking_config)
+    if model.startswith("gemini-3") and "thinkingBudget" in thinking_config and "thinkingLevel" in thinking_config:
+        # Gemini 3 docs: the two are exclusive, a request with both is a 400 (wording ours)
+        return "thinking_budget and thinking_level are not supported together."
     if budget is None or budget == -1:
         return None
     for prefix, lowest, highest, can_turn_off in _BUDGET_RANGES:
