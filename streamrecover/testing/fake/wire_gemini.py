@@ -12,9 +12,9 @@ whether or not its thoughts are shown: its first function call is signed either 
 hidden thinking is billed as the first chunk goes out, counted in ``thoughtsTokenCount`` and
 ``totalTokenCount`` from that chunk on, and takes its share of ``maxOutputTokens``. A positive
 ``thinkingBudget`` caps the thinking, shown or hidden (-1: the model's default amount); a budget
-the model does not take (0 on 2.5 Pro, one outside a 2.5 model's range) is the API's 400
-``INVALID_ARGUMENT``. A cited answer (``[[cite]]``)
-is one grounded in a search: its last chunk carries the ``groundingMetadata`` (the sources as
+the model does not take (0 on 2.5 Pro, one outside a 2.5 model's range, one beside a Gemini 3
+``thinkingLevel``) is the API's 400 ``INVALID_ARGUMENT``. A cited answer (``[[cite]]``) is one
+grounded in a search: its last chunk carries the ``groundingMetadata`` (the sources as
 ``groundingChunks``, each cited span as a ``groundingSupports`` segment of UTF-8 byte offsets into this
 response's text, the search queries and entry point) and a ``citationMetadata`` naming the first
 source for the first span; a continuation's response grounds its own text, its offsets counted from
