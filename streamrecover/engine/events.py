@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +86,13 @@ class BlockStart:
 class TopLogprob(TypedDict):
     """One of the most likely tokens at a position (an OpenAI ``top_logprobs`` item), in Chat's
     field order. ``bytes`` is the token's UTF-8 bytes (None where the provider sent none:
-    Chat's for a token without them, every Responses delta's)."""
+    Chat's for a token without them, every Responses delta's, Gemini's). ``token_id``: the
+    token's id in the model's vocabulary, where the provider names it (Gemini's ``tokenId``)."""
 
     token: str
     logprob: float
     bytes: list[int] | None
+    token_id: NotRequired[int]
 
 
 class TokenLogprob(TypedDict):
@@ -102,6 +104,7 @@ class TokenLogprob(TypedDict):
     logprob: float
     bytes: list[int] | None
     top_logprobs: list[TopLogprob]
+    token_id: NotRequired[int]
 
 
 @dataclass(frozen=True, slots=True)

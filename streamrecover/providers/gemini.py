@@ -5,9 +5,11 @@ Each SSE event is a whole ``GenerateContentResponse`` chunk: ``candidates[0].con
 and ``finishReason`` on the last one. There is no terminator event: the chunk with the
 ``finishReason`` is the end, so a body that ends before it is a break. A chunk's usage is
 applied before its parts, so what the parts stream counts them. The candidate's
-``finishMessage``, ``safetyRatings``, ``citationMetadata`` and ``groundingMetadata`` are
-passed on as they came (``AnswerMetadata``, a ``CandidateMetadata``), for a Gemini client of
-the healing endpoint.
+``finishMessage``, ``safetyRatings``, ``citationMetadata``, ``groundingMetadata``,
+``urlContextMetadata`` and ``avgLogprobs``, and the usage's per-modality and tool-use details,
+are passed on as they came (``AnswerMetadata``, a ``GeminiMetadata``), for a Gemini client of
+the healing endpoint. A chunk's ``logprobsResult`` (asked for with ``responseLogprobs``) rides
+on the chunk's text, as the text delta's token logprobs.
 
 Thought signatures: a ``thoughtSignature`` signs the response's thought run (the thinking
 block closes with it) wherever it arrives, and one on a ``functionCall`` part also rides on
@@ -38,7 +40,9 @@ from ..engine.events import (
     StreamEvent,
     TextDelta,
     ThinkingDelta,
+    TokenLogprob,
     ToolArgsDelta,
+    TopLogprob,
     Usage,
     UsageUpdate,
 )
@@ -63,8 +67,10 @@ __all__ = [
     "PART",
     "CandidateMetadata",
     "GeminiAdapter",
+    "GeminiMetadata",
     "GeminiStreamParser",
     "candidate_metadata",
+    "chunk_logprobs",
     "method_url",
     "model_parts",
 ]
@@ -154,12 +160,68 @@ class GroundingMetadata(TypedDict, total=False):
 
 
 class CandidateMetadata(TypedDict, total=False):
-    """What candidate 0 says about the answer besides its content (``AnswerMetadata.values``)."""
+    """What candidate 0 says about the answer besides its content. ``urlContextMetadata`` (the
+    URLs the URL context tool retrieved, ``urlMetadata``) passes as it came."""
 
     finishMessage: str
     safetyRatings: list[SafetyRating]
     citationMetadata: CitationMetadata
     groundingMetadata: GroundingMetadata
+    urlContextMetadata: dict[str, object]
+    avgLogprobs: float
+
+
+class ModalityTokenCount(TypedDict):
+    modality: str  # TEXT, IMAGE, AUDIO, VIDEO, DOCUMENT
+    tokenCount: int
+
+
+class UsageDetails(TypedDict, total=False):
+    """The fields of ``usageMetadata`` besides the counts ``Usage`` holds: per-modality counts and
+    the prompt tokens of tool use (URL context, search), which Gemini counts in its total."""
+
+    promptTokensDetails: list[ModalityTokenCount]
+    cacheTokensDetails: list[ModalityTokenCount]
+    candidatesTokensDetails: list[ModalityTokenCount]
+    toolUsePromptTokenCount: int
+    toolUsePromptTokensDetails: list[ModalityTokenCount]
+
+
+class GeminiMetadata(CandidateMetadata, total=False):
+    """``AnswerMetadata.values`` of a Gemini response: candidate 0's metadata and, as
+    ``usageDetails``, the latest ``usageMetadata``'s details (cumulative, as its counts are)."""
+
+    usageDetails: UsageDetails
+
+
+_DETAIL_LISTS = ("promptTokensDetails", "cacheTokensDetails", "candidatesTokensDetails", "toolUsePromptTokensDetails")
+
+
+def _modalities(value: Any) -> list[ModalityTokenCount] | None:
+    """A list of ``{modality, tokenCount}``, or None where it has the wrong shape (a missing
+    ``tokenCount`` is 0: proto JSON leaves zeros out)."""
+    if not isinstance(value, list):
+        return None
+    out: list[ModalityTokenCount] = []
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("modality", ""), str):
+            return None
+        count = as_int(item.get("tokenCount")) or 0
+        out.append(ModalityTokenCount(modality=str(item.get("modality", "MODALITY_UNSPECIFIED")), tokenCount=count))
+    return out
+
+
+def usage_details(raw: Mapping[str, Any]) -> UsageDetails:
+    """``usageMetadata``'s details of the right JSON type (a field of another is left out)."""
+    details = UsageDetails()
+    for name in _DETAIL_LISTS:
+        modalities = _modalities(raw.get(name))
+        if modalities is not None:
+            details[name] = modalities  # type: ignore[literal-required]
+    tool_use = as_int(raw.get("toolUsePromptTokenCount"))
+    if tool_use is not None:
+        details["toolUsePromptTokenCount"] = tool_use
+    return details
 
 
 def candidate_metadata(candidate: Mapping[str, Any]) -> CandidateMetadata:
@@ -167,6 +229,7 @@ def candidate_metadata(candidate: Mapping[str, Any]) -> CandidateMetadata:
     metadata = CandidateMetadata()
     message, ratings = candidate.get("finishMessage"), candidate.get("safetyRatings")
     citations, grounding = candidate.get("citationMetadata"), candidate.get("groundingMetadata")
+    url_context, average = candidate.get("urlContextMetadata"), candidate.get("avgLogprobs")
     if isinstance(message, str) and message:
         metadata["finishMessage"] = message
     if isinstance(ratings, list):
@@ -175,7 +238,52 @@ def candidate_metadata(candidate: Mapping[str, Any]) -> CandidateMetadata:
         metadata["citationMetadata"] = cast(CitationMetadata, citations)
     if isinstance(grounding, dict):
         metadata["groundingMetadata"] = cast(GroundingMetadata, grounding)
+    if isinstance(url_context, dict):
+        metadata["urlContextMetadata"] = url_context
+    if isinstance(average, int | float) and not isinstance(average, bool):
+        metadata["avgLogprobs"] = average
     return metadata
+
+
+def _scored(entry: Any) -> TopLogprob | None:
+    """A ``{token, tokenId?, logProbability}`` as a ``TopLogprob`` (``bytes`` None: Gemini sends
+    none), or None where a field has the wrong type. A missing ``logProbability`` is 0."""
+    if not isinstance(entry, dict):
+        return None
+    token, logprob, token_id = entry.get("token"), entry.get("logProbability", 0.0), entry.get("tokenId")
+    if type(token) is not str or not isinstance(logprob, int | float) or isinstance(logprob, bool):
+        return None
+    scored = TopLogprob(token=token, logprob=logprob, bytes=None)
+    if isinstance(token_id, int) and not isinstance(token_id, bool):
+        scored["token_id"] = token_id
+    return scored
+
+
+def chunk_logprobs(result: Any) -> list[TokenLogprob]:
+    """A chunk's ``logprobsResult``: one entry per ``chosenCandidates`` item, its alternatives the
+    ``topCandidates`` item at the same step (none where there are none). An entry of the wrong
+    shape ends the list there: the entries after it could not be placed on their tokens."""
+    if not isinstance(result, dict) or not isinstance(result.get("chosenCandidates"), list):
+        return []
+    tops = result.get("topCandidates")
+    tops = tops if isinstance(tops, list) else []
+    out: list[TokenLogprob] = []
+    for step, chosen in enumerate(result["chosenCandidates"]):
+        scored = _scored(chosen)
+        if scored is None:
+            break
+        top = tops[step] if step < len(tops) and isinstance(tops[step], dict) else {}
+        alternatives = [_scored(c) for c in top.get("candidates") or ()] if isinstance(top, dict) else []
+        entry = TokenLogprob(
+            token=scored["token"],
+            logprob=scored["logprob"],
+            bytes=None,
+            top_logprobs=[a for a in alternatives if a is not None],
+        )
+        if "token_id" in scored:
+            entry["token_id"] = scored["token_id"]
+        out.append(entry)
+    return out
 
 
 _CONTEXT_MARKERS = ("exceeds the maximum number of tokens", "input token count", "context window")
@@ -206,6 +314,37 @@ def synthetic_call_id(name: str, arguments: str, ordinal: int) -> str:
     uninterrupted answer and in a continuation, so the committed thread is the same."""
     digest = hashlib.sha256(f"{name}\x00{arguments}\x00{ordinal}".encode()).hexdigest()[:24]
     return SYNTHETIC_ID_PREFIX + digest
+
+
+def _shown_text(part: Any) -> str:
+    """The text a part adds to the answer's text (none for a thought or a call)."""
+    if not isinstance(part, dict) or part.get("thought") or "functionCall" in part:
+        return ""
+    text = part.get("text")
+    return text if type(text) is str else ""
+
+
+def _placed(entries: list[TokenLogprob], parts: Any) -> dict[int, tuple[TokenLogprob, ...]]:
+    """A chunk's logprob entries per text part (by its position in ``parts``): with one text part,
+    all of them; with several, each part the entries whose tokens spell its text, in order, or
+    none at all when they do not (an entry is never put on text that is not its token)."""
+    texts = [(number, _shown_text(part)) for number, part in enumerate(parts)]
+    texts = [(number, text) for number, text in texts if text]
+    if not entries or not texts:
+        return {}  # the tokens of thoughts or calls: no text of the answer shows them
+    if len(texts) == 1:
+        return {texts[0][0]: tuple(entries)}
+    placed: dict[int, tuple[TokenLogprob, ...]] = {}
+    at = 0
+    for number, text in texts:
+        spelled, start = "", at
+        while at < len(entries) and len(spelled) < len(text):
+            spelled += entries[at]["token"]
+            at += 1
+        if spelled != text:
+            return {}
+        placed[number] = tuple(entries[start:at])
+    return placed
 
 
 class GeminiStreamParser:
@@ -254,13 +393,18 @@ class GeminiStreamParser:
         usage = chunk.get("usageMetadata")
         if usage:  # first: the parts' frames then go out with the count that includes them
             out.append(UsageUpdate(_usage(usage)))
+            details = usage_details(usage)
+            if details:
+                out.append(AnswerMetadata(GeminiMetadata(usageDetails=details)))
         finish: str | None = None
         for candidate in candidates:
             if candidate.get("index", 0) != 0:
                 continue
             content = candidate.get("content") or {}
-            for part in content.get("parts") or ():
-                self._part(part, out)
+            parts = content.get("parts") or ()
+            logprobs = _placed(chunk_logprobs(candidate.get("logprobsResult")), parts)
+            for number, part in enumerate(parts):
+                self._part(part, out, logprobs.get(number, ()))
             finish = candidate.get("finishReason") or None
             metadata = candidate_metadata(candidate)
             if metadata:
@@ -286,7 +430,7 @@ class GeminiStreamParser:
             out.append(BlockStop(self._text))
             self._text = None
 
-    def _part(self, part: dict[str, Any], out: list[StreamEvent]) -> None:
+    def _part(self, part: dict[str, Any], out: list[StreamEvent], logprobs: tuple[TokenLogprob, ...] = ()) -> None:
         signature = part.get("thoughtSignature")
         if signature is not None and type(signature) is not str:
             raise TypeError("thoughtSignature is not a string")
@@ -314,7 +458,7 @@ class GeminiStreamParser:
                 raise TypeError("text is not a string")
             if self._text is None:
                 self._text = self._open("text", out)
-            out.append(TextDelta(self._text, text))
+            out.append(TextDelta(self._text, text, logprobs))
         # other parts (inline data, executable code, ...) carry nothing this app shows or keeps
 
     def _call(self, call: dict[str, Any], signature: str | None, out: list[StreamEvent]) -> None:

@@ -1,7 +1,8 @@
 """The Gemini candidate metadata a spliced answer's last chunk carries, made from its attempts' own.
 
 Each attempt's is what the Gemini adapter passed on (``providers.gemini.CandidateMetadata``):
-``finishMessage``, ``safetyRatings``, ``citationMetadata``, ``groundingMetadata``. The answer the
+``finishMessage``, ``safetyRatings``, ``citationMetadata``, ``groundingMetadata``,
+``urlContextMetadata``, ``avgLogprobs``. The answer the
 client gets may be several attempts' text, so each field says what is true of the whole of it:
 
 - ``finishMessage``: the last attempt's, since it says why the answer stopped, which the last
@@ -14,6 +15,11 @@ client gets may be several attempts' text, so each field says what is true of th
   the continuation's, joined at a seam where an overlap may have been trimmed, so no attempt's
   offsets can be trusted against it: the citations are dropped and so are the grounding supports,
   while the grounding's sources, search queries and search entry point are passed on.
+- ``urlContextMetadata`` (the URLs the URL context tool retrieved, no offsets): the last attempt's
+  that has it, as the grounding's sources are.
+- ``avgLogprobs``: the mean log probability of the attempt's own tokens. The spliced answer's tokens
+  are no attempt's: the kept text's and then the continuation's, some trimmed at the seam. It is
+  passed on while no attempt broke, and left out once one did (no mean of the client's text is known).
 """
 
 from __future__ import annotations
@@ -67,4 +73,9 @@ def spliced_metadata(attempts: Sequence[AttemptMetadata]) -> CandidateMetadata:
             grounding = grounding.copy()
             grounding.pop("groundingSupports", None)
         out["groundingMetadata"] = grounding
+    url_context = next((m["urlContextMetadata"] for m in reversed(own) if "urlContextMetadata" in m), None)
+    if url_context is not None:
+        out["urlContextMetadata"] = url_context
+    if own and "avgLogprobs" in own[-1] and not spliced:
+        out["avgLogprobs"] = own[-1]["avgLogprobs"]
     return out

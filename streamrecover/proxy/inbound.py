@@ -61,7 +61,9 @@ class ProxyRequest:
     thinking_budget: int | None = None
     structured: bool = False
     include_usage: bool = False  # OpenAI: the client asked for the usage chunk
-    logprobs: bool = False  # OpenAI Chat: the client asked for its tokens' logprobs (passed on in ``extra``)
+    # OpenAI Chat (``logprobs``), Gemini (``responseLogprobs``): the client asked for its tokens'
+    # logprobs (passed on in ``extra``)
+    logprobs: bool = False
     max_tokens_given: bool = True  # False: an OpenAI request without one (the default applies)
     max_tokens_field: str | None = None  # OpenAI Chat: the name the client gave it under, the provider's too
     extra: dict[str, Any] = field(default_factory=dict)

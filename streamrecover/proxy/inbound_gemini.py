@@ -65,6 +65,7 @@ def parse_gemini(raw: bytes, model: str, stream: bool, default_max_tokens: int) 
         temperature=_temperature(config or {}),
         structured=_structured(config or {}, extra.get("toolConfig") or extra.get("tool_config")),
         max_tokens_given=raw_max is not None,
+        logprobs=_get(config or {}, "responseLogprobs") is True,
         extra=extra,
         body=body,
     )

@@ -59,6 +59,7 @@ class RelaySink(BaseSink):
         self.queue = queue
         self.current: AttemptRecord | None = None  # the attempt streaming now: its usage grows as it goes
         self.usage_sent: dict[str, int | None] = {}
+        self.metadata_sent: dict[str, object] = {}
 
     def put(self, item: Item) -> None:
         with suppress(RuntimeError):  # the request's loop is gone: the run goes on without it
@@ -66,9 +67,13 @@ class RelaySink(BaseSink):
 
     async def on_frame(self, frame: Frame) -> None:
         # the attempt's usage as the provider reported it so far (its input tokens arrive with
-        # the stream's start), ahead of the frame: ``message_start`` carries it
-        if self.current is not None and self.current.usage.as_dict() != self.usage_sent:
-            self._seen(self.current)
+        # the stream's start), ahead of the frame: ``message_start`` carries it; and its metadata,
+        # which Gemini's chunk writer reads its usage details from
+        current = self.current
+        if current is not None and (
+            current.usage.as_dict() != self.usage_sent or current.metadata != self.metadata_sent
+        ):
+            self._seen(current)
         self.put(dict(frame))
 
     async def on_attempt(self, attempt: AttemptRecord) -> None:
@@ -77,6 +82,7 @@ class RelaySink(BaseSink):
 
     def _seen(self, attempt: AttemptRecord) -> None:
         self.usage_sent = attempt.usage.as_dict()
+        self.metadata_sent = dict(attempt.metadata)
         self.put(
             AttemptSeen(
                 attempt.index,
@@ -139,6 +145,10 @@ class ProxyStream:
             total.cache_creation_input_tokens += seen.usage.get("cache_creation_input_tokens") or 0
             total.cache_read_input_tokens += seen.usage.get("cache_read_input_tokens") or 0
             total.reasoning_tokens += seen.usage.get("reasoning_tokens") or 0
+        total.attempts = [
+            AttemptMetadata(seen.metadata, seen.outcome == AttemptOutcome.INTERRUPTED)
+            for _, seen in sorted(self.attempts.items())
+        ]
         return total
 
     async def first(self) -> bytes | RunEnded:
@@ -195,11 +205,8 @@ class ProxyStream:
             head = b"" if self.started else self.writer.start(self.usage())
             self.started = True
             stop_reason = self._stop_reason()
-            metadata = [
-                AttemptMetadata(seen.metadata, seen.outcome == AttemptOutcome.INTERRUPTED)
-                for _, seen in sorted(self.attempts.items())
-            ]
-            end = self.writer.end(stop_reason, self.usage(), self._stop_sequence(stop_reason), metadata)
+            usage = self.usage()
+            end = self.writer.end(stop_reason, usage, self._stop_sequence(stop_reason), usage.attempts)
             return head + tail + end
         self.ended = ended
         if not self.started:

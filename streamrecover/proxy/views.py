@@ -134,7 +134,7 @@ async def _serve(request: HttpRequest, format: Format, gemini: tuple[str, bool] 
     elif format == OPENAI:
         writer = OpenAIWriter(f"chatcmpl-{run.pk.hex}", parsed.model, parsed.include_usage, parsed.logprobs)
     elif format == GEMINI:
-        writer = GeminiWriter(run.pk.hex, parsed.model)
+        writer = GeminiWriter(run.pk.hex, parsed.model, parsed.logprobs)
     else:
         echoed = {**parsed.body, "max_output_tokens": parsed.max_tokens}
         writer = ResponsesWriter(f"resp_{run.pk.hex}", parsed.model, echoed)

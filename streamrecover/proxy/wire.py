@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
 from ..engine.events import TokenLogprob
@@ -40,6 +40,9 @@ class TurnUsage:
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     reasoning_tokens: int = 0  # the part of output_tokens spent thinking, where the upstream said
+    # each attempt's answer metadata so far, in order: a writer of the provider's own format finds
+    # its usage fields beyond these counts there (Gemini's per-modality details)
+    attempts: list[AttemptMetadata] = field(default_factory=list)
 
     def anthropic(self, output_tokens: int) -> dict[str, int]:
         """Anthropic's usage: its ``input_tokens`` leave out what was read from or written to the cache."""

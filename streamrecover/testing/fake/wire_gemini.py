@@ -22,6 +22,13 @@ its own start. A refusal is a ``SAFETY`` stop with no content and the ``safetyRa
 it; the ``error`` fault with a finish reason as its type (``error:events=5,type=SAFETY``)
 stops the answer there with that reason, as a content stop cuts a real answer short. Errors are
 Google's ``{"error": {"code", "message", "status"}}``, pretty-printed, as the API sends them.
+Every chunk's ``usageMetadata`` has the per-modality ``promptTokensDetails`` and, once there is
+output, ``candidatesTokensDetails``. With ``generationConfig.responseLogprobs`` every chunk's candidate
+carries a ``logprobsResult`` of that chunk's tokens (each piece is a token: thought text, answer text
+and a call's alike), with ``topCandidates`` as many as ``logprobs`` asks, and the last one the answer's
+``avgLogprobs``. With the URL context tool (``tools: [{"urlContext": {}}]``) the prompt's retrieved
+pages are billed as ``toolUsePromptTokenCount`` (in the total, with its details) and the last chunk
+names them in ``urlContextMetadata``.
 """
 
 from __future__ import annotations
@@ -29,11 +36,13 @@ from __future__ import annotations
 import base64
 import json
 import re
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
 from .model import BlockKind, Plan, PlannedBlock, sign_thinking, signature_valid, stable_token
 from .wire import ErrorSpec, ResponseContext, WireEvent
+from .wire_openai import Logprobs
 
 PIECES_PER_CHUNK = 4
 FINISH_STOPS = frozenset(
@@ -190,6 +199,66 @@ def response_id(ctx: ResponseContext) -> str:
     return stable_token("gemini-response", ctx.seed, length=22)
 
 
+def _config(ctx: ResponseContext, name: str) -> Any:
+    """``generationConfig.{name}`` in either spelling (proto JSON takes snake_case too)."""
+    config = ctx.options.get("generationConfig") or ctx.options.get("generation_config") or {}
+    if not isinstance(config, Mapping):
+        return None
+    snake = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+    return config[name] if name in config else config.get(snake)
+
+
+def url_context_tokens(ctx: ResponseContext) -> int:
+    """The prompt tokens of the pages the URL context tool retrieved (0 without the tool): a
+    few hundred, the same for the same request."""
+    tools = ctx.options.get("tools")
+    asked = isinstance(tools, list) and any(
+        isinstance(t, Mapping) and ("urlContext" in t or "url_context" in t) for t in tools
+    )
+    return 200 + zlib.crc32(f"{ctx.seed}\x00url-context".encode()) % 300 if asked else 0
+
+
+def _url_context(ctx: ResponseContext) -> dict[str, Any]:
+    topic = stable_token("gemini-url-context", ctx.seed, length=10)
+    pages = [f"https://example.com/{topic}/{n}" for n in range(2)]
+    status = "URL_RETRIEVAL_STATUS_SUCCESS"
+    return {"urlMetadata": [{"retrievedUrl": url, "urlRetrievalStatus": status} for url in pages]}
+
+
+class _Scores:
+    """A chunk's ``logprobsResult`` when the request set ``responseLogprobs`` (None otherwise):
+    one ``chosenCandidates`` item per token with its ``tokenId``, and ``topCandidates`` when
+    ``logprobs`` asks for alternatives (the chosen token first, as the likeliest). The values
+    are those of the fake's OpenAI dialect: derived from the request and the token's place."""
+
+    def __init__(self, ctx: ResponseContext) -> None:
+        top = _config(ctx, "logprobs")
+        self.on = _config(ctx, "responseLogprobs") is True
+        self.top = top if isinstance(top, int) and not isinstance(top, bool) else 0
+        self.scores = Logprobs(ctx.seed, self.top)
+        self.chosen: list[float] = []  # every token's so far: the answer's ``avgLogprobs``
+
+    def of(self, tokens: list[str]) -> dict[str, Any] | None:
+        if not self.on:
+            return None
+        entries = [self.scores.entry(token, self.top) for token in tokens if token]
+        self.chosen.extend(e["logprob"] for e in entries)
+        result: dict[str, Any] = {}
+        if entries and self.top:
+            result["topCandidates"] = [{"candidates": [_scored(t) for t in e["top_logprobs"]]} for e in entries]
+        if entries:
+            result["chosenCandidates"] = [_scored(e) for e in entries]
+        return result
+
+    def average(self) -> dict[str, float]:
+        return {"avgLogprobs": sum(self.chosen) / len(self.chosen)} if self.on and self.chosen else {}
+
+
+def _scored(entry: Mapping[str, Any]) -> dict[str, Any]:
+    token = str(entry["token"])
+    return {"token": token, "tokenId": zlib.crc32(token.encode()) % 256_000, "logProbability": entry["logprob"]}
+
+
 class _Writer:
     """Chunks with the cumulative usage every chunk carries."""
 
@@ -198,13 +267,19 @@ class _Writer:
         self.thinking = any(b.kind is BlockKind.THINKING for b in plan.blocks)
         self.output = 0
         self.thoughts = _hidden_thoughts(plan)  # thought before the first chunk, counted on every one
+        self.tool_use = url_context_tokens(ctx)
 
     def usage(self) -> dict[str, Any]:
         usage: dict[str, Any] = {"promptTokenCount": self.ctx.input_tokens}
         if self.output:
             usage["candidatesTokenCount"] = self.output
-        usage["totalTokenCount"] = self.ctx.input_tokens + self.output + self.thoughts
+        usage["totalTokenCount"] = self.ctx.input_tokens + self.output + self.thoughts + self.tool_use
         usage["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": self.ctx.input_tokens}]
+        if self.output:
+            usage["candidatesTokensDetails"] = [{"modality": "TEXT", "tokenCount": self.output}]
+        if self.tool_use:
+            usage["toolUsePromptTokenCount"] = self.tool_use
+            usage["toolUsePromptTokensDetails"] = [{"modality": "TEXT", "tokenCount": self.tool_use}]
         if self.thinking:
             usage["thoughtsTokenCount"] = self.thoughts
         return usage
@@ -278,8 +353,8 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
         return [writer.chunk(candidate)]
     calls = [b for b in plan.blocks if b.kind is BlockKind.TOOL_USE]
     signature = _signature(plan, ctx, thinking)
-    # (parts, tokens, text, is the call chunk) per chunk, then the finish reason goes on the last
-    pending: list[tuple[list[dict[str, Any]], int, str, str]] = []  # parts, tokens, text, counter
+    # (parts, tokens, text, counter) per chunk, then the finish reason goes on the last
+    pending: list[tuple[list[dict[str, Any]], list[str], str, str]] = []
     for block in plan.blocks:
         if block.kind is BlockKind.THINKING and block.hidden:
             continue
@@ -289,29 +364,36 @@ def stream_events(plan: Plan, ctx: ResponseContext) -> list[WireEvent]:
                 part: dict[str, Any] = {"text": "".join(group), "thought": True}
                 if not calls and number == len(groups) - 1 and signature:
                     part["thoughtSignature"] = signature
-                pending.append(([part], len([p for p in group if p]), "", "thoughts"))
+                pending.append(([part], [p for p in group if p], "", "thoughts"))
         elif block.kind is BlockKind.TEXT:
             for group in _groups(block.pieces):
                 text = "".join(group)
-                pending.append(([{"text": text}], len([p for p in group if p]), text, "output"))
+                pending.append(([{"text": text}], [p for p in group if p], text, "output"))
     if calls:
         parts = [_call_part(call, signature if i == 0 else None) for i, call in enumerate(calls)]
-        tokens = sum(1 for call in calls for p in call.pieces if p)
+        tokens = [p for call in calls for p in call.pieces if p]
         pending.append((parts, tokens, "", "output"))
     finish = _FINISH.get(plan.stop_reason, "STOP")
     if not pending:
-        pending.append(([{"text": ""}], 0, "", "output"))
+        pending.append(([{"text": ""}], [], "", "output"))
+    scores = _Scores(ctx)
     events: list[WireEvent] = []
     for number, (parts, tokens, text, counter) in enumerate(pending):
         if counter == "thoughts":
-            writer.thoughts += tokens
+            writer.thoughts += len(tokens)
         else:
-            writer.output += tokens
+            writer.output += len(tokens)
         last = number == len(pending) - 1
-        more = {"finishMessage": "Model generated function call(s)."} if last and calls else {}
+        scored = scores.of(tokens)
+        more: dict[str, Any] = {} if scored is None else {"logprobsResult": scored}
         if last:
+            more.update(scores.average())
+            if calls:
+                more["finishMessage"] = "Model generated function call(s)."
             more.update(_grounded(plan))
-        billed = tokens + (_hidden_thoughts(plan) if number == 0 else 0)  # the hidden thinking, with the first
+            if writer.tool_use:
+                more["urlContextMetadata"] = _url_context(ctx)
+        billed = len(tokens) + (_hidden_thoughts(plan) if number == 0 else 0)  # the hidden thinking, with the first
         events.append(writer.chunk(_content(parts, finish if last else None, **more), tokens=billed, text=text))
     return events
 
