@@ -173,3 +173,37 @@ def test_after_a_break_only_entries_of_the_text_shown_at_their_place_remain(site
         assert "avgLogprobs" not in final, label
         assert final["urlContextMetadata"]["urlMetadata"], label  # the last attempt's sources
     assert cut_into > 0 if seam.startswith("repeat") else cut_into == 0, (seam, cut_into)
+
+
+def test_details_a_spliced_answer_cannot_make_true_are_left_out() -> None:
+    """Attempts whose output was of different modalities: no per-modality split of the summed
+    ``candidatesTokenCount`` is known, so none is sent; the cache's details are summed as the
+    cache counts are, and one attempt's output details pass as they came."""
+    from streamrecover.proxy.splice import TextPiece
+    from streamrecover.proxy.wire import AttemptMetadata, TurnUsage
+    from streamrecover.proxy.wire_gemini import GeminiWriter
+
+    def details(output: str, cached: int) -> dict[str, Any]:
+        return {
+            "usageDetails": {
+                "promptTokensDetails": [
+                    {"modality": "TEXT", "tokenCount": 10},
+                    {"modality": "IMAGE", "tokenCount": 258},
+                ],
+                "cacheTokensDetails": [{"modality": "IMAGE", "tokenCount": cached}],
+                "candidatesTokensDetails": [{"modality": output, "tokenCount": 5}],
+            }
+        }
+
+    first, second = AttemptMetadata(details("TEXT", 200), True), AttemptMetadata(details("IMAGE", 258), False)
+    usage = TurnUsage(input_tokens=536, output_tokens=12, cache_read_input_tokens=458, attempts=[first, second])
+    sent = json.loads(GeminiWriter("r", MODEL).ops([TextPiece(0, "a")], usage).decode()[6:])["usageMetadata"]
+    assert sent["promptTokensDetails"] == [
+        {"modality": "TEXT", "tokenCount": 20},
+        {"modality": "IMAGE", "tokenCount": 516},
+    ]
+    assert sent["cacheTokensDetails"] == [{"modality": "IMAGE", "tokenCount": 458}]
+    assert "candidatesTokensDetails" not in sent
+    alone = TurnUsage(input_tokens=268, output_tokens=5, cache_read_input_tokens=258, attempts=[second])
+    sent = json.loads(GeminiWriter("r", MODEL).ops([TextPiece(0, "a")], alone).decode()[6:])["usageMetadata"]
+    assert sent["candidatesTokensDetails"] == [{"modality": "IMAGE", "tokenCount": 5}]
