@@ -132,30 +132,18 @@ def figures() -> dict[str, int]:
 
 
 def install(target: str) -> None:
-    from celery.signals import task_postrun, task_prerun
+    from streamrecover.runs.holder import holder  # the runs the worker holds, none with a task of its own
 
     runs = int(os.environ.get("BENCH_MEMPROBE_RUNS", "100"))
     after_s = float(os.environ.get("BENCH_MEMPROBE_AFTER_S", "6"))
     frames = int(os.environ.get("BENCH_MEMPROBE_FRAMES", "0"))
     out = Path(target.replace("{pid}", str(os.getpid())))
-    active = [0]
-    ended = threading.Event()
-    lock = threading.Lock()
-
-    def started(**_: Any) -> None:
-        with lock:
-            active[0] += 1
-
-    def finished(**_: Any) -> None:
-        with lock:
-            active[0] -= 1
-        ended.set()
-
-    task_prerun.connect(started, weak=False)
-    task_postrun.connect(finished, weak=False)
 
     def watch() -> None:
-        ended.wait()  # the warm-up run is over
+        while holder.held == 0:  # the warm-up run has not started
+            time.sleep(0.05)
+        while holder.held:  # ... nor ended
+            time.sleep(0.05)
         time.sleep(1.0)
         gc.collect()
         base, base_objects = figures(), objects()
@@ -164,10 +152,10 @@ def install(target: str) -> None:
 
             tracemalloc.start(frames)
         base_snapshot = _snapshot() if frames else None
-        while active[0] < runs:
+        while holder.held < runs:
             time.sleep(0.1)
         time.sleep(after_s)
-        seen = active[0]
+        seen = holder.held
         peak, peak_objects = figures(), objects()
         peak_snapshot = _snapshot() if frames else None
         lines = [f"# {seen} runs executing; growth from the base (after the warm-up) to mid-stream", ""]
