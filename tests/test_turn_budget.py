@@ -363,3 +363,49 @@ async def test_a_budget_of_0_on_2_5_pro_fails_the_run_with_the_apis_400(fake_ser
     assert out.status == "failed"
     assert [e.status for e in out.log] == [400]
     assert "only works in thinking mode" in str(out.result.error)
+
+
+# A continuation used to lower a thinking budget only down to Anthropic's 1024 and, with less
+# left than that, send no thinkingConfig: a Gemini turn that showed its thoughts stopped showing
+# them (no includeThoughts) and the model thought its default amount. The budget now follows the
+# model's own floor (Gemini docs: 2.5 Pro 128, 2.5 Flash 1, 2.5 Flash-Lite 512; unknown for
+# Gemini 3, whose budget is then kept): lowered to one below what is left where the model takes
+# that, else that floor, with maxOutputTokens capping thinking and answer together.
+@pytest.mark.parametrize(
+    ("model", "floor", "budget", "max_tokens", "cut", "kind"),
+    [
+        ("gemini-2.5-pro", 128, 200, 400, "cut:events=60", "continuation"),  # lowered to left - 1
+        ("gemini-2.5-pro", 128, 200, 300, "cut:events=55", "continuation"),  # left - 1 < 128
+        ("gemini-2.5-pro", 128, 200, 300, "cut:events=50", "restart"),  # cut while thinking
+        ("gemini-2.5-flash", 1, 200, 300, "cut:events=55", "continuation"),
+        ("gemini-2.5-flash-lite", 512, 600, 700, "cut:events=160", "continuation"),
+        ("gemini-3-pro-preview", None, 200, 300, "cut:events=55", "continuation"),
+    ],
+    ids=["pro-lowered", "pro-at-its-minimum", "pro-restart", "flash", "flash-lite", "gemini-3"],
+)
+async def test_a_gemini_continuation_with_little_left_keeps_showing_its_thoughts(
+    fake_server, model, floor, budget, max_tokens, cut, kind
+):
+    kw = {"wire": "gemini", "model": model, "thinking_budget": budget, "max_tokens": max_tokens}
+    prompt = "A long story [[words=200]] [[think=800]]"
+    reference = await run(fake_server, prompt, **kw)
+    out = await run(fake_server, prompt, faults=[cut], **kw)
+    assert out.status == "completed", out.result.error
+    assert [a.kind for a in out.sink.attempts] == ["initial", kind]
+    assert [e.status for e in out.log] == [200, 200]  # a budget the model takes
+    second = out.sink.attempts[1].request["json"]["generationConfig"]
+    left = second["maxOutputTokens"]
+    assert left < budget  # little left: the budget had to change
+    config = second.get("thinkingConfig")
+    assert config is not None  # thinking goes on within a budget, not the model's default amount
+    assert config.get("includeThoughts") is True  # as the turn's first request asked
+    expected = budget if floor is None else max(floor, left - 1)
+    assert config["thinkingBudget"] == expected
+    assert 0 < out.sink.attempts[1].usage.reasoning_tokens <= config["thinkingBudget"]
+    # the client is shown the second response's thoughts as they stream, as the first one's
+    frames = out.sink.frames
+    recovered = next(i for i, f in enumerate(frames) if f["type"] == "recovery")
+    assert "".join(f["thinking"] for f in frames[recovered:] if f["type"] == "thinking_delta").strip()
+    assert sum(e.billed_output_tokens for e in out.log) <= max_tokens
+    assert out.sink.attempts[-1].stop_reason == "max_tokens"  # it ends at its limit, not late
+    assert _text(reference).startswith(_text(out))

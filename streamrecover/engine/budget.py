@@ -9,13 +9,11 @@ from typing import Any
 from .attempts import count_input_tokens
 from .blocks import TEXT, TOOL_USE, Block
 from .continuation import continuation_messages, continue_from
-from .contract import ModelRequest
+from .contract import ModelRequest, ThinkingRule
 from .plan import RecoveryPlan
 from .sink import AttemptRecord
 from .translate import Translator
 from .turnstate import TurnState
-
-MIN_THINKING_BUDGET = 1024  # the smallest extended-thinking budget a provider takes
 
 
 class OutputBudget:
@@ -100,9 +98,9 @@ class OutputBudget:
 
     def budgeted(self, request: ModelRequest) -> ModelRequest:
         """A continuation or a restart asks for what is left of the turn's ``max_tokens``, never
-        more. An extended-thinking budget must stay below it (and at least 1024): lowered, or left
-        out. The callers end the turn before too little is left (``spent``): asking for less
-        than the provider takes would be refused, so that is a bug, raised."""
+        more, and its thinking budget fits that by the adapter's rule for the model
+        (``fit_thinking``). The callers end the turn before too little is left (``spent``):
+        asking for less than the provider takes would be refused, so that is a bug, raised."""
         used = self.used()
         if not used:
             return request
@@ -110,9 +108,7 @@ class OutputBudget:
         minimum = self.state.ctx.adapter.min_max_tokens
         if left < minimum:
             raise ValueError(f"max_tokens left ({left}) is below the provider's minimum ({minimum})")
-        thinking = request.thinking_budget
-        if thinking is not None and thinking >= left:
-            thinking = left - 1 if left - 1 >= MIN_THINKING_BUDGET else None
+        thinking = fit_thinking(request.thinking_budget, left, self.state.ctx.adapter.thinking_rule(request.model))
         return replace(request, max_tokens=left, thinking_budget=thinking)
 
     def restart(self) -> None:
@@ -120,6 +116,19 @@ class OutputBudget:
         turn's budget (the restart asks for what is left), but not as a prefix's cost."""
         self.dropped_output += self.output_used
         self.output_used = self.received_bytes = 0
+
+
+def fit_thinking(budget: int | None, left: int, rule: ThinkingRule) -> int | None:
+    """``budget`` for a call that asks for ``left`` output tokens: as it is when below that (0 and
+    Gemini's -1, dynamic, too), else one below ``left`` where the model takes that (``rule.minimum``
+    or more), else the model's minimum or none at all, as ``rule`` says. A budget is never raised:
+    the model took it in the turn's first call."""
+    if budget is None or budget < left:
+        return budget
+    floor = budget if rule.minimum is None else min(rule.minimum, budget)
+    if left - 1 >= floor:
+        return left - 1
+    return floor if rule.send_minimum else None
 
 
 def _sent_bytes(message: dict[str, Any], prefix: list[Block]) -> int:

@@ -61,6 +61,20 @@ class ModelRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ThinkingRule:
+    """How a model's thinking budget fits a call that may ask for less than the turn's
+    ``max_tokens`` (a continuation, a restart): a budget not below what is left is lowered to one
+    below it, never under ``minimum``, the smallest budget the model takes (None where the adapter
+    does not know it: the budget is then not lowered, as the model took it). Where even the
+    minimum does not fit, ``send_minimum`` says what goes: True, the minimum, where the
+    provider's output limit caps thinking and answer together (Gemini's ``maxOutputTokens``);
+    False, no budget at all, where the provider refuses one at or above the limit (Anthropic)."""
+
+    minimum: int | None
+    send_minimum: bool
+
+
+@dataclass(frozen=True, slots=True)
 class HTTPRequest:
     method: str
     url: str
@@ -131,6 +145,10 @@ class ProviderAdapter(Protocol):
     def min_max_tokens(self) -> int:
         """The smallest output budget a request may ask for (OpenAI Responses refuses a
         ``max_output_tokens`` below 16): with less left, the turn ends at its ``max_tokens``."""
+        ...
+
+    def thinking_rule(self, model: str) -> ThinkingRule:
+        """How ``model``'s thinking budget is lowered when less than the turn's ``max_tokens`` is left."""
         ...
 
     def count_request(self, request: ModelRequest) -> HTTPRequest | None:

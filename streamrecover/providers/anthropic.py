@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
-from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy, ThinkingRule
 from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
     BlockStart,
@@ -414,6 +414,10 @@ def _add_betas(headers: dict[str, str], betas: tuple[str, ...]) -> None:
     headers[name] = ",".join(flags)
 
 
+# Extended thinking: ``budget_tokens`` is at least 1024 and below ``max_tokens``, or the request is
+# refused; a budget that cannot be both is left out of a continuation (it then does not think).
+THINKING_RULE = ThinkingRule(minimum=1024, send_minimum=False)
+
 # the Messages request fields the token-count endpoint takes (no max_tokens, no stream)
 _COUNTED_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"})
 
@@ -519,6 +523,9 @@ class AnthropicAdapter:
     @property
     def min_max_tokens(self) -> int:
         return 1
+
+    def thinking_rule(self, model: str) -> ThinkingRule:
+        return THINKING_RULE
 
     def count_request(self, request: ModelRequest) -> HTTPRequest | None:
         """``POST /v1/messages/count_tokens``: the request's input tokens, free of charge."""

@@ -9,7 +9,7 @@ from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import Any, cast
 
-from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy, ThinkingRule
 from ..engine.errors import ErrorClass, ParseError
 from ..engine.events import (
     BlockStop,
@@ -244,6 +244,10 @@ def strategy_override(overrides: Mapping[str, str], model: str) -> Strategy | No
                     f"strategy override {pattern!r} -> {value!r} is not a strategy (known: {known})"
                 ) from None
     return None
+
+
+# The rule of an adapter that sends no thinking budget (OpenAI's APIs): the run's stays as it is.
+UNSENT_THINKING = ThinkingRule(minimum=None, send_minimum=True)
 
 
 class ContinueMessageOnly:

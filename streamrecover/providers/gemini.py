@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypedDict, cast
 
-from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, ThinkingRule
 from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
     AnswerMetadata,
@@ -73,6 +73,7 @@ __all__ = [
     "chunk_logprobs",
     "method_url",
     "model_parts",
+    "thinking_rule",
 ]
 
 API_VERSION = "v1beta"
@@ -284,6 +285,28 @@ def chunk_logprobs(result: Any) -> list[TokenLogprob]:
             entry["token_id"] = scored["token_id"]
         out.append(entry)
     return out
+
+
+# The smallest positive ``thinkingBudget`` each 2.5 model takes (Gemini API docs, "Gemini
+# thinking": Pro 128 to 32768, Flash 0 to 24576, Flash-Lite 512 to 24576 or 0). 0 is no floor: it
+# turns thinking off (and the thoughts a request shows with it) or, on Pro, is refused. Flash-Lite
+# before Flash: its name starts with Flash's. Other models (Gemini 3 given a budget, tuned models)
+# have no known floor: their budget is not lowered.
+MIN_THINKING_BUDGETS: tuple[tuple[str, int], ...] = (
+    ("gemini-2.5-pro", 128),
+    ("gemini-2.5-flash-lite", 512),
+    ("gemini-2.5-flash", 1),
+)
+
+
+def thinking_rule(model: str) -> ThinkingRule:
+    """A continuation's ``thinkingBudget`` is lowered below what is left of the turn, never under
+    the model's minimum; where even that does not fit, the minimum goes all the same, since
+    ``maxOutputTokens`` caps thinking and answer together (no budget at all would drop
+    ``includeThoughts`` with it, and let the model think its default amount)."""
+    name = model.rsplit("/", 1)[-1]  # "models/gemini-2.5-pro" names the same model
+    minimum = next((low for prefix, low in MIN_THINKING_BUDGETS if name.startswith(prefix)), None)
+    return ThinkingRule(minimum=minimum, send_minimum=True)
 
 
 _CONTEXT_MARKERS = ("exceeds the maximum number of tokens", "input token count", "context window")
@@ -702,3 +725,6 @@ class GeminiAdapter(ContinueMessageOnly):
     @property
     def min_max_tokens(self) -> int:
         return 1
+
+    def thinking_rule(self, model: str) -> ThinkingRule:
+        return thinking_rule(model)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy, ThinkingRule
 from ..engine.errors import ErrorClass, InterruptCause, ParseError, ProviderError, StreamInterrupted
 from ..engine.events import (
     BlockStart,
@@ -38,6 +38,7 @@ from ..engine.retry import header_value, parse_retry_after
 from ..engine.sse import SSEEvent
 from .azure import CHAT_PATH, azure_headers, azure_url, deployment
 from .common import (
+    UNSENT_THINKING,
     SplitPairs,
     as_int,
     excerpt,
@@ -557,6 +558,10 @@ class OpenAIChatAdapter:
     @property
     def min_max_tokens(self) -> int:
         return 1
+
+    def thinking_rule(self, model: str) -> ThinkingRule:
+        """Chat Completions takes no thinking budget: none is sent."""
+        return UNSENT_THINKING
 
     def count_request(self, request: ModelRequest) -> HTTPRequest | None:
         """Chat Completions has no token-count endpoint."""

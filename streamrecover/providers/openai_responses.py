@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..engine.blocks import REASONING
-from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, ResumePoint
+from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, ResumePoint, ThinkingRule
 from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
     BlockStart,
@@ -35,7 +35,7 @@ from ..engine.events import (
 )
 from ..engine.sse import SSEEvent
 from .azure import azure_headers, azure_url, deployment
-from .common import ContinueMessageOnly, SplitPairs, as_int, excerpt, optional_strings, text_of
+from .common import UNSENT_THINKING, ContinueMessageOnly, SplitPairs, as_int, excerpt, optional_strings, text_of
 from .openai_chat import OpenAIChatAdapter, logprob_entries
 
 __all__ = [
@@ -476,3 +476,7 @@ class OpenAIResponsesAdapter(ContinueMessageOnly):
     def min_max_tokens(self) -> int:
         """``max_output_tokens`` below 16 is a 400 ("integer_below_min_value")."""
         return MIN_OUTPUT_TOKENS
+
+    def thinking_rule(self, model: str) -> ThinkingRule:
+        """Responses takes no thinking budget: none is sent."""
+        return UNSENT_THINKING
