@@ -225,6 +225,9 @@ class PartialBlock(Utf8Slots):
     arguments: str = ""  # a tool call's, or a server tool call's (announced by a ``block`` frame)
     content: dict[str, Any] | None = None  # a whole block (kinds without text deltas)
     citations: list[dict[str, Any]] | None = None  # a text block's
+    # a text block that is the model's refusal (its deltas say ``"refusal": true``): only the
+    # snapshot says so; canonical content (history, the committed message) has no such field
+    refusal: bool = False
 
     def to_content(self) -> dict[str, Any]:
         """What the client shows: canonical content (unparseable arguments kept as ``__unparsed__``)."""
@@ -259,6 +262,9 @@ class PartialBlock(Utf8Slots):
             }
         if self.kind not in ("text", "thinking") and self.arguments:
             return {**dict(self.content or {"type": self.kind}), "partial_json": self.arguments}
+        if self.kind == "text" and self.refusal:
+            # so that a client that reconnects mid-refusal knows it is one, as one that stayed does
+            return {**self.to_content(), "refusal": True}
         return self.to_content()
 
     @classmethod
@@ -267,7 +273,12 @@ class PartialBlock(Utf8Slots):
         kind = str(content.get("type", ""))
         if kind == "text":
             cited = content.get("citations")
-            return cls("text", text=content.get("text", ""), citations=list(cited) if cited else None)
+            return cls(
+                "text",
+                text=content.get("text", ""),
+                citations=list(cited) if cited else None,
+                refusal=content.get("refusal") is True,
+            )
         if kind == "thinking":
             return cls("thinking", text=content.get("thinking", ""))
         raw = content.get("partial_json")
@@ -301,7 +312,10 @@ class FrameReducer:
         block: int = frame.get("block")  # type: ignore[assignment]  # every frame that uses it carries it
         self.seq = max(self.seq, int(frame.get("seq") or 0))
         if kind == FrameKind.TEXT_DELTA:
-            self._in_flight(block, "text")._text.append(frame.get("text", ""))
+            entry = self._in_flight(block, "text")
+            entry._text.append(frame.get("text", ""))
+            if frame.get("refusal") is True:
+                entry.refusal = True
         elif kind == FrameKind.THINKING_DELTA:
             self._in_flight(block, "thinking")._text.append(frame.get("thinking", ""))
         elif kind == FrameKind.TOOL_CALL_DELTA:

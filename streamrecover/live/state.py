@@ -72,6 +72,8 @@ def _stored(block: PartialBlock) -> dict[str, Any]:
         stored: dict[str, Any] = {"kind": block.kind, "text": block.text}
         if block.citations:
             stored["citations"] = block.citations
+        if block.refusal:
+            stored["refusal"] = True
         return stored
     if block.kind == "tool_use":
         return {"kind": "tool_use", "id": block.id, "name": block.name, "arguments": block.arguments}
@@ -84,7 +86,8 @@ def _stored(block: PartialBlock) -> dict[str, Any]:
 def _loaded(entry: dict[str, Any]) -> PartialBlock:
     kind = entry["kind"]
     if kind in ("text", "thinking"):
-        return PartialBlock(kind, text=entry.get("text", ""), citations=entry.get("citations"))
+        refusal = entry.get("refusal") is True  # absent in a state stored before it was kept: not one
+        return PartialBlock(kind, text=entry.get("text", ""), citations=entry.get("citations"), refusal=refusal)
     if kind == "tool_use":
         return PartialBlock(
             "tool_use", id=entry.get("id"), name=entry.get("name"), arguments=entry.get("arguments", "")

@@ -48,7 +48,8 @@
     var kind = content.type || "";
     if (kind === "text") {
       var cited = content.citations && content.citations.length ? content.citations.slice() : null;
-      return { kind: "text", text: content.text || "", citations: cited };
+      // a snapshot's in-flight refusal says so, as its text_delta frames did
+      return { kind: "text", text: content.text || "", citations: cited, refusal: content.refusal === true };
     }
     if (kind === "thinking") return { kind: "thinking", text: content.thinking || "" };
     var raw = typeof content.partial_json === "string" ? content.partial_json : null;
@@ -258,7 +259,9 @@
     this.lastSeq = frame.seq || 0;
     if (kind === "text_delta") {
       if (!partial.has(block)) partial.set(block, { kind: "text", text: "" });
-      partial.get(block).text += frame.text;
+      var text = partial.get(block);
+      text.text += frame.text;
+      if (frame.refusal === true) text.refusal = true; // the model's refusal (a UI may show it as one)
     } else if (kind === "thinking_delta") {
       if (!partial.has(block)) partial.set(block, { kind: "thinking", text: "" });
       partial.get(block).text += frame.thinking;
