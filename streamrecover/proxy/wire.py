@@ -26,8 +26,14 @@ FINISH_REASONS = {
     "max_tokens": "length",
     "tool_use": "tool_calls",
     "content_filter": "content_filter",
-    "refusal": "stop",  # OpenAI ends a refusal with "stop"
+    # a refusal the client was shown as one (``delta.refusal``) ends with "stop", as OpenAI ends
+    # it; one it got as content (Anthropic's stop reason comes after the text) is a content filter
+    "refusal": "content_filter",
 }
+# canonical stop reason -> Messages stop_reason, where Anthropic's API has no such value: another
+# provider's content filter (Gemini SAFETY, a Chat or Responses content_filter) is the model
+# declining, which Anthropic's SDKs know as "refusal"
+ANTHROPIC_STOP_REASONS = {"content_filter": "refusal"}
 
 
 @dataclass(slots=True)
@@ -184,7 +190,10 @@ class AnthropicWriter:
     ) -> bytes:
         delta = {
             "type": "message_delta",
-            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+            "delta": {
+                "stop_reason": ANTHROPIC_STOP_REASONS.get(stop_reason, stop_reason),
+                "stop_sequence": stop_sequence,
+            },
             "usage": usage.anthropic(output_tokens=usage.output_tokens),
         }
         return _event("message_delta", delta) + _event("message_stop", {"type": "message_stop"})
@@ -232,6 +241,7 @@ class OpenAIWriter:
         self.tool_calls = 0
         self.role_sent = False
         self.in_refusal = False  # the open text block is a refusal
+        self.refused = False  # a refusal went out as one (``delta.refusal``)
 
     def _chunk(
         self, delta: dict[str, Any], finish_reason: str | None = None, logprobs: ChoiceLogprobs | None = None
@@ -275,6 +285,7 @@ class OpenAIWriter:
             out.append(self._role(isinstance(op, OpenText) and op.refusal))
             if isinstance(op, OpenText):
                 self.in_refusal = op.refusal
+                self.refused = self.refused or op.refusal
             elif isinstance(op, TextPiece):
                 field = "refusal" if self.in_refusal else "content"
                 logprobs = self._text_logprobs(op.logprobs, self.in_refusal)
@@ -302,7 +313,8 @@ class OpenAIWriter:
         metadata: Sequence[AttemptMetadata] = (),
     ) -> bytes:
         """Chat's ``finish_reason`` is ``stop`` at a stop sequence too, naming none."""
-        out = [self._role(refusal=False), self._chunk({}, FINISH_REASONS.get(stop_reason, "stop"))]
+        finish = "stop" if stop_reason == "refusal" and self.refused else FINISH_REASONS.get(stop_reason, "stop")
+        out = [self._role(refusal=False), self._chunk({}, finish)]
         if self.include_usage:
             out.append(
                 _data(

@@ -156,6 +156,7 @@ class ResponsesWriter:
         self.seq = 0
         self.output: list[dict[str, Any]] = []  # completed items, by output_index
         self.message: _StreamingMessage | None = None  # the message item streaming now
+        self.refused = False  # a refusal went out as one (a ``refusal`` part)
 
     # ---- the response object and events ------------------------------------------------
 
@@ -233,6 +234,7 @@ class ResponsesWriter:
     def _open_message(self, refusal: bool) -> bytes:
         item_id = self._item_id("msg")
         self.message = _StreamingMessage(item_id, refusal)
+        self.refused = self.refused or refusal
         at = {"output_index": len(self.output)}
         item = {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
         part = self.message.part("")
@@ -365,6 +367,10 @@ class ResponsesWriter:
         """Responses takes no stop sequences, so names none."""
         tail = self._close_message()
         incomplete = _INCOMPLETE.get(stop_reason)
+        if stop_reason == "refusal" and not self.refused:
+            # a refusal the client got as output text (Anthropic's stop reason comes after the
+            # text): the API's "content_filter" is how a Responses client learns it was declined
+            incomplete = "content_filter"
         if incomplete is not None:
             response = self._response("incomplete", usage, incomplete_details={"reason": incomplete})
             return tail + self._emit("response.incomplete", {"response": response})
