@@ -18,6 +18,7 @@ from django.db import connection
 
 from streamrecover.models import Run
 from streamrecover.runs import lifecycle
+from streamrecover.runs.fence import Fence
 from streamrecover.tasks import execute_run_task
 
 from .pg_admin import pg_terminate
@@ -50,3 +51,19 @@ def test_a_run_on_a_worker_whose_connection_was_terminated_completes():
     run = lifecycle.create_run(prompt="A short one [[words=8]]", provider="fake", model="fake-claude")
     assert execute_run_task(str(run.pk)) == "completed"
     assert Run.objects.get(pk=run.pk).status == "completed"
+
+
+def test_a_heartbeat_on_a_terminated_connection_is_made_on_a_fresh_one():
+    """Past its lease a run's next frame renews the claim first (``Fence.ensure``). Found by the
+    chaos harness: that heartbeat met the ORM thread's connection terminated, raised, failed the
+    frame and with it the provider's stream, and the run continued with a second request that
+    billed the rest again. The heartbeat is now made once more on a fresh connection."""
+    run = lifecycle.create_run(prompt="A short one [[words=8]]", provider="fake", model="fake-claude")
+    Run.objects.filter(pk=run.pk).update(status="running", claim_epoch=3, heartbeat_at=None)
+    fence = Fence(str(run.pk), epoch=3, lease_s=0.5)
+    _connect_in_the_run_thread()
+    assert _terminate_other_connections() >= 1
+
+    asyncio.run(fence.beat())
+    assert Run.objects.get(pk=run.pk).heartbeat_at is not None
+    assert fence.lost is False

@@ -95,11 +95,17 @@ class Fence:
         """The heartbeat: renews the lease, or raises ``ClaimLost`` when the run is not ours."""
         self.check()
         sent = time.monotonic()
-        # the epoch alone: every takeover raises it (a run this claim settled is still its own)
-        updated = await Run.objects.filter(pk=self.run_id, claim_epoch=self.epoch).aupdate(heartbeat_at=timezone.now())
+        # the epoch alone: every takeover raises it (a run this claim settled is still its own);
+        # once more on a fresh connection when the ORM thread's was terminated: a beat that
+        # failed on it would fail the frame waiting for it, and with it the provider's stream
+        # (continued, its rest billed again), for a connection that only needed replacing
+        updated = await sync_to_async(again_on_a_fresh_connection)(self._beat_once)
         if not updated:
             raise self.lose()
         self.renewed(sent)
+
+    def _beat_once(self) -> int:
+        return Run.objects.filter(pk=self.run_id, claim_epoch=self.epoch).update(heartbeat_at=timezone.now())
 
     def renewed(self, sent: float) -> None:
         """A heartbeat sent at ``sent`` (monotonic) found the claim current: the lease runs from then."""

@@ -29,7 +29,7 @@ from ..conf import app_settings
 from ..engine.cancel import CancelToken
 from ..models import Run
 from .cancels import cancel_message
-from .fence import Fence
+from .fence import Fence, again_on_a_fresh_connection
 
 log = structlog.get_logger("streamrecover")
 
@@ -124,7 +124,9 @@ class Watcher:
             # beat is on its way (the sweep took a stale claim back), and what the beat found
             # out about the old claim says nothing of the new one.
             beaten = list(self.runs.values())
-            lost = await sync_to_async(_beat)([w.fence for w in beaten])
+            fences = [w.fence for w in beaten]
+            # a terminated connection is replaced at once, not a tick later (past the leases)
+            lost = await sync_to_async(again_on_a_fresh_connection)(lambda: _beat(fences))
             for watched in beaten:
                 self._beaten(watched, lost, sent)
         cancels = await sync_to_async(_cancels)(list(self.runs))
