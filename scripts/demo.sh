@@ -43,5 +43,6 @@ echo "  streamrecover demo chat:  http://$HOST:$PORT/streamrecover/"
 echo "  log in as demo / demo, pick a fault scenario, send a message; Ctrl-C stops the server."
 echo
 # Daphne's runserver: the ASGI app (HTTP + WebSockets) plus the static files, no autoreload
-# (runs execute in threads of this process).
-exec $PY manage.py runserver --noreload "$HOST:$PORT"
+# (runs execute in threads of this process). Daphne exits 0 when it cannot listen; this command
+# exits 1 and says why, for a port taken since the check above or held without answering it.
+exec $PY manage.py streamrecover_demo_serve --noreload "$HOST:$PORT"

@@ -1,8 +1,9 @@
-"""``make demo`` (scripts/demo.sh): on a port something else listens on, and after a server stopped mid-answer."""
+"""``make demo`` (scripts/demo.sh): on a port something else holds, and after a server stopped mid-answer."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -27,6 +28,53 @@ def test_make_demo_on_a_port_in_use_says_so_and_fails_instead_of_printing_the_ot
     assert f"127.0.0.1:{port} is in use" in done.stderr
     assert f"DEMO_PORT={port + 1} make demo" in done.stderr
     assert "demo chat:" not in done.stdout  # no address that would lead to the other server
+
+
+def test_make_demo_fails_naming_the_port_when_the_server_cannot_listen_although_the_check_found_it_free(
+    tmp_path: Path,
+) -> None:
+    """The script's check connects to the port; a port taken after it (another demo started meanwhile)
+    or held without answering passes it. Daphne then logged its listen failure and exited 0: the
+    command "succeeded", having served nothing after printing the demo's address."""
+    env = {
+        **base_env(
+            DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(tmp_path / "d.sqlite3")
+        ),
+        "DEMO_HOST": "127.0.0.1",
+        "DEMO_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+    }
+    with socket.socket() as held:  # bound, not listening: connecting is refused, binding is not allowed
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        demo = subprocess.Popen(
+            ["bash", "scripts/demo.sh"],
+            cwd=REPO,
+            env={**env, "DEMO_PORT": str(port)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its process group: whatever it started and left behind
+        )
+        try:
+            out, err = demo.communicate(timeout=90)
+        finally:
+            left = _alive(demo.pid)
+            if left:
+                os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait(timeout=10)
+    assert demo.returncode == 1, out + err
+    assert f"make demo: 127.0.0.1:{port} is in use" in err
+    assert f"DEMO_PORT={port + 1} make demo" in err
+    assert not left, "make demo left a process running"
+
+
+def _alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 LEFT_RUNNING = """
