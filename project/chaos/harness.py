@@ -35,6 +35,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=100, help="concurrent runs to launch (default 100)")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=4, help="prefork children per worker (default 4)")
+    parser.add_argument(
+        "--runs-per-process",
+        type=int,
+        default=2,
+        help="runs each worker process (prefork child) streams at once, WORKER_MAX_RUNS (default 2)",
+    )
     parser.add_argument("--seed", type=int, default=None, help="the seed of the runs and faults (default: random)")
     parser.add_argument("--fault-rate", type=float, default=0.35, help="share of provider calls given a fault")
     parser.add_argument("--kill-every", type=float, default=6.0, help="seconds between worker SIGKILLs (0: none)")
@@ -61,11 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="streamrecover-chaos-"))
     base_name = (urlsplit(args.database_url).path.lstrip("/") or "postgres").replace("-", "_")
     database = Database(args.database_url, f"{base_name}_chaos_{uuid.uuid4().hex[:8]}")
-    print(f"chaos: seed {seed}, {args.runs} runs, {args.workers} workers x {args.concurrency}, logs in {workdir}")
+    print(
+        f"chaos: seed {seed}, {args.runs} runs, {args.workers} workers x {args.concurrency}"
+        f" x {args.runs_per_process} runs, logs in {workdir}"
+    )
     code = 2
     try:
         database.create()
         with Stack(workdir, database.url, args.event_delay, args.tool_block) as stack:
+            stack.env["CHAOS_WORKER_MAX_RUNS"] = str(args.runs_per_process)
             code = _run(args, seed, stack, database)
     except StackError as exc:
         print(f"chaos: the stack did not start: {exc}", file=sys.stderr)

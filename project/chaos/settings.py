@@ -51,6 +51,8 @@ STREAMRECOVER = {
     "CHECKPOINT_EVERY_SECONDS": 0.2,
     # A client whose frames a Redis restart lost is caught up within two seconds.
     "LIVE_CHECK_SECONDS": 1,
+    # The runs each worker process (each prefork child) streams at once (--runs-per-process).
+    "WORKER_MAX_RUNS": int(os.environ.get("CHAOS_WORKER_MAX_RUNS", "2")),
 }
 
 CELERY_BEAT_SCHEDULE = {
