@@ -13,6 +13,7 @@ from streamrecover.engine.blocks import Accumulator, BlockStatus
 from streamrecover.engine.contract import ModelRequest, ProviderConfig, Strategy, ToolSpec
 from streamrecover.engine.errors import ErrorClass, ParseError
 from streamrecover.engine.events import (
+    AnswerMetadata,
     BlockStart,
     BlockStop,
     CitationDelta,
@@ -271,7 +272,24 @@ def test_a_later_input_count_without_the_cache_fields_still_counts_the_cached_to
 )
 def test_stop_reasons_are_normalized_and_keep_the_raw_value(raw: str, normalized: str):
     out = feed_one({"type": "message_delta", "delta": {"stop_reason": raw, "stop_sequence": None}})
-    assert out == [StopReason(normalized, raw)]
+    # the raw value is the attempt's answer metadata too: the healing endpoint writes it back as sent
+    assert out == [StopReason(normalized, raw), AnswerMetadata({"stop_reason": raw})]
+
+
+def test_stop_details_are_kept_as_the_api_sent_them():
+    details = {"type": "refusal", "category": "cyber", "explanation": "Blocked."}
+    out = feed_one({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details": details}})
+    assert out == [
+        StopReason("refusal", "refusal"),
+        AnswerMetadata({"stop_reason": "refusal", "stop_details": details}),
+    ]
+    ordinary = feed_one({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_details": None}})
+    assert ordinary[1] == AnswerMetadata({"stop_reason": "end_turn", "stop_details": None})  # null, as sent
+
+
+def test_stop_details_that_are_not_an_object_are_a_parse_error():
+    with pytest.raises(ParseError):
+        feed_one({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details": "cyber"}})
 
 
 def test_the_stop_sequence_that_matched_is_kept_to_the_attempts_end():
@@ -279,7 +297,10 @@ def test_the_stop_sequence_that_matched_is_kept_to_the_attempts_end():
     acc = Accumulator()
     delta = {"type": "message_delta", "delta": {"stop_reason": "stop_sequence", "stop_sequence": "END"}}
     out = parser.feed(ev(delta))
-    assert out == [StopReason("stop_sequence", "stop_sequence", "END")]
+    assert out == [
+        StopReason("stop_sequence", "stop_sequence", "END"),
+        AnswerMetadata({"stop_reason": "stop_sequence"}),
+    ]
     acc.apply(out[0])
     assert (acc.snapshot().stop_reason, acc.snapshot().stop_sequence) == ("stop_sequence", "END")
 

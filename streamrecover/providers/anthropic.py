@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from ..engine.contract import HTTPRequest, ModelRequest, ProviderConfig, Strategy, ThinkingRule
 from ..engine.errors import ErrorClass, ParseError, ProviderError
 from ..engine.events import (
+    AnswerMetadata,
     BlockStart,
     BlockStop,
     CitationDelta,
@@ -49,6 +50,7 @@ __all__ = [
     "NO_PREFILL_MODELS",
     "STOP_REASONS",
     "AnthropicAdapter",
+    "AnthropicStop",
     "AnthropicStreamParser",
 ]
 
@@ -79,6 +81,27 @@ STOP_REASONS: dict[str, str] = {
     "refusal": "refusal",
     "model_context_window_exceeded": "context_overflow",
 }
+
+
+class StopDetails(TypedDict, total=False):
+    """A ``message_delta``'s ``stop_details`` (the SDK's ``RefusalStopDetails``): ``type``
+    ``"refusal"``, the policy ``category`` and its ``explanation``, each ``null`` where the API has
+    none. Kept whole as the API sent it, any newer field too."""
+
+    type: str
+    category: str | None
+    explanation: str | None
+
+
+class AnthropicStop(TypedDict, total=False):
+    """The answer metadata of an Anthropic attempt (``AnswerMetadata``): its ``message_delta``'s
+    ``stop_reason`` as the API wrote it, and its ``stop_details`` (a refusal's policy category and
+    explanation, ``null`` for other stops) when the API sent the field, as sent: the healing
+    endpoint writes both back to an Anthropic client."""
+
+    stop_reason: str
+    stop_details: StopDetails | None
+
 
 # HTTP status -> (kind, class): the status policy, before the body rules.
 _STATUS_POLICY: dict[int, tuple[str, ErrorClass]] = {
@@ -291,6 +314,13 @@ class AnthropicStreamParser:
                 if sequence is not None and type(sequence) is not str:
                     raise _ShapeError("stop_sequence is not a string")
                 out.append(StopReason(STOP_REASONS.get(raw, raw), raw, sequence))
+                stop = AnthropicStop(stop_reason=raw)
+                if "stop_details" in delta:
+                    details = delta["stop_details"]
+                    if details is not None and type(details) is not dict:
+                        raise _ShapeError("stop_details is not an object")
+                    stop["stop_details"] = cast("StopDetails | None", details)
+                out.append(AnswerMetadata(stop))
         usage = obj.get("usage")
         if usage:
             out.append(UsageUpdate(self._read_usage(usage)))  # cumulative: the engine replaces, never sums

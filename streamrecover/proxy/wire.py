@@ -13,9 +13,10 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict, cast
 
 from ..engine.events import TokenLogprob
+from ..providers.anthropic import STOP_REASONS, AnthropicStop
 from ..providers.openai_responses import ANNOTATION_TYPES, WEB_SEARCH_CALL
 from .splice import Citation, CloseBlock, Op, OpenText, TextPiece, WholeBlock
 
@@ -30,10 +31,37 @@ FINISH_REASONS = {
     # it; one it got as content (Anthropic's stop reason comes after the text) is a content filter
     "refusal": "content_filter",
 }
-# canonical stop reason -> Messages stop_reason, where Anthropic's API has no such value: another
-# provider's content filter (Gemini SAFETY, a Chat or Responses content_filter) is the model
-# declining, which Anthropic's SDKs know as "refusal"
-ANTHROPIC_STOP_REASONS = {"content_filter": "refusal"}
+# Messages' stop_reason values (the SDK's ``StopReason``): an Anthropic client is sent no other
+ANTHROPIC_STOPS = frozenset(
+    {"end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal", "model_context_window_exceeded"}
+)
+# canonical stop reason -> Messages stop_reason, where it is not one already. Another provider's
+# content filter (Gemini SAFETY, a Chat or Responses content_filter) is the model declining, which
+# Anthropic's SDKs know as "refusal"; the context window filling is Anthropic's own
+# "model_context_window_exceeded". Any other (Gemini's OTHER and MALFORMED_FUNCTION_CALL, a value
+# an OpenAI-compatible server made up) ends the answer with no more to say of why: "end_turn", as
+# LiteLLM's translator ends every finish_reason it has no mapping for.
+ANTHROPIC_STOP_REASONS = {"content_filter": "refusal", "context_overflow": "model_context_window_exceeded"}
+
+
+def anthropic_stop_reason(stop_reason: str) -> str:
+    """The Messages ``stop_reason`` for a canonical one that no Anthropic attempt wrote."""
+    if stop_reason in ANTHROPIC_STOPS:
+        return stop_reason
+    return ANTHROPIC_STOP_REASONS.get(stop_reason, "end_turn")
+
+
+def own_stop(metadata: Sequence[AttemptMetadata], stop_reason: str) -> AnthropicStop | None:
+    """The Anthropic attempt's own stop, when the turn's last attempt was an Anthropic one and the
+    turn ends with its stop reason (not a salvaged tool call's ``tool_use``, nor a break's
+    ``max_tokens``): its ``stop_reason`` as the API wrote it and its ``stop_details``, if sent."""
+    if not metadata:
+        return None
+    stop = cast(AnthropicStop, metadata[-1].values)
+    raw = stop.get("stop_reason")
+    if raw is None or STOP_REASONS.get(raw, raw) != stop_reason:
+        return None
+    return stop
 
 
 @dataclass(slots=True)
@@ -188,12 +216,18 @@ class AnthropicWriter:
         stop_sequence: str | None = None,
         metadata: Sequence[AttemptMetadata] = (),
     ) -> bytes:
+        """An Anthropic upstream's own stop goes back as it came, ``stop_details`` included;
+        another's is given the closest of Anthropic's values (``anthropic_stop_reason``)."""
+        own = own_stop(metadata, stop_reason)
+        stop: dict[str, object] = {
+            "stop_reason": own["stop_reason"] if own is not None else anthropic_stop_reason(stop_reason),
+            "stop_sequence": stop_sequence,
+        }
+        if own is not None and "stop_details" in own:
+            stop["stop_details"] = own["stop_details"]
         delta = {
             "type": "message_delta",
-            "delta": {
-                "stop_reason": ANTHROPIC_STOP_REASONS.get(stop_reason, stop_reason),
-                "stop_sequence": stop_sequence,
-            },
+            "delta": stop,
             "usage": usage.anthropic(output_tokens=usage.output_tokens),
         }
         return _event("message_delta", delta) + _event("message_stop", {"type": "message_stop"})
