@@ -85,6 +85,17 @@ def responses(client: openai.OpenAI, model: str) -> tuple[list[Any], Any]:
     return events, final
 
 
+def anthropic_final(raw_key: str, model: str, prompt: str, max_tokens: int) -> Any:
+    """An Anthropic SDK client's streamed answer through the endpoint, once its run has settled."""
+    client = anthropic.Anthropic(base_url=daphne_url() + "/streamrecover/proxy", api_key=raw_key, max_retries=0)
+    with client.messages.stream(
+        model=model, max_tokens=max_tokens, messages=[{"role": "user", "content": prompt}]
+    ) as stream:
+        final = stream.get_final_message()
+    wait_for(final.id.removeprefix("msg_"))
+    return final
+
+
 def last_stop(run_id: str) -> str:
     last = Attempt.objects.filter(run_id=run_id).order_by("index").last()
     assert last is not None
@@ -139,12 +150,7 @@ def test_an_openai_refusal_reaches_an_anthropic_client_as_a_refusal_stop(raw_key
     held before the content filter mapping: it guards the case, which no test covered.)"""
     provider = {"chat": "fake", "responses": "fake-responses"}[upstream]
     with override_settings(STREAMRECOVER=configured(PROXY_ANTHROPIC_PROVIDER=provider)):
-        client = anthropic.Anthropic(base_url=daphne_url() + "/streamrecover/proxy", api_key=raw_key, max_retries=0)
-        with client.messages.stream(
-            model="gpt-4o", max_tokens=400, messages=[{"role": "user", "content": PROMPT}]
-        ) as stream:
-            final = stream.get_final_message()
-    wait_for(final.id.removeprefix("msg_"))
+        final = anthropic_final(raw_key, "gpt-4o", PROMPT, 400)
     assert [(b.type, getattr(b, "text", None)) for b in final.content] == [("text", REFUSAL_TEXT)]
     assert final.stop_reason == "refusal"
 
@@ -199,13 +205,8 @@ def test_a_chat_content_filter_reaches_an_anthropic_client_as_a_refusal_stop(
             ]
         )
     }
-    client = anthropic.Anthropic(base_url=daphne_url() + "/streamrecover/proxy", api_key=raw_key, max_retries=0)
     with served_by(upstream, "openai"):
-        with client.messages.stream(
-            model="gpt-x", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
-        ) as stream:
-            final = stream.get_final_message()
-        wait_for(final.id.removeprefix("msg_"))
+        final = anthropic_final(raw_key, "gpt-x", "hi", 50)
     assert [(b.type, getattr(b, "text", None)) for b in final.content] == [("text", "Once upon")]
     assert final.stop_reason == "refusal"
 
@@ -216,11 +217,6 @@ def test_a_gemini_safety_stop_reaches_an_anthropic_client_as_a_refusal_stop(raw_
     gemini = {"ADAPTER": "gemini", "BASE_URL": "fake://streamrecover", "API_KEY": "sk-provider-gemini"}
     providers = {**PROVIDERS, "fake-gemini": gemini}
     with override_settings(STREAMRECOVER=configured(PROVIDERS=providers, PROXY_ANTHROPIC_PROVIDER="fake-gemini")):
-        client = anthropic.Anthropic(base_url=daphne_url() + "/streamrecover/proxy", api_key=raw_key, max_retries=0)
-        with client.messages.stream(
-            model="gemini-2.5-flash", max_tokens=400, messages=[{"role": "user", "content": PROMPT}]
-        ) as stream:
-            final = stream.get_final_message()
-    wait_for(final.id.removeprefix("msg_"))
+        final = anthropic_final(raw_key, "gemini-2.5-flash", PROMPT, 400)
     assert final.content == []
     assert final.stop_reason == "refusal"
