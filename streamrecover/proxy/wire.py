@@ -31,22 +31,24 @@ FINISH_REASONS = {
     # it; one it got as content (Anthropic's stop reason comes after the text) is a content filter
     "refusal": "content_filter",
 }
-# Messages' stop_reason values (the SDK's ``StopReason``): an Anthropic client is sent no other
-ANTHROPIC_STOPS = frozenset(
-    {"end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal", "model_context_window_exceeded"}
-)
-# canonical stop reason -> Messages stop_reason, where it is not one already. Another provider's
-# content filter (Gemini SAFETY, a Chat or Responses content_filter) is the model declining, which
-# Anthropic's SDKs know as "refusal"; the context window filling is Anthropic's own
-# "model_context_window_exceeded". Any other (Gemini's OTHER and MALFORMED_FUNCTION_CALL, a value
-# an OpenAI-compatible server made up) ends the answer with no more to say of why: "end_turn", as
-# LiteLLM's translator ends every finish_reason it has no mapping for.
-ANTHROPIC_STOP_REASONS = {"content_filter": "refusal", "context_overflow": "model_context_window_exceeded"}
+
+# canonical stop reason -> Messages stop_reason, where it is not one already (``STOP_REASONS``,
+# the adapter's map of the API's values, holds every one the SDK's ``StopReason`` has). The
+# adapter's own renames go back as they came (the context window filling is Anthropic's
+# "model_context_window_exceeded"); another provider's content filter (Gemini SAFETY, a Chat or
+# Responses content_filter) is the model declining, which Anthropic's SDKs know as "refusal". Any
+# other (Gemini's OTHER and MALFORMED_FUNCTION_CALL, a value an OpenAI-compatible server made up)
+# ends the answer with no more to say of why: "end_turn", as LiteLLM's translator ends every
+# finish_reason it has no mapping for.
+ANTHROPIC_STOP_REASONS = {
+    **{canonical: raw for raw, canonical in STOP_REASONS.items() if raw != canonical},
+    "content_filter": "refusal",
+}
 
 
 def anthropic_stop_reason(stop_reason: str) -> str:
     """The Messages ``stop_reason`` for a canonical one that no Anthropic attempt wrote."""
-    if stop_reason in ANTHROPIC_STOPS:
+    if stop_reason in STOP_REASONS:
         return stop_reason
     return ANTHROPIC_STOP_REASONS.get(stop_reason, "end_turn")
 
