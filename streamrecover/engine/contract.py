@@ -9,6 +9,7 @@ which continuation strategy a model supports (a table, overridable in settings).
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, cast, runtime_checkable
@@ -186,6 +187,19 @@ class ResumableAdapter(Protocol):
     def cancel_request(self, response_id: str) -> HTTPRequest:
         """The request that stops the response (a cancelled run)."""
         ...
+
+
+def protocol_members(protocol: type) -> tuple[str, ...]:
+    """The public members a class must have to fulfil ``protocol`` (methods, properties and
+    declared attributes), in the order it declares them (``typing.get_protocol_members``
+    is Python 3.13's, unordered)."""
+    names: dict[str, None] = {}
+    for base in reversed(protocol.__mro__):
+        if base.__dict__.get("_is_protocol", False):  # ``Protocol`` itself too: nothing public
+            for name in (*inspect.get_annotations(base), *vars(base)):
+                if not name.startswith("_"):
+                    names[name] = None
+    return tuple(names)
 
 
 _CONFORMS: dict[tuple[type, type], bool] = {}

@@ -4,22 +4,34 @@ A provider's ``ADAPTER`` setting (``ProviderConfig.name``) is either a registere
 (``"anthropic"``, ``"openai"``, ``"gemini"``, or one added with ``register_adapter``) or the dotted path
 of a factory that takes a ``ProviderConfig`` and returns a ``ProviderAdapter``
 (``"myproject.adapters.GeminiAdapter"``), imported on first use. Settings validation asks
-this module, so whatever an adapter lookup accepts also passes validation. Django-free.
+this module, so whatever an adapter lookup accepts also passes validation, and an adapter that
+lacks members of ``ProviderAdapter`` is reported there rather than mid-run. Django-free.
 """
 
 from __future__ import annotations
 
+import dis
 import importlib
-from collections.abc import Callable
-from typing import cast
+import inspect
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
-from ..engine.contract import ProviderAdapter, ProviderConfig
+from ..engine.contract import ProviderAdapter, ProviderConfig, protocol_members
 from .anthropic import AnthropicAdapter
 from .gemini import GeminiAdapter
 from .openai_chat import OpenAIChatAdapter
 from .openai_responses import OpenAIResponsesAdapter
 
-__all__ = ["ADAPTERS", "AdapterFactory", "adapter_factory", "adapter_problem", "get_adapter", "register_adapter"]
+__all__ = [
+    "ADAPTERS",
+    "ADAPTER_MEMBERS",
+    "AdapterFactory",
+    "adapter_factory",
+    "adapter_problem",
+    "get_adapter",
+    "register_adapter",
+]
 
 AdapterFactory = Callable[[ProviderConfig], ProviderAdapter]
 
@@ -30,6 +42,10 @@ ADAPTERS: dict[str, AdapterFactory] = {
     OpenAIResponsesAdapter.name: OpenAIResponsesAdapter,
     GeminiAdapter.name: GeminiAdapter,
 }
+
+
+# What every adapter must have; the docs list them (docs/providers.md, "Writing an adapter").
+ADAPTER_MEMBERS = protocol_members(ProviderAdapter)
 
 
 def register_adapter(name: str, factory: AdapterFactory) -> None:
@@ -61,19 +77,111 @@ def adapter_factory(name: str) -> AdapterFactory:
     return cast(AdapterFactory, found)
 
 
+def _lacks(name: str, missing: Sequence[str]) -> str:
+    return (
+        f"provider adapter {name!r} lacks {', '.join(missing)} of ProviderAdapter (streamrecover.engine.contract): "
+        "see docs/providers.md 'Writing an adapter'"
+    )
+
+
+def _is_protocol(cls: type) -> bool:
+    return bool(cls.__dict__.get("_is_protocol", False))
+
+
+def _assigned(cls: type) -> set[str]:
+    """The attribute names the methods of ``cls`` assign (``self.name = ...`` in ``__init__``)."""
+    names: set[str] = set()
+    for base in cls.__mro__:
+        if base is object or _is_protocol(base):
+            continue
+        for value in vars(base).values():
+            function = value.__func__ if isinstance(value, classmethod | staticmethod) else value
+            if inspect.isfunction(function) and inspect.isfunction(function := inspect.unwrap(function)):
+                names.update(i.argval for i in dis.get_instructions(function) if i.opname == "STORE_ATTR")
+    return names
+
+
+def _built_class(factory: object) -> type | None:
+    """The class whose instances ``factory`` returns, where that shows without calling it: the
+    factory itself, or the class its return annotation names (not a protocol). None otherwise."""
+    if isinstance(factory, type):
+        return factory
+    try:
+        built = typing.get_type_hints(factory).get("return")
+    except Exception:  # not a function, or an annotation that does not resolve: nothing to see
+        return None
+    return built if isinstance(built, type) and not _is_protocol(built) else None
+
+
+def missing_members(factory: object) -> list[str]:
+    """The members of ``ProviderAdapter`` that ``factory``'s adapters lack, as far as its class
+    shows without building one (validation calls no factory: it may open clients, read files).
+
+    A member counts as there when the class (not a protocol it subclasses) has it, declares it
+    (``name: str``) or assigns it in a method (``self.name = ...``); a class with ``__getattr__``
+    (a delegating wrapper) may have anything, and a factory whose class does not show lacks
+    nothing here: ``get_adapter`` checks what such factories build.
+    """
+    cls = _built_class(factory)
+    if cls is None or any("__getattr__" in vars(base) for base in cls.__mro__[:-1]):
+        return []
+    assigned: set[str] | None = None
+    missing = []
+    for member in ADAPTER_MEMBERS:
+        owner = next((base for base in cls.__mro__ if member in vars(base)), None)
+        if owner is not None and not _is_protocol(owner):
+            continue
+        if any(member in inspect.get_annotations(base) for base in cls.__mro__ if not _is_protocol(base)):
+            continue
+        assigned = _assigned(cls) if assigned is None else assigned
+        if member not in assigned:
+            missing.append(member)
+    return missing
+
+
 def adapter_problem(name: object) -> str | None:
     """Why ``name`` is not a usable ``ADAPTER`` value, or ``None`` when it is (settings validation)."""
     if not isinstance(name, str) or not name:
         known = ", ".join(map(repr, sorted(ADAPTERS)))
         return f"must be an adapter name ({known}) or the dotted path of a factory taking a ProviderConfig"
     try:
-        adapter_factory(name)
+        factory = adapter_factory(name)
     except ValueError as exc:
         return str(exc)
-    return None
+    missing = missing_members(factory)
+    return _lacks(name, missing) if missing else None
+
+
+_ABSENT = object()
+
+# Adapter classes with every member on the class: their instances need no check (a run, a proxied
+# request each build one; looking at every member of the instance costs ~60 µs).
+_COMPLETE: set[type] = set()
+
+
+def _has(adapter: Any, member: str) -> bool:
+    """Whether ``adapter`` has ``member``: found without running a property, or else served
+    by its ``__getattr__``."""
+    return inspect.getattr_static(adapter, member, _ABSENT) is not _ABSENT or hasattr(adapter, member)
+
+
+def _lacking(adapter: Any) -> list[str]:
+    """The members of ``ProviderAdapter`` that ``adapter`` lacks."""
+    cls = type(adapter)
+    if cls in _COMPLETE:
+        return []
+    if all(hasattr(cls, member) for member in ADAPTER_MEMBERS):
+        _COMPLETE.add(cls)
+        return []
+    return [member for member in ADAPTER_MEMBERS if not _has(adapter, member)]
 
 
 def get_adapter(config: ProviderConfig) -> ProviderAdapter:
-    """The adapter for ``config.name``; a clear ``ValueError`` for a name nobody registered,
-    since that is a settings mistake best reported at start-up."""
-    return adapter_factory(config.name)(config)
+    """The adapter for ``config.name``; a clear ``ValueError`` for a name nobody registered, or
+    for an adapter without every member of ``ProviderAdapter`` (before any request, rather than
+    an ``AttributeError`` mid-run), since either is a settings mistake best reported at start-up."""
+    adapter = adapter_factory(config.name)(config)
+    missing = _lacking(adapter)
+    if missing:
+        raise ValueError(_lacks(config.name, missing))
+    return adapter
