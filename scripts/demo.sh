@@ -31,18 +31,13 @@ if [ "${1:-}" = "cli" ]; then
 fi
 
 $PY manage.py streamrecover_demo_user
-# A run the last server left mid-answer (stopped, killed) stays "running" with nobody on it: runs
-# execute in the server's threads, and the port was free, so none executes now. They go on here,
-# to their end, before the server starts (a page showing one then gets its answer).
-swept=$($PY manage.py streamrecover_sweep --seconds 0 --queued-seconds 0)
-[ "$swept" = "0 runs to execute" ] || echo "$swept"
 # The fake provider spaces its SSE events so the answer visibly streams.
 export STREAMRECOVER_FAKE_EVENT_DELAY=${STREAMRECOVER_FAKE_EVENT_DELAY:-0.03}
-echo
-echo "  streamrecover demo chat:  http://$HOST:$PORT/streamrecover/"
-echo "  log in as demo / demo, pick a fault scenario, send a message; Ctrl-C stops the server."
-echo
 # Daphne's runserver: the ASGI app (HTTP + WebSockets) plus the static files, no autoreload
-# (runs execute in threads of this process). Daphne exits 0 when it cannot listen; this command
-# exits 1 and says why, for a port taken since the check above or held without answering it.
+# (runs execute in threads of this process). First it executes to their end the runs the last
+# server left mid-answer (stopped, killed: "running" with nobody on them), all at once unless
+# another demo server uses this database (then those older than STALE_AFTER_SECONDS: the other's
+# are alive). It prints the chat's address (and Daphne's banner) once it listens, not before.
+# Daphne exits 0 when it cannot listen; this command exits 1 and says why, for a port taken since
+# the check above or held without answering it.
 exec $PY manage.py streamrecover_demo_serve --noreload "$HOST:$PORT"

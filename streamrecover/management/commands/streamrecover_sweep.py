@@ -34,7 +34,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--seconds", type=non_negative_float, help="staleness of a running run (default: STALE_AFTER_SECONDS)"
+            "--seconds",
+            type=non_negative_float,
+            help=(
+                "staleness of a running run (default: STALE_AFTER_SECONDS); a shorter one may take a live "
+                "worker's run mid-answer (0: every running run): only when no process executes runs"
+            ),
         )
         parser.add_argument(
             "--queued-seconds",
