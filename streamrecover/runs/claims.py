@@ -19,9 +19,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections
+from django.db.models import Count, Q
 
 from ..conf import app_settings
-from ..engine.agent import ToolRegistry
+from ..engine.agent import PAUSE_TURN, ToolRegistry
 from ..engine.context import Failover
 from ..engine.contract import ProviderConfig
 from ..models import Attempt, Message, Run
@@ -100,13 +101,27 @@ def _inputs(run: Run, thread: list[Message], provider_override: ProviderConfig |
     # A first claim (epoch 1) has nothing of its own yet: attempts and answers are written
     # only under a claim, and a sweep or re-queue raises the epoch too.
     first = run.claim_epoch == 1
-    turns = 0 if first else Message.objects.filter(run=run, role=Message.Role.ASSISTANT).count()
-    consumed = 0 if first else Attempt.objects.of_run(run.pk).count()
+    consumed, turns = (0, 0) if first else _done(run, thread)
     config = provider_for_run(run, consumed, provider_override)
     messages = [message.as_canonical() for message in thread]
     tools, problem = _tools(run)
     needs = tools_in_use(run, thread)
     return Inputs(run, messages, consumed, turns, config, failover_for_run(run), tools, problem, needs)
+
+
+def _done(run: Run, thread: list[Message]) -> tuple[int, int]:
+    """The attempts an earlier claim of ``run`` made, and the requests of its committed turns:
+    each answer committed, plus each time the provider paused one of those turns (a paused turn
+    is one message, but every request of it counted against ``max_turns``). The pauses are its
+    attempts' stop reasons, the turn it goes on with left out: that turn's checkpoint counts its
+    own (``Checkpoint.pauses``)."""
+    answers = [m for m in thread if m.role == Message.Role.ASSISTANT]
+    going_on = len(answers)  # the turn index (``Attempt.turn``) the run goes on with
+    counts = Attempt.objects.filter(run=run).aggregate(
+        made=Count("pk"), paused=Count("pk", filter=Q(turn__lt=going_on, stop_reason=PAUSE_TURN))
+    )
+    committed = sum(1 for m in answers if m.run_id == run.pk)
+    return counts["made"], committed + counts["paused"]
 
 
 def _tools(run: Run) -> tuple[ToolRegistry, str]:

@@ -46,7 +46,8 @@ the fake without writing into a user's words:
 ``[[search]]`` / ``[[search=N]]``
     When the request offers Anthropic's ``web_search`` server tool: a short text, then N
     searches (default 1), each a ``server_tool_use`` block and its ``web_search_tool_result``,
-    then the answer as one cited span.
+    then the answer as one cited span. With a tool directive the searches come between the short
+    text and the call (a turn that searches, then asks for a client tool).
 ``[[pause]]``
     With ``[[search]]``: the API pauses the turn (stop reason ``pause_turn``) right after each
     search call, before running it. The paused answer sent back as it is, as the last assistant
@@ -300,6 +301,8 @@ def plan_answer(conversation: Conversation, *, tool_id_prefix: str = "toolu_") -
     if names:
         text = directives.text or generate_text(prompt, directives.words or DEFAULT_TOOL_PREAMBLE_WORDS)
         blocks.append(_text_block(text))
+        if conversation.web_search and directives.search:
+            blocks.extend(_search_blocks(prompt, directives.topic, directives.search))
         schemas = {t.name: t.schema for t in conversation.tools}
         for index, name in enumerate(names):
             blocks.append(_tool_block(prompt, directives.topic, name, schemas.get(name, {}), index, tool_id_prefix))
