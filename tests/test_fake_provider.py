@@ -705,3 +705,61 @@ def test_a_server_tool_call_without_its_result_is_refused_but_in_the_last_messag
         )
     whole = [SEARCH_PROMPT, {"role": "assistant", "content": paused + rest}, user("And then?")]
     assert post_anthropic(server, anthropic_body(*whole, tools=WEB_SEARCH)).status_code == 200
+
+
+def _assistant(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": list(blocks)}
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _went_on(server: FakeProviderServer, *messages: dict[str, Any], prompt: dict[str, Any] = SEARCH_PROMPT) -> Any:
+    """The rest of the paused search answer after ``messages``, which must have been recognised as
+    its beginning (a model that does not recognise it starts over)."""
+    rest = _whole_answer(server, prompt, *messages, system="[[pause]]")["content"]
+    assert server.log[-1].prefix_matched is True, [b["type"] for b in rest]
+    return rest
+
+
+def test_a_paused_turns_answer_goes_on_after_any_number_of_continue_message_rounds(server: FakeProviderServer) -> None:
+    """The answer so far of a paused turn sent back, then broken again and again, each time sent
+    back with a continue message after the text it got (a round per break): the model goes on
+    from the whole assistant content so far, its text cut off in one round and carried on in the
+    next, and the rest is the unpaused answer's."""
+    paused = _whole_answer(server, SEARCH_PROMPT, system="[[pause]]")["content"]
+    result, answer = _went_on(server, _assistant(*paused))
+    text = answer["text"]
+    carry_on = user(CONTINUE_INSTRUCTION)
+    for rounds in (1, 2, 3):
+        cuts = [len(text) * k // (rounds + 1) for k in range(1, rounds + 1)]
+        pieces = [text[start:end] for start, end in zip([0, *cuts[:-1]], cuts, strict=True)]
+        messages = [_assistant(*paused, result, _text(pieces[0])), carry_on]
+        for piece in pieces[1:]:
+            messages += [_assistant(_text(piece)), carry_on]
+        rest = _went_on(server, *messages)
+        assert server.log[-1].understood_as == "continue_message"
+        assert "".join(b["text"] for b in rest) == text[cuts[-1] :], f"{rounds} rounds"
+
+
+def test_a_turn_paused_again_after_a_continue_message_round_goes_on_from_the_whole_answer(
+    server: FakeProviderServer,
+) -> None:
+    """A break before the first search, carried on after a continue message, and the answer then
+    paused twice, each time sent back as the last assistant message after that round, and broken
+    once more: every request goes on where the answer so far (all its messages) ends."""
+    prompt = user("What happened at sea? [[search=2]]")
+    opening, *searches, text = _whole_answer(server, prompt)["content"]
+    assert [b["type"] for b in searches] == ["server_tool_use", "web_search_tool_result"] * 2
+    first = opening["text"][: len(opening["text"]) // 2]
+    carry_on = user(CONTINUE_INSTRUCTION)
+    rounds = [_assistant(_text(first)), carry_on]
+    so_far = [_text(opening["text"][len(first) :]), searches[0]]  # paused after the first call
+    assert _went_on(server, *rounds, _assistant(*so_far), prompt=prompt) == searches[1:3]  # and the second
+    assert server.log[-1].understood_as == "paused_turn"
+    so_far += searches[1:3]
+    assert _went_on(server, *rounds, _assistant(*so_far), prompt=prompt) == [searches[3], text]
+    half = text["text"][: len(text["text"]) // 2]
+    rest = _went_on(server, *rounds, _assistant(*so_far, searches[3], _text(half)), carry_on, prompt=prompt)
+    assert "".join(b["text"] for b in rest) == text["text"][len(half) :]

@@ -60,10 +60,10 @@ class Interpretation:
     include_usage: bool = False
     max_tokens: int | None = None  # the request's output limit (the answer stops there: max_tokens)
     instructions: int = 0  # continue-instruction messages peeled off (each costs input tokens)
-    # the blocks of the answer so far when it holds server tool blocks (a paused turn sent back,
-    # or a web search answer's prefill or the assistant message a continue message follows):
-    # the answer goes on after them
-    sent_back: tuple[Mapping[str, Any], ...] = ()
+    # the answer so far when it holds server tool blocks, the blocks of each assistant message
+    # that carries it, in order (a paused turn sent back, a web search answer's prefill, the
+    # assistant message of each continue-message round): the answer goes on after them
+    sent_back: tuple[tuple[Mapping[str, Any], ...], ...] = ()
 
     @property
     def continues(self) -> bool:

@@ -51,7 +51,9 @@ the fake without writing into a user's words:
 ``[[pause]]``
     With ``[[search]]``: the API pauses the turn (stop reason ``pause_turn``) right after each
     search call, before running it. The paused answer sent back as it is, as the last assistant
-    message, gets the rest of the answer up to the next pause: the search's result first.
+    message, gets the rest of the answer up to the next pause: the search's result first. The
+    answer so far may also come in several messages, one per continue-message round before it
+    (``read_anthropic``): the model goes on from all of them.
 ``[[no_continuation_thinking]]``
     With thinking enabled, a continuation starts without a thinking block. The real API
     starts every response with one, a continuation included: that is the default.

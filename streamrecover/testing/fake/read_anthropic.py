@@ -20,7 +20,15 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from ...providers.anthropic import NO_PREFILL_MODELS
-from .interpret import Interpretation, Mode, RequestRejected, merge_turns, name_tool_results, peel_continuation
+from .interpret import (
+    Interpretation,
+    Mode,
+    RequestRejected,
+    is_continue_instruction,
+    merge_turns,
+    name_tool_results,
+    peel_continuation,
+)
 from .model import Conversation, ToolCall, ToolOffer, ToolResult, Turn, signature_valid
 from .read_openai import content_text
 
@@ -74,9 +82,7 @@ def interpret(body: Any, *, counting: bool = False) -> Interpretation:
         merge_turns(name_tool_results(turns)), Mode.PREFILL
     )
     system = content_text(body.get("system"))
-    # the answer so far: a trailing assistant message (sent back paused, or a prefill), or the
-    # ones a continue message follows
-    carried = [final] if final else [messages[-2 * n] for n in range(instructions, 0, -1)]
+    carried = _answer_so_far(messages, turns)
     return Interpretation(
         model=model,
         stream=body.get("stream") is True,
@@ -139,12 +145,27 @@ def _holds_server_tool_block(message: Mapping[str, Any]) -> bool:
     return any(b.get("type") == SERVER_TOOL_USE or _is_server_tool_result(b) for b in _blocks(message))
 
 
-def _sent_back(carried: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
-    """The blocks of the assistant messages that carry the answer so far, when they hold server
-    tool blocks (a web search answer): the answer goes on after them, matched block by block."""
+def _answer_so_far(messages: Sequence[Mapping[str, Any]], turns: Sequence[Turn]) -> list[Mapping[str, Any]]:
+    """The assistant messages that carry the answer so far, in order: the trailing one (sent back
+    paused, or a prefill), and before it the one of each continue-message round, however many
+    (the model goes on from the whole assistant content so far)."""
+    carried: list[Mapping[str, Any]] = []
+    index = len(messages) - 1
+    while True:
+        while index >= 0 and turns[index].role == "assistant":
+            carried.insert(0, messages[index])
+            index -= 1
+        if index < 1 or not is_continue_instruction(turns[index]) or turns[index - 1].role != "assistant":
+            return carried
+        index -= 1
+
+
+def _sent_back(carried: Sequence[Mapping[str, Any]]) -> tuple[tuple[Mapping[str, Any], ...], ...]:
+    """The blocks of each assistant message that carries the answer so far, when they hold server
+    tool blocks (a web search answer): the answer goes on after them (``wire_anthropic.rest_after``)."""
     if not any(_holds_server_tool_block(m) for m in carried):
         return ()
-    return tuple(b for m in carried for b in _blocks(m))
+    return tuple(tuple(_blocks(m)) for m in carried)
 
 
 def _ends_with_server_tool_block(message: Mapping[str, Any]) -> bool:

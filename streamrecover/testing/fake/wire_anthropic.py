@@ -192,22 +192,39 @@ def _start_usage(input_tokens: int) -> dict[str, Any]:
     }
 
 
-def rest_after(plan: Plan, sent_back: Sequence[Mapping[str, Any]]) -> Plan | None:
-    """The rest of the answer after an assistant message that holds its beginning: every block as
-    the API sent it, the last one a text block as far as it got (a prefill after a break), or
-    None when it is not the answer's beginning."""
-    for index, sent in enumerate(sent_back):
-        planned = plan.blocks[index] if index < len(plan.blocks) else None
-        if planned is None:
-            return None
-        if dict(sent) == _whole(planned):
-            continue
-        text = sent.get("text")
-        last = index == len(sent_back) - 1
-        if last and planned.kind is BlockKind.TEXT and isinstance(text, str) and planned.content.startswith(text):
-            return Plan((slice_block(planned, len(text)), *plan.blocks[index + 1 :]), plan.stop_reason)
-        return None
-    return Plan(plan.blocks[len(sent_back) :], plan.stop_reason)
+def rest_after(plan: Plan, sent_back: Sequence[Sequence[Mapping[str, Any]]]) -> Plan | None:
+    """The rest of the answer after the assistant messages that hold its beginning (``sent_back``:
+    each one's blocks, in order: a paused answer sent back, or the rounds a continue message
+    followed), or None when they are not the answer's beginning. The model goes on from their
+    whole content: every block as the API sent it, but a text block may end cut off with its
+    message and go on at the start of the next one, as often as the answer broke (after a
+    continue message a piece of text carries no citations of its own)."""
+    index, cut = 0, 0  # the planned block the answer has reached, and the characters of its text sent
+    for blocks in sent_back:
+        for position, sent in enumerate(blocks):
+            planned = plan.blocks[index] if index < len(plan.blocks) else None
+            if planned is not None and cut and cut == len(planned.content):
+                index, cut = index + 1, 0  # a text block ended where a message did: the next one follows
+                planned = plan.blocks[index] if index < len(plan.blocks) else None
+            if planned is None:
+                return None
+            if not cut and dict(sent) == _whole(planned):
+                index += 1
+                continue
+            text = sent.get("text")
+            if planned.kind is not BlockKind.TEXT or not isinstance(text, str) or not text:
+                return None
+            if not planned.content.startswith(text, cut):
+                return None
+            if cut and cut + len(text) == len(planned.content):
+                index, cut = index + 1, 0  # the text cut off in an earlier message, finished in this one
+            elif position == len(blocks) - 1:
+                cut += len(text)  # cut off where its message ends
+            else:
+                return None
+    if cut:
+        return Plan((slice_block(plan.blocks[index], cut), *plan.blocks[index + 1 :]), plan.stop_reason)
+    return Plan(plan.blocks[index:], plan.stop_reason)
 
 
 def _opening(block: PlannedBlock) -> dict[str, Any]:
