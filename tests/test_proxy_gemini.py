@@ -542,3 +542,78 @@ def test_a_gemini_3_call_goes_back_with_its_signature_as_the_sdk_re_encodes_it(s
     text = "".join(p.text or "" for c in follow for p in (c.candidates[0].content.parts or []))  # type: ignore[union-attr,index]
     assert text.strip()
     assert follow[-1].candidates[0].finish_reason == types.FinishReason.STOP  # type: ignore[index]
+
+
+def sent_configs(site: str, key: str, model: str, config: dict[str, Any], faults: str) -> list[dict[str, Any]]:
+    """The ``generationConfig`` of every call of the run that served one streamed answer (the
+    client's body, ``config`` as its ``generationConfig``), in order, as the provider got them."""
+    url = f"{site}/v1beta/models/{model}:streamGenerateContent?alt=sse"
+    headers = {"x-goog-api-key": key, FAULTS_HEADER: faults}
+    contents = [{"role": "user", "parts": [{"text": "Tell me about rivers [[think=400]] [[words=300]]"}]}]
+    response = httpx.post(url, json={"contents": contents, "generationConfig": config}, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    run_id = response.headers["x-streamrecover-run"]
+    wait_for(run_id)
+    received = [e.request for e in local_fake_server().log if e.scenario == f"run-{run_id}"]
+    return [request["generationConfig"] for request in received]
+
+
+@pytest.mark.parametrize(
+    ("model", "spelling", "minimum"),
+    [
+        pytest.param(MODEL, ("thinkingConfig", "thinkingBudget", "includeThoughts"), 1, id="flash"),
+        # 2.5 Pro takes 128 or more; the client's fields in snake_case, as proto JSON takes them
+        pytest.param("gemini-2.5-pro", ("thinking_config", "thinking_budget", "include_thoughts"), 128, id="pro"),
+    ],
+)
+def test_a_continuation_lowers_the_clients_own_thinking_budget_to_what_is_left(
+    site: str, raw_key: str, model: str, spelling: tuple[str, str, str], minimum: int
+) -> None:
+    """A client's ``maxOutputTokens`` is the turn's budget, and its ``thinkingBudget`` was sent
+    unchanged on a continuation asking for less, so the model could think away all that was
+    left: the continuation's budget is now one below what is left, never under the model's
+    smallest, in the client's own spelling, its other thinking fields as sent."""
+    config_name, budget_name, shown_name = spelling
+    floors = []
+    # shown thoughts stream (cut inside the thinking); hidden ones are billed at once (cut in the text)
+    for shown, cut in ((True, 9000), (False, 2000)):
+        thinking = {budget_name: 200, shown_name: shown}
+        config = {"maxOutputTokens": 250, config_name: thinking}
+        sent = sent_configs(site, raw_key, model, config, f"cut:bytes={cut}")
+        assert len(sent) == 2, sent  # the answer and its continuation
+        assert sent[0] == config  # the first call: as the client sent it
+        left = sent[1]["maxOutputTokens"]
+        assert left <= 200, sent  # the break came late enough: no more is left than the budget
+        lowered = {budget_name: max(left - 1, minimum), shown_name: shown}
+        assert sent[1] == {"maxOutputTokens": left, config_name: lowered}, sent
+        floors.append(left - 1 < minimum)
+    assert any(floors) == (minimum > 1)  # 2.5 Pro's minimum, where one below what is left is less
+    # a budget the model fits on its own (dynamic, off) or a level is no budget to lower
+    unchanged: list[tuple[str, dict[str, Any]]] = [
+        (MODEL, {"thinkingBudget": -1, "includeThoughts": True}),
+        (MODEL, {"thinkingBudget": 0}),
+        ("gemini-3-pro-preview", {"thinkingLevel": "low", "includeThoughts": True}),
+    ]
+    for model_name, kept in unchanged:
+        config = {"maxOutputTokens": 250, "thinkingConfig": kept}
+        sent = sent_configs(site, raw_key, model_name, config, "cut:bytes=9000")
+        assert len(sent) == 2, sent
+        assert sent[1]["maxOutputTokens"] < 250, sent
+        assert [c["thinkingConfig"] for c in sent] == [kept, kept], sent
+
+
+def test_google_genai_thinking_config_is_lowered_on_a_continuation(site: str, raw_key: str) -> None:
+    """The official client's ``ThinkingConfig`` (as it writes it) gets the same: its budget lowered
+    to one below what the continuation asks for, its thoughts shown to the client as asked."""
+    thinking = types.ThinkingConfig(include_thoughts=True, thinking_budget=200)
+    prompt = "Tell me about rivers [[think=400]] [[words=300]]"
+    seen = answer(site, raw_key, prompt, "cut:bytes=9000", max_output_tokens=250, thinking_config=thinking)
+    assert seen["thoughts"]
+    received = [e.request["generationConfig"] for e in local_fake_server().log if e.scenario == f"run-{seen['run_id']}"]
+    assert len(received) == 2, received
+    name = next(n for n in ("thinkingConfig", "thinking_config") if n in received[0])
+    budget = next(n for n in ("thinkingBudget", "thinking_budget") if n in received[0][name])
+    assert received[0][name][budget] == 200
+    left = received[1]["maxOutputTokens"]
+    assert left < 200, received
+    assert received[1][name] == {**received[0][name], budget: left - 1}, received

@@ -642,6 +642,19 @@ def _retry_delay(error: Any) -> float | None:
     return None
 
 
+THINKING_CONFIG_NAMES = ("thinkingConfig", "thinking_config")  # proto JSON takes either spelling
+THINKING_BUDGET_NAMES = ("thinkingBudget", "thinking_budget")
+
+
+def _thinking_config_name(extra: Mapping[str, Any]) -> str | None:
+    """The name a ``thinkingConfig`` object in ``extra``'s ``generationConfig`` goes under (a
+    proxied client's own), else None."""
+    generation = extra.get("generationConfig")
+    if not isinstance(generation, Mapping):
+        return None
+    return next((n for n in THINKING_CONFIG_NAMES if isinstance(generation.get(n), Mapping)), None)
+
+
 class GeminiAdapter(ContinueMessageOnly):
     """Translates between the canonical conversation and ``streamGenerateContent``."""
 
@@ -661,7 +674,8 @@ class GeminiAdapter(ContinueMessageOnly):
         generation: dict[str, Any] = {"maxOutputTokens": request.max_tokens}
         if request.temperature is not None:
             generation["temperature"] = request.temperature
-        if request.thinking_budget is not None:
+        own_thinking = _thinking_config_name(request.extra)
+        if request.thinking_budget is not None and own_thinking is None:
             generation["thinkingConfig"] = {"thinkingBudget": request.thinking_budget, "includeThoughts": True}
         body: dict[str, Any] = {"contents": contents(request.messages), "generationConfig": generation}
         if request.system:
@@ -677,6 +691,13 @@ class GeminiAdapter(ContinueMessageOnly):
                 body[key] = {**body[key], **value}
             else:
                 body[key] = value
+        if request.thinking_budget is not None and own_thinking is not None:
+            # a proxied client's own thinkingConfig: its fields as sent, its budget this call's
+            # (lowered on a continuation as a run's is), under the spelling the client used
+            thinking = dict(body["generationConfig"][own_thinking])
+            name = next((n for n in THINKING_BUDGET_NAMES if n in thinking), THINKING_BUDGET_NAMES[0])
+            thinking[name] = request.thinking_budget
+            body["generationConfig"][own_thinking] = thinking
         return HTTPRequest("POST", method_url(config.base_url, request.model), headers, body)
 
     def new_parser(self) -> GeminiStreamParser:

@@ -4,10 +4,11 @@
 blocks (a continuation sends them back through the Gemini adapter); every other part (inline
 data, a function response, text carrying a thought signature...) is kept whole as a ``PART``
 block, sent back exactly as the client sent it. ``generationConfig.maxOutputTokens`` is the
-run's ``max_tokens`` (the adapter writes each call's own); every other field, the rest of
-``generationConfig`` included, passes to the provider as sent. The official client writes its
-top-level fields in camelCase and some nested ones in snake_case (proto JSON takes both): the
-fields read here are read in either spelling.
+run's ``max_tokens`` (the adapter writes each call's own), a positive ``thinkingBudget`` its
+``thinking_budget`` (the adapter writes each call's own into the client's ``thinkingConfig``);
+every other field, the rest of ``generationConfig`` included, passes to the provider as sent.
+The official client writes its top-level fields in camelCase and some nested ones in snake_case
+(proto JSON takes both): the fields read here are read in either spelling.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..providers.gemini import PART, synthetic_call_id
+from ..providers.gemini import PART, THINKING_BUDGET_NAMES, THINKING_CONFIG_NAMES, synthetic_call_id
 from .inbound import GEMINI, BadRequest, ProxyRequest, _max_tokens, _object, _string, _temperature, load_body
 
 # The top-level fields the Gemini adapter writes itself: a client's snake_case spelling is
@@ -63,12 +64,25 @@ def parse_gemini(raw: bytes, model: str, stream: bool, default_max_tokens: int) 
         stream=stream,
         system=_system(extra.get("systemInstruction")),
         temperature=_temperature(config or {}),
+        thinking_budget=_thinking_budget(config or {}),
         structured=_structured(config or {}, extra.get("toolConfig") or extra.get("tool_config")),
         max_tokens_given=raw_max is not None,
         logprobs=_get(config or {}, "responseLogprobs") is True,
         extra=extra,
         body=body,
     )
+
+
+def _thinking_budget(config: Mapping[str, Any]) -> int | None:
+    """The client's positive ``thinkingBudget``: the run's thinking budget, which a continuation
+    lowers as a run's (the Gemini adapter writes it into the client's ``thinkingConfig``, which
+    passes as sent otherwise). -1 (dynamic), 0 (off) and a ``thinkingLevel`` are not budgets
+    to lower: they pass as sent."""
+    thinking = next((config[n] for n in THINKING_CONFIG_NAMES if n in config), None)
+    if not isinstance(thinking, Mapping):
+        return None
+    budget = next((thinking[n] for n in THINKING_BUDGET_NAMES if n in thinking), None)
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0 else None
 
 
 def _system(instruction: Any) -> str | None:
