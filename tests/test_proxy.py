@@ -158,6 +158,35 @@ def test_extended_thinking_arrives_whole_with_its_signature(site: str, raw_key: 
         stored_assistant(seen["run_id"])
 
 
+def test_a_clients_own_thinking_fields_reach_the_provider_on_every_call(site: str, raw_key: str) -> None:
+    """A client's ``thinking`` object goes to the provider as written (``display`` included), on
+    the first call and on the continuation, whose ``budget_tokens`` alone is this call's: kept
+    where it fits what is left, else one below what is left, or no thinking at all where not
+    even Anthropic's smallest budget (1024) fits."""
+    client = anthropic.Anthropic(base_url=site, api_key=raw_key, max_retries=0)
+    prompt = "Tell me about rivers [[words=60]]"
+    outcomes = []
+    for max_tokens, budget in ((3000, 1500), (1300, 1250), (1100, 1050)):
+        thinking = {"type": "enabled", "budget_tokens": budget, "display": "omitted"}
+        seen = anthropic_answer(client, prompt, "cut:events=12", thinking=thinking, max_tokens=max_tokens)
+        sent = [e.request for e in local_fake_server().log if e.scenario == f"run-{seen['run_id']}"]
+        assert len(sent) == 2, sent  # the answer and its continuation
+        assert sent[0]["thinking"] == thinking  # the first call: as the client wrote it
+        left = sent[1]["max_tokens"]
+        assert left < max_tokens
+        if budget < left:
+            outcomes.append("kept")
+            assert sent[1]["thinking"] == thinking, sent[1]
+        elif left - 1 >= 1024:
+            outcomes.append("lowered")
+            assert sent[1]["thinking"] == {**thinking, "budget_tokens": left - 1}, sent[1]
+        else:
+            outcomes.append("none")
+            assert "thinking" not in sent[1], sent[1]
+        assert comparable(seen["final"])["content"][-1]["type"] == "text"
+    assert outcomes == ["kept", "lowered", "none"]  # the cut left what each case needs
+
+
 def test_the_uninterrupted_answer_is_the_providers_own(site: str, raw_key: str) -> None:
     prompt = "Tell me about rivers [[words=9]]"
     direct = anthropic.Anthropic(base_url=local_fake_server().base_url, api_key="k", max_retries=0)

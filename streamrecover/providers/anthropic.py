@@ -489,6 +489,15 @@ class AnthropicAdapter:
         if request.temperature is not None:
             body["temperature"] = request.temperature
         body.update(request.extra)
+        own = request.extra.get("thinking")
+        if isinstance(own, Mapping) and own.get("type") == "enabled":
+            # a proxied client's own extended thinking: its fields as sent (``display``...), its
+            # budget this call's, lowered on a continuation as a run's is; where none fits what
+            # is left (``thinking_rule``), the call goes without thinking, as a run's does
+            if request.thinking_budget:
+                body["thinking"] = {**own, "budget_tokens": request.thinking_budget}
+            else:
+                del body["thinking"]
         return HTTPRequest("POST", f"{config.base_url.rstrip('/')}/v1/messages", headers, body)
 
     def new_parser(self) -> AnthropicStreamParser:

@@ -263,10 +263,11 @@ def _anthropic(body: dict[str, Any], model: str, messages: list[Any]) -> ProxyRe
     thinking = body.get("thinking")
     budget = None
     if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        # the run's thinking budget (a continuation lowers it); the object itself stays in
+        # ``extra``, so its other fields (``display``...) reach the provider as sent
         budget = thinking.get("budget_tokens")
         if not isinstance(budget, int) or isinstance(budget, bool):
             raise BadRequest("thinking.budget_tokens: must be an integer")
-        taken.append("thinking")
     choice = body.get("tool_choice")
     structured = isinstance(choice, dict) and choice.get("type") in ("any", "tool")
     return ProxyRequest(
