@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.models import Count, Q
 
@@ -35,6 +36,11 @@ from .tools import tools_for_run, tools_in_use
 # Claims per transaction: like the attempt rows, the runs of one batch resume together, each into
 # its first request and its live channel; 8 keeps the saving without a burst.
 MAX_BATCH = 8
+# A claimed run whose provider this process cannot reach as configured fails with this error kind.
+PROVIDER_UNAVAILABLE = "provider_unavailable"
+# The config of a run refused for ``provider_problem``: the run fails before any provider call,
+# so its adapter is never asked anything.
+NO_PROVIDER = ProviderConfig(name="anthropic", base_url="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,7 @@ class Inputs:
     tools: ToolRegistry  # what ``STREAMRECOVER['TOOLS']`` gives the run (empty when it failed: ``tools_problem``)
     tools_problem: str  # why ``TOOLS`` gave nothing ("" when it did)
     needs_tools: frozenset[str]  # the tools the run's own messages show it was offered (``tools_in_use``)
+    provider_problem: str = ""  # why this process cannot reach the run's provider ("" when it can: else NO_PROVIDER)
 
 
 def provider_for_run(run: Run, consumed_attempts: int, override: ProviderConfig | None = None) -> ProviderConfig:
@@ -102,11 +109,18 @@ def _inputs(run: Run, thread: list[Message], provider_override: ProviderConfig |
     # only under a claim, and a sweep or re-queue raises the epoch too.
     first = run.claim_epoch == 1
     consumed, turns = (0, 0) if first else _done(run, thread)
-    config = provider_for_run(run, consumed, provider_override)
+    provider_problem = ""
+    try:
+        config, failover = provider_for_run(run, consumed, provider_override), failover_for_run(run)
+    except ImproperlyConfigured as exc:
+        # This process lacks the provider's key (a worker started without the web process's
+        # environment) or the provider left the settings: the run fails saying so (``execution``)
+        # instead of staying claimed with nobody streaming it, and the other claims of its batch go on.
+        config, failover, provider_problem = NO_PROVIDER, None, str(exc)
     messages = [message.as_canonical() for message in thread]
     tools, problem = _tools(run)
     needs = tools_in_use(run, thread)
-    return Inputs(run, messages, consumed, turns, config, failover_for_run(run), tools, problem, needs)
+    return Inputs(run, messages, consumed, turns, config, failover, tools, problem, needs, provider_problem)
 
 
 def _done(run: Run, thread: list[Message]) -> tuple[int, int]:

@@ -183,9 +183,11 @@ async def _execute_claimed(
         engine = replace(engine, **options["engine"])
     adapter = get_adapter(inputs.config)
     refusal = None
+    if inputs.provider_problem:
+        refusal = {"kind": claims.PROVIDER_UNAVAILABLE, "message": inputs.provider_problem}
     if tools is None:  # an explicit registry wins; else what STREAMRECOVER['TOOLS'] gave (``claims``)
         tools = inputs.tools
-        if inputs.tools_problem:
+        if inputs.tools_problem and refusal is None:
             refusal = {"kind": TOOL_UNAVAILABLE, "message": f"STREAMRECOVER['TOOLS'] failed: {inputs.tools_problem}"}
     # A tool the run already used and this process lacks: the run fails before any provider call,
     # rather than telling the model the tool is unknown (docs/recovery.md, "Tools on resume").
