@@ -32,7 +32,10 @@ class _Protocol(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.chunks: deque[bytes] = deque()
+        # Received, not yet read: ``chunk`` (b"": none), then ``more`` in order, a deque made only while
+        # two chunks or more wait (an empty deque is 760 bytes, per connection: one per run).
+        self.chunk = b""
+        self.more: deque[bytes] | None = None
         self.buffered = 0
         self.eof = False
         self.error: BaseException | None = None
@@ -46,7 +49,12 @@ class _Protocol(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self.chunks.append(data)
+        if not self.chunk:
+            self.chunk = data
+        else:
+            if self.more is None:
+                self.more = deque()
+            self.more.append(data)
         self.buffered += len(data)
         if self.buffered >= PAUSE_READING_AT and self.transport is not None and not self.reading_paused:
             self.reading_paused = True
@@ -111,7 +119,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         protocol = self._protocol
-        if not protocol.chunks and not protocol.eof:
+        if not protocol.chunk and not protocol.eof:
             loop = asyncio.get_running_loop()
             waiter = protocol.waiter = loop.create_future()
             if timeout is not None:
@@ -126,14 +134,18 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                 await waiter
             finally:
                 protocol.waiter = None
-        if not protocol.chunks:
+        chunk = protocol.chunk
+        if not chunk:
             if protocol.error is not None:
                 raise httpcore.ReadError(str(protocol.error) or type(protocol.error).__name__)
             return b""
-        chunk = protocol.chunks.popleft()
         if len(chunk) > max_bytes:
-            protocol.chunks.appendleft(chunk[max_bytes:])
+            protocol.chunk = chunk[max_bytes:]
             chunk = chunk[:max_bytes]
+        elif protocol.more:
+            protocol.chunk = protocol.more.popleft()
+        else:
+            protocol.chunk, protocol.more = b"", None
         protocol.buffered -= len(chunk)
         if protocol.reading_paused and protocol.buffered < PAUSE_READING_AT // 2:
             protocol.reading_paused = False
@@ -197,7 +209,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if info == "socket":
             return self._transport.get_extra_info("socket")
         if info == "is_readable":  # an idle pooled connection that has data or EOF is unusable
-            return bool(self._protocol.chunks) or self._protocol.eof or self._transport.is_closing()
+            return bool(self._protocol.chunk) or self._protocol.eof or self._transport.is_closing()
         return None
 
 

@@ -127,7 +127,7 @@ class HttpxTransport:
 
         return OpenedStream(
             status=response.status_code,
-            headers=dict(response.headers),
+            headers=response.headers,  # not a copy: the response keeps its own for the stream's time
             chunks=chunks(),
             close=response.aclose,
         )

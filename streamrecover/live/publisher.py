@@ -144,7 +144,9 @@ class Publisher(BaseSink):
         self._pending: dict[str, Any] | None = None
         self._deadline = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._queue: deque[dict[str, Any]] = deque()  # taken, not yet sent (without an outbox)
+        # taken, not yet sent (without an outbox; made on first use: an empty deque is 760 bytes,
+        # and a worker's publishers, one per run it holds, all have an outbox)
+        self._queue: deque[dict[str, Any]] | None = None
         self._buffer_down_until = 0.0
         self._layer_down_until = 0.0
         self._abandoned = False
@@ -212,6 +214,8 @@ class Publisher(BaseSink):
         if self.outbox is not None:
             self._put(frames)
             return False
+        if self._queue is None:
+            self._queue = deque()
         self._queue.extend(frames)
         return True
 

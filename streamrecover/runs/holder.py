@@ -10,6 +10,7 @@ was. A warm shutdown waits for the runs the process holds (``drain``) before the
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from .loop import submit_to_shared_loop
+from .loop import shared_loop
 
 log = structlog.get_logger("streamrecover")
 
@@ -60,30 +61,25 @@ class RunHolder:
             while self._held >= max(1, limit):  # a full process: this task's thread waits, the broker keeps the rest
                 self._changed.wait(_WAKE_SECONDS)
             self._held += 1
-        claimed = threading.Event()
-        handed = threading.Event()
+        handing = _Handing(self)
         try:
-            future = submit_to_shared_loop(start(claimed.set))
+            loop = shared_loop()
+            coro = start(handing.wake)
+            loop.call_soon_threadsafe(handing.begin, loop, coro)
         except BaseException:
             self._release()
             raise
-
-        def ended(done: concurrent.futures.Future[T]) -> None:
-            self._release()
-            claimed.set()
-            if handed.is_set() and not done.cancelled() and done.exception() is not None:
-                log.error("run_crashed", exc_info=done.exception())
-
-        future.add_done_callback(ended)
         try:
-            claimed.wait()
+            handing.wait()
         except BaseException:
-            future.cancel()  # this thread was interrupted (a cold shutdown): stop the run too
+            loop.call_soon_threadsafe(handing.cancel)  # this thread was interrupted (a cold shutdown): stop the run too
             raise
-        handed.set()
-        if not future.done():
+        handing.handed = True
+        if not handing.ended:
             return Handover(ended=False)
-        return Handover(ended=True, result=future.result())  # raises the coroutine's exception
+        if handing.error is not None:
+            raise handing.error  # the coroutine's exception
+        return Handover(ended=True, result=handing.result)
 
     def _release(self) -> None:
         with self._changed:
@@ -102,6 +98,63 @@ class RunHolder:
                     break
                 self._changed.wait(left)
             return self._held == 0
+
+
+class _Handing:
+    """One hand-over, between the task's thread and the loop, kept by the run's task until it ends:
+    a latch (a lock taken until the run is claimed or ends) and the outcome, in slots. It replaced
+    two ``threading.Event`` and the concurrent future ``run_coroutine_threadsafe`` returns, kept
+    as long: a condition, a lock and a 760-byte deque each, 4 KB per run a worker holds."""
+
+    __slots__ = ("_holder", "_latch", "ended", "error", "handed", "result", "task")
+
+    def __init__(self, holder: RunHolder) -> None:
+        self._holder = holder
+        self._latch = threading.Lock()
+        self._latch.acquire()
+        self.task: asyncio.Task[Any] | None = None
+        self.ended = False  # the coroutine returned or raised (``result``, ``error``)
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.handed = False  # the hand-over returned: nothing waits for the outcome any more
+
+    def wait(self) -> None:
+        """In the task's thread: until the run is claimed or ends."""
+        self._latch.acquire()
+
+    def wake(self) -> None:
+        """On the loop (the run's ``claimed``, and its end): let the task's thread go on."""
+        if self._latch.locked():
+            self._latch.release()
+
+    def begin(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> None:
+        """On the loop: the run's task."""
+        try:
+            self.task = loop.create_task(coro)
+        except BaseException as exc:  # the loop is closing: the coroutine never ran
+            coro.close()
+            self._end(None, exc)
+            return
+        self.task.add_done_callback(self._ended)
+
+    def cancel(self) -> None:
+        """On the loop, after ``begin``: the task's thread gave up waiting."""
+        if self.task is not None:
+            self.task.cancel()
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            self._end(None, concurrent.futures.CancelledError())
+            return
+        error = task.exception()
+        self._end(None if error is not None else task.result(), error)
+
+    def _end(self, result: object, error: BaseException | None) -> None:
+        self._holder._release()
+        self.result, self.error, self.ended = result, error, True
+        self.wake()
+        if self.handed and error is not None and not isinstance(error, concurrent.futures.CancelledError):
+            log.error("run_crashed", exc_info=error)
 
 
 holder = RunHolder()

@@ -87,6 +87,11 @@ def run_on_shared_loop(coro: Coroutine[Any, Any, T]) -> T:
     return _shared.run(coro)
 
 
+def shared_loop() -> asyncio.AbstractEventLoop:
+    """This process's shared run loop, started if it was not."""
+    return _shared.loop()
+
+
 def submit_to_shared_loop(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
     """Schedule ``coro`` on this process's shared run loop without waiting for it."""
     return _shared.submit(coro)
