@@ -6,7 +6,8 @@ probe takes a base, and once ``BENCH_MEMPROBE_RUNS`` runs have been executing at
 difference: RSS by kind of mapping (``/proc/self/smaps``), glibc's ``mallinfo2``, pymalloc's
 arenas (``sys._debugmallocstats``), threads and sockets, Python objects by type (``gc``), and
 with ``BENCH_MEMPROBE_FRAMES=n`` tracemalloc's growth by traceback (n frames; slows the worker a lot),
-its snapshots dumped beside the file (``.base``, ``.peak``) for ``tracemalloc.Snapshot.load``.
+its snapshots dumped beside the file (``.base``, ``.peak``) for ``tracemalloc.Snapshot.load``;
+with ``BENCH_MEMPROBE_TRIM=1`` the RSS again after ``malloc_trim(0)`` (what glibc's free bytes would give back).
 """
 
 from __future__ import annotations
@@ -184,6 +185,15 @@ def install(target: str) -> None:
             for stat in peak_snapshot.compare_to(base_snapshot, "traceback")[:60]:
                 lines.append(f"{stat.size_diff:>+12,} {stat.count_diff:>+8,}")
                 lines += [f"      {frame.filename}:{frame.lineno}" for frame in stat.traceback[:frames]]
+        if os.environ.get("BENCH_MEMPROBE_TRIM"):  # what glibc would give back, were it asked
+            started = time.perf_counter()
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            took = time.perf_counter() - started
+            trimmed = figures()
+            lines += ["", f"# after malloc_trim(0) at mid-stream ({took * 1000:.1f} ms)", ""]
+            for key in ("VmRSS", "RssAnon", "malloc free in arenas (fordblks)", "malloc sbrk+arenas (arena)"):
+                growth = trimmed.get(key, 0) - base.get(key, 0)
+                lines.append(f"{key:55s} {trimmed.get(key, 0):>14,}  growth per run {growth / seen:>+11,.0f}")
         out.write_text("\n".join(lines) + "\n")
 
     threading.Thread(target=watch, name="bench-memprobe", daemon=True).start()
