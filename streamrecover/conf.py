@@ -158,6 +158,10 @@ DEFAULTS: dict[str, Any] = {
     # The runs one worker process holds at once on its event loop (``runs.holder``), whatever
     # its Celery pool and concurrency: a task waits for a place, and the broker keeps the rest.
     "WORKER_MAX_RUNS": 100,
+    # How long a task waits for a place in a full process before it sends its run back to the
+    # queue, for a worker with room; the wait paces a lone full worker that takes it again.
+    # None: it waits as long as it takes (the run starts late while another worker may idle).
+    "WORKER_FULL_WAIT_SECONDS": 3.0,
     "HEARTBEAT_SECONDS": 5,
     "STALE_AFTER_SECONDS": 30,
     "QUEUED_STALE_AFTER_SECONDS": 300,
@@ -327,6 +331,11 @@ def validate(user: Any) -> list[str]:
         limit = merged[key]
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             problems.append(f"{SETTINGS_NAME}[{key!r}] must be a positive integer (bytes), not {limit!r}.")
+    full_wait = merged["WORKER_FULL_WAIT_SECONDS"]
+    if full_wait is not None and (not _is_number(full_wait) or full_wait <= 0):
+        problems.append(
+            f"{SETTINGS_NAME}['WORKER_FULL_WAIT_SECONDS'] must be a positive number or None, not {full_wait!r}."
+        )
     threshold = merged["GC_THRESHOLD"]
     if threshold is not None and (not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1):
         problems.append(f"{SETTINGS_NAME}['GC_THRESHOLD'] must be a positive integer or None, not {threshold!r}.")

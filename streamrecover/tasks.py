@@ -5,8 +5,10 @@ result backend is per thread, so storing one cost a Redis connection per worker 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+import structlog
 from celery import shared_task
 from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections
@@ -20,6 +22,9 @@ from .runs.holder import holder
 from .runs.loop import run_on_shared_loop
 
 RUNNING = "running"  # what the task returns for a run it handed over, still streaming
+HANDED_BACK = "handed_back"  # what it returns when its process stayed full: the run's message is back in the queue
+
+log = structlog.get_logger("streamrecover")
 
 
 @shared_task(
@@ -31,17 +36,41 @@ def execute_run_task(self, run_id: str) -> str | None:
     In a worker the run is handed to the process's shared event loop (``runs.holder``) with
     every other run it holds, and the task returns once the run is claimed ("running"): the
     run holds no pool slot, and a worker holds up to ``WORKER_MAX_RUNS`` runs whatever its
-    pool. Called directly or eagerly, the task waits for the run's end and returns its status."""
+    pool. A process still full after ``WORKER_FULL_WAIT_SECONDS`` sends the task again (same
+    run, same queue) and returns "handed_back": a worker with room takes it, rather than the
+    run waiting in a full worker that prefetched it. Called directly or eagerly, the task waits
+    for the run's end and returns its status."""
     close_old_connections()
     try:
         if self.request.called_directly or self.request.is_eager:
             return _status(run_on_shared_loop(starter.execute_here(run_id)))
-        handover = holder.hand_over(
-            lambda claimed: starter.execute_here(run_id, on_claimed=claimed), app_settings.WORKER_MAX_RUNS
-        )
+
+        def start(claimed: Callable[[], None]) -> Coroutine[Any, Any, RunResult | None]:
+            return starter.execute_here(run_id, on_claimed=claimed)
+
+        limit, wait = app_settings.WORKER_MAX_RUNS, app_settings.WORKER_FULL_WAIT_SECONDS
+        handover = holder.hand_over(start, limit, wait)
+        while handover is None:  # still full after ``wait``
+            if _hand_back(self, run_id):
+                return HANDED_BACK
+            handover = holder.hand_over(start, limit, wait)  # the broker refused it: this thread keeps it
     finally:
         close_old_connections()
     return _status(handover.result) if handover.ended else RUNNING
+
+
+def _hand_back(task: Any, run_id: str) -> bool:
+    """Send ``task``'s message again, to the queue it came from (its id, priority and options
+    kept, as Celery's ``retry`` does), for a worker with room; whether the broker took it. This
+    message is acknowledged when the task returns: a crash before that leaves two, and the
+    run's claim starts one (a queued run's claim is fenced like any other)."""
+    try:
+        task.signature_from_request().apply_async()
+    except Exception:
+        log.warning("run_hand_back_failed", run_id=run_id, exc_info=True)
+        return False
+    log.info("run_handed_back", run_id=run_id, runs=holder.held)
+    return True
 
 
 def _status(result: object) -> str | None:

@@ -220,6 +220,74 @@ def test_a_worker_holds_at_most_worker_max_runs(celery_settings, workers, slow_f
     assert most == 2
 
 
+def _received(worker: Worker) -> int:
+    """How many messages of the run task ``worker`` received (its log's lines)."""
+    return len(re.findall(r"execute_run\[[^\]]+\] received", worker.log()))
+
+
+def _held_in_backoff(fake: FakeProviderServer, seconds: float) -> Run:
+    """A run its worker holds for ``seconds`` without streaming: cut, then waiting out its backoff."""
+    fake.set_faults("default", ["cut:bytes=900"])  # the first request only
+    run = lifecycle.create_run(
+        prompt="Short [[words=80]]",
+        provider="fake",
+        model="fake-claude",
+        engine={"backoff_schedule": [seconds], "backoff_scale": 1.0},
+    )
+    dispatch.enqueue_run(run)
+    wait_for(lambda: status_of(run.pk) == "recovering", what="the first run's backoff")
+    return run
+
+
+def test_a_full_worker_hands_a_run_it_cannot_start_to_a_worker_with_room(celery_settings, workers, slow_fake):
+    """A worker holding ``WORKER_MAX_RUNS`` runs takes the next run's message (nothing else takes
+    it), then a worker with room starts: the run starts there within seconds instead of waiting
+    for the full worker's run to end, once, with its uninterrupted answer."""
+    full = workers("w1", max_runs=1)
+    busy = _held_in_backoff(slow_fake, seconds=300)
+    prompt = "A short tale [[words=40]]"
+    waiting = lifecycle.create_run(prompt=prompt, provider="fake", model="fake-claude")
+    dispatch.enqueue_run(waiting)
+    wait_for(lambda: _received(full) >= 2, what="the full worker to take the second message")
+    roomy = workers("w2")
+    ready = time.monotonic()
+    try:
+        wait_for(lambda: status_of(waiting.pk) in Run.TERMINAL_STATUSES, timeout=30, what="the second run to end")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{full.log()}\n{roomy.log()}") from exc
+    assert time.monotonic() - ready < 30
+    waiting.refresh_from_db()
+    assert waiting.status == "completed", roomy.log()
+    assert waiting.worker.endswith(str(roomy.process.pid))
+    assert waiting.claims == 1
+    assert assistant_text(waiting) == reference_text(slow_fake, prompt)
+    busy.refresh_from_db()
+    assert (busy.status, busy.claims) == ("recovering", 1)  # the full worker's run went on, untouched
+    assert busy.worker.endswith(str(full.process.pid))
+    assert lifecycle.request_cancel(busy.pk)
+    wait_for(lambda: status_of(busy.pk) == "cancelled", timeout=30, what="the first run's cancel")
+
+
+def test_a_lone_full_worker_starts_the_run_it_handed_back_once_it_has_room(celery_settings, workers, slow_fake):
+    """With no other worker, the run a full worker handed back comes back to it, paced by the
+    wait (not a spin), and starts once the held run ends: never lost, claimed once."""
+    worker = workers("w1", max_runs=1)
+    busy = _held_in_backoff(slow_fake, seconds=10)
+    began = time.monotonic()
+    prompt = "A short tale [[words=40]]"
+    waiting = lifecycle.create_run(prompt=prompt, provider="fake", model="fake-claude")
+    dispatch.enqueue_run(waiting)
+    wait_for(lambda: status_of(waiting.pk) in Run.TERMINAL_STATUSES, timeout=120, what="the second run to end")
+    elapsed = time.monotonic() - began
+    busy.refresh_from_db()
+    waiting.refresh_from_db()
+    assert (busy.status, waiting.status) == ("completed", "completed"), worker.log()
+    assert (busy.claims, waiting.claims) == (1, 1)
+    assert assistant_text(waiting) == reference_text(slow_fake, prompt)
+    handed_back = re.findall(r"execute_run\[[^\]]+\] succeeded in [\d.]+s: 'handed_back'", worker.log())
+    assert 1 <= len(handed_back) <= elapsed / 3.0 + 1  # one per wait (WORKER_FULL_WAIT_SECONDS, 3 s) at most
+
+
 def test_a_warm_shutdown_lets_the_runs_it_holds_end(celery_settings, workers, slow_fake):
     """SIGTERM (Celery's warm shutdown) while a run streams: the process exits only after the
     run ended, complete, on its one claim; nothing is left to resume."""

@@ -103,6 +103,15 @@ def test_validate_accepts_the_defaults() -> None:
     assert validate(DEFAULTS) == []
 
 
+def test_the_full_worker_wait_is_positive_or_none() -> None:
+    """0 would hand a run back at once, and a lone full worker would take it again in a loop."""
+    assert validate({"WORKER_FULL_WAIT_SECONDS": None}) == []
+    assert validate({"WORKER_FULL_WAIT_SECONDS": 0.5}) == []
+    for bad in (0, -1, "3", True):
+        (problem,) = validate({"WORKER_FULL_WAIT_SECONDS": bad})
+        assert "WORKER_FULL_WAIT_SECONDS" in problem
+
+
 def test_fake_provider_is_the_default() -> None:
     config = app_settings.provider_config()
     assert config.name == "anthropic"

@@ -80,3 +80,29 @@ def test_a_full_process_makes_the_next_hand_over_wait_for_a_place() -> None:
     assert returned
     assert returned[0] >= freed
     assert holder.drain(timeout=10) is True
+
+
+def test_a_hand_over_still_full_after_its_wait_starts_nothing() -> None:
+    """A bounded wait in a full process gives up (None): its run is not started here, so its
+    task can send it to a worker with room; the run held goes on, and a place left takes the next."""
+    holder = RunHolder()
+    release = threading.Event()
+    started: list[str] = []
+
+    async def held(claimed: Callable[[], None]) -> str:
+        started.append("run")
+        claimed()
+        await asyncio.get_running_loop().run_in_executor(None, release.wait)
+        return "completed"
+
+    holder.hand_over(held, limit=1, wait=0.5)
+    began = time.monotonic()
+    assert holder.hand_over(held, limit=1, wait=0.5) is None
+    assert time.monotonic() - began >= 0.45
+    assert (started, holder.held) == (["run"], 1)
+    release.set()
+    assert holder.drain(timeout=10) is True
+    handover = holder.hand_over(held, limit=1, wait=0.5)
+    assert handover is not None
+    assert started == ["run", "run"]
+    assert holder.drain(timeout=10) is True

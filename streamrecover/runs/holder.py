@@ -5,7 +5,9 @@ many runs as it had slots, and each held a thread's stack and Celery's request f
 stream. Now the task waits only for a place (``WORKER_MAX_RUNS`` runs per process) and for
 the run's claim, then returns: its message is acknowledged once the run is claimed, and from
 then on a dead worker's run is the sweep's to hand back (its heartbeat stops), as it always
-was. A warm shutdown waits for the runs the process holds (``drain``) before the process exits.
+was. A task that finds no place within ``WORKER_FULL_WAIT_SECONDS`` starts nothing (``hand_over``
+returns None): its task sends its run back to the queue, for a worker with room. A warm shutdown
+waits for the runs the process holds (``drain``) before the process exits.
 """
 
 from __future__ import annotations
@@ -51,15 +53,26 @@ class RunHolder:
         """The runs this process holds now."""
         return self._held
 
-    def hand_over(self, start: Callable[[Callable[[], None]], Coroutine[Any, Any, T]], limit: int) -> Handover:
+    def hand_over(
+        self,
+        start: Callable[[Callable[[], None]], Coroutine[Any, Any, T]],
+        limit: int,
+        wait: float | None = None,
+    ) -> Handover | None:
         """Start ``start(claimed)`` on the loop once fewer than ``limit`` runs are held, and return
         when it calls ``claimed()`` (it holds its run now) or returns (it ends, or claimed nothing).
+        None, with nothing started, when the process is still full after ``wait`` seconds (None:
+        wait as long as it takes).
 
         An exception the coroutine raises before the hand-over returns is raised here; one it
         raises later is logged (nothing waits for it any more)."""
+        deadline = None if wait is None else time.monotonic() + wait
         with self._changed:
             while self._held >= max(1, limit):  # a full process: this task's thread waits, the broker keeps the rest
-                self._changed.wait(_WAKE_SECONDS)
+                left = _WAKE_SECONDS if deadline is None else min(_WAKE_SECONDS, deadline - time.monotonic())
+                if left <= 0:
+                    return None
+                self._changed.wait(left)
             self._held += 1
         handing = _Handing(self)
         try:
