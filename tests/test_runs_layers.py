@@ -149,6 +149,26 @@ def test_execute_run_opens_the_live_channel_of_a_claimed_run_and_numbers_on_from
     assert again.log == []
 
 
+def test_a_reclaimed_run_leaves_a_seq_out_even_when_redis_kept_nothing_of_it():
+    """A run taken over from a worker that died, on a Redis that lost its data (restarted):
+    no checkpoint, no frame kept, the channel's last seq 0. Its first frame still leaves one seq
+    out, so a client that watched since before (a snapshot at seq 0, then nothing: the earlier
+    claim's frames were lost with Redis) sees a gap and takes a snapshot of what that claim
+    committed, instead of taking these frames as the next ones."""
+    run = lifecycle.create_run(prompt="Tell me a story [[words=20]]")
+    Run.objects.filter(pk=run.pk).update(claim_epoch=1)  # claimed once before, then put back
+    live = RecordingLive()
+    result = asyncio.run(execution.execute_run(str(run.pk), live=live.open))
+    assert result is not None
+    assert result.status == Run.Status.COMPLETED
+    assert Run.objects.get(pk=run.pk).claim_epoch == 2
+    assert live.frames[0]["seq"] == 2
+    first = lifecycle.create_run(prompt="Tell me a story [[words=20]]")
+    fresh = RecordingLive()
+    asyncio.run(execution.execute_run(str(first.pk), live=fresh.open))
+    assert fresh.frames[0]["seq"] == 1  # a first claim: nothing was streamed before, no gap
+
+
 def test_execute_run_without_a_live_channel_still_records_the_run():
     run = lifecycle.create_run(prompt="Hi [[words=10]]")
     result = asyncio.run(execution.execute_run(str(run.pk)))

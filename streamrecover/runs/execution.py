@@ -223,9 +223,11 @@ async def _execute_claimed(
         async with (live or _no_live)(str(run.pk)) as channel:
             delivering: list[RunSink] = [channel] if channel is not None else []
             start_seq = max(existing.seq if existing else 0, channel.last_seq if channel is not None else 0)
-            if start_seq:
-                # An earlier claim streamed this run, and what Redis never got of it (a restart)
-                # is invisible from here: one seq is left out, so every client sees a gap and
+            if start_seq or run.claim_epoch > 1:
+                # An earlier claim streamed this run (or may have: a Redis that lost its data
+                # lost the run's frames, seq and checkpoint alike, and a client watching since
+                # before would take the new frames as the next ones), and what Redis never got of
+                # it is invisible from here: one seq is left out, so every client sees a gap and
                 # takes a snapshot, which has whatever that claim committed.
                 start_seq += 1
             recorder = RecorderSink.for_run(run, fence)
