@@ -92,11 +92,6 @@ def shared_loop() -> asyncio.AbstractEventLoop:
     return _shared.loop()
 
 
-def submit_to_shared_loop(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-    """Schedule ``coro`` on this process's shared run loop without waiting for it."""
-    return _shared.submit(coro)
-
-
 def on_shared_loop() -> bool:
     """Whether the caller runs on this process's shared run loop."""
     return _shared.is_current()
