@@ -189,13 +189,19 @@ class ResumableAdapter(Protocol):
         ...
 
 
+def is_protocol_class(cls: type) -> bool:
+    """Whether ``cls`` is itself a ``Protocol`` (``typing.Protocol`` included), not a class
+    that merely subclasses one to implement it."""
+    return bool(cls.__dict__.get("_is_protocol", False))
+
+
 def protocol_members(protocol: type) -> tuple[str, ...]:
     """The public members a class must have to fulfil ``protocol`` (methods, properties and
     declared attributes), in the order it declares them (``typing.get_protocol_members``
     is Python 3.13's, unordered)."""
     names: dict[str, None] = {}
     for base in reversed(protocol.__mro__):
-        if base.__dict__.get("_is_protocol", False):  # ``Protocol`` itself too: nothing public
+        if is_protocol_class(base):  # ``Protocol`` itself too: nothing public
             for name in (*inspect.get_annotations(base), *vars(base)):
                 if not name.startswith("_"):
                     names[name] = None

@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from ..engine.contract import ProviderAdapter, ProviderConfig, protocol_members
+from ..engine.contract import ProviderAdapter, ProviderConfig, is_protocol_class, protocol_members
 from .anthropic import AnthropicAdapter
 from .gemini import GeminiAdapter
 from .openai_chat import OpenAIChatAdapter
@@ -84,15 +84,11 @@ def _lacks(name: str, missing: Sequence[str]) -> str:
     )
 
 
-def _is_protocol(cls: type) -> bool:
-    return bool(cls.__dict__.get("_is_protocol", False))
-
-
 def _assigned(cls: type) -> set[str]:
     """The attribute names the methods of ``cls`` assign (``self.name = ...`` in ``__init__``)."""
     names: set[str] = set()
     for base in cls.__mro__:
-        if base is object or _is_protocol(base):
+        if base is object or is_protocol_class(base):
             continue
         for value in vars(base).values():
             function = value.__func__ if isinstance(value, classmethod | staticmethod) else value
@@ -110,7 +106,7 @@ def _built_class(factory: object) -> type | None:
         built = typing.get_type_hints(factory).get("return")
     except Exception:  # not a function, or an annotation that does not resolve: nothing to see
         return None
-    return built if isinstance(built, type) and not _is_protocol(built) else None
+    return built if isinstance(built, type) and not is_protocol_class(built) else None
 
 
 def missing_members(factory: object) -> list[str]:
@@ -129,9 +125,9 @@ def missing_members(factory: object) -> list[str]:
     missing = []
     for member in ADAPTER_MEMBERS:
         owner = next((base for base in cls.__mro__ if member in vars(base)), None)
-        if owner is not None and not _is_protocol(owner):
+        if owner is not None and not is_protocol_class(owner):
             continue
-        if any(member in inspect.get_annotations(base) for base in cls.__mro__ if not _is_protocol(base)):
+        if any(member in inspect.get_annotations(base) for base in cls.__mro__ if not is_protocol_class(base)):
             continue
         assigned = _assigned(cls) if assigned is None else assigned
         if member not in assigned:
