@@ -1,9 +1,10 @@
 """``make bench``: run every benchmark and write ``BENCHMARKS.md`` at the repository root.
 
 Sections: live delivery (``bench.bench_delivery``: the two goal loads, the per-token
-``group_send`` baseline on the core channels_redis layer in the same run, and a load with
-cut streams), recovery overhead and billing (``bench.bench_recovery``), parsing
-(``bench.bench_parse``), what a worker holds for a run's text (``bench.bench_textmem``).
+``group_send`` baseline on the core channels_redis layer in the same run, a load with cut
+streams; beside its memory per stream, the floor of any stream: ``bench.bench_floor``),
+recovery overhead and billing (``bench.bench_recovery``), parsing (``bench.bench_parse``),
+what a worker holds for a run's text (``bench.bench_textmem``).
 Each figure is given with its anchor (a goal, the baseline, the SDK) and their ratio, and
 with the load average seen while it was measured: the machine may be shared. A section not
 run this time (``--only``) keeps its previous text from the file. The analytics bench takes
@@ -195,6 +196,13 @@ def delivery(quick: bool) -> str:
             f"| {r['rss_base_mib']:.0f} → "
             f"{r['rss_peak_mib']:.0f} MiB |"
         )
+    if not quick:
+        waited = _settle()
+        print(f"-- settled for {waited:.0f} s (load average {os.getloadavg()[0]:.1f})", flush=True)
+    print("-- the floor of a stream", flush=True)
+    floor = stream_floor(
+        {results[k]["config"].runs: results[k]["text_bytes_per_run"] for k in ("100x30", "500x10")}, quick
+    )
     per_delta = main["worker_us_per_delta"] + main["daphne_us_per_delta"]
     # Every process's CPU per delivered delta (the whole pipeline on this one host), and the
     # rate two otherwise idle cores could sustain at that cost: an estimate, said as one.
@@ -326,6 +334,8 @@ kernel preempts on a busy host stops the worker that long too), in the "GC" colu
 |---|---|---|---|---|---|---|---|
 {chr(10).join(memory)}
 
+{floor}
+
 Cut streams (`faults` row: every 2nd stream's connection cut once after 4,000 bytes, R1): of the
 clients that saw their run end, {faults["mismatches"]} rebuilt something else than the committed
 messages; {faults["dropped"]} sockets were dropped or given up on (a run not over within the
@@ -333,6 +343,52 @@ bench's time limit: the load could not be carried). Statuses when the bench stop
 {", ".join(f"{k} {v}" for k, v in sorted(faults["statuses"].items()))}.
 """
     return text
+
+
+FLOOR_HEADER = (
+    "| streams | text per stream | goal: 2 × text | bare connection + task: RSS, objects"
+    " | httpx client per stream | one shared httpx client | bare RSS against the goal's allowance |\n"
+    "|---|---|---|---|---|---|---|"
+)
+
+
+def stream_floor(texts: dict[int, float], quick: bool) -> str:
+    """``bench.bench_floor`` at each load's stream count, against twice that load's text per stream
+    (``texts``: streams → bytes of text per stream, from the delivery bench)."""
+    from bench import bench_floor as bf
+
+    load_before = os.getloadavg()[0]
+    try:
+        floors = bf.run(list(texts), repeat=1 if quick else 3)
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        return f"The floor of a stream: not measured: `bench.bench_floor` said: {exc}"
+    by = {(f.kind, f.streams): f for f in floors}
+    rows = []
+    for streams, text in texts.items():
+        allowance = 2 * text
+        bare = by[("bare", streams)]
+        within = bare.rss_per_stream <= allowance
+        rows.append(
+            f"| {streams} | {text:,.0f} B | {allowance:,.0f} B | "
+            + " | ".join(
+                f"{bf.kib(by[(kind, streams)].rss)}, {bf.kib(by[(kind, streams)].objects)}" for kind in bf.KINDS
+            )
+            + f" | {_ratio(bare.rss_per_stream, allowance)} ({'within' if within else 'above'} it) |"
+        )
+    repeats = "one each" if quick else "the median of 3, their range in brackets"
+    return f"""The floor of a stream, whatever it carries (`python -m bench.bench_floor`): the same stream
+counts, each stream one client connection to a local server in a process of its own (an SSE-like
+chunked body, an event every {bf.INTERVAL_S:g} s), each read by one task, in a fresh process per measurement
+({repeats}). Each cell: RSS growth (VmRSS) from before the streams to mid-stream over the streams,
+then the Python objects they hold (tracemalloc, in a second round). **bare**: a socket, its asyncio
+transport, a protocol keeping the unread chunk, one task; **httpx client per stream**: what a run
+opens today (`HttpxTransport`: its own `httpx.AsyncClient` on the `netio` asyncio backend, a
+streaming POST read through `aiter_raw`); **shared**: one `httpx.AsyncClient` (same backend, a
+pool of a connection per stream) for all. The goal allows twice the text per stream the delivery
+bench measured above. Load average {load_before:.1f} before.
+
+{FLOOR_HEADER}
+{chr(10).join(rows)}"""
 
 
 # ---- recovery and billing ---------------------------------------------------------------------
@@ -475,7 +531,7 @@ A section not re-run keeps the date it was written with.
 * **Reproduce**: `make bench` (all but the analytics history), `make bench-analytics`, or one
   bench: `python -m bench.bench_delivery --help`, `python -m bench.bench_recovery --help`,
   `python -m bench.bench_parse --help`, `python -m bench.bench_textmem --help`,
-  `python -m bench.bench_analytics --help`. PostgreSQL and
+  `python -m bench.bench_floor --help`, `python -m bench.bench_analytics --help`. PostgreSQL and
   Redis as for the tests; `BENCH_DATABASE_URL` / `BENCH_REDIS_URL` choose the database and Redis db.
   `python -m bench.bench_delivery --profile sample|cprofile` shows where a worker's time goes.
 """

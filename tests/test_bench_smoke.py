@@ -65,6 +65,29 @@ def test_text_memory_bench_measures_both_holders_against_the_str_layout() -> Non
     assert "| ASCII | 2,000 |" in section, section
 
 
+def test_floor_bench_measures_each_kind_of_stream_and_report_sets_it_against_the_goal() -> None:
+    """Twenty streams of each kind (fewer may fit in pages the process already has: no RSS
+    growth), each kind in a fresh process against a server process of its own; the delivery
+    section's table puts the bare floor beside twice the text per stream."""
+    from bench import bench_floor, report
+
+    floors = {f.kind: f for f in bench_floor.run([20], repeat=1)}
+    assert set(floors) == {"bare", "httpx", "shared"}
+    for floor in floors.values():
+        assert floor.streams == 20
+        assert 0 < floor.rss_per_stream < 1024 * 1024, floor  # grown, and not by a megabyte a stream
+        assert 500 < floor.objects_per_stream < 200 * 1024, floor  # a socket, a transport, a task at least
+    # an httpx client and its response hold more than a bare connection; sharing the client holds less
+    assert floors["bare"].objects_per_stream < floors["shared"].objects_per_stream
+    assert floors["shared"].objects_per_stream < floors["httpx"].objects_per_stream
+    section = report.stream_floor({5: 2034.0}, quick=True)
+    (row,) = [line for line in section.splitlines() if line.startswith("| 5 |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:3] == ["2,034 B", "4,068 B"]  # the text per stream, and the goal: twice it
+    assert all(re.fullmatch(r"[0-9.]+ KiB, [0-9.]+ KiB", cell) for cell in cells[3:6]), cells
+    assert re.fullmatch(r"[0-9.]+\u00d7 \((within|above) it\)", cells[6]), cells
+
+
 def test_delivery_latency_is_split_by_when_the_frame_was_published() -> None:
     """Two runs: frames before the later run's first one are the start burst, frames from the
     earlier run's last one on are the end burst; each latency lands in one phase only."""
