@@ -73,3 +73,15 @@ def test_the_mark_scripts_the_fake_and_the_openai_entry_speaks_chat_completions(
     assert [entry.provider for entry in streamrecover_fake.requests] == ["openai", "openai"]
     assert report.view is not None
     assert report.view.text() == report.assistant_text
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("provider", "model", "base"), [("openai-responses", "gpt-4o", "/v1"), ("gemini", "gemini-2.0-flash", "")]
+)
+def test_the_responses_and_gemini_providers_are_pointed_at_the_fake_too(streamrecover_fake, provider, model, base):
+    """Built-in adapters both: left alone, a test's run would call the real API (or fail for want of its key)."""
+    assert app_settings.provider_config(provider).base_url == streamrecover_fake.server.base_url + base
+    report = streamrecover_fake.run("Hello [[words=60]]", faults=["cut:events=8"], provider=provider, model=model)
+    assert_recovered(report, interruptions=1)
+    assert [entry.provider for entry in streamrecover_fake.requests] == [provider, provider]

@@ -2,9 +2,10 @@
 
 ``FakeProvider`` points every provider in ``STREAMRECOVER['PROVIDERS']`` that uses a built-in
 adapter at a running fake provider (Anthropic-style ones at its Messages route, OpenAI-style
-ones at its Chat Completions route) for one scenario of its own, and restores the settings
-afterwards (``override_settings``). ``script()`` gives the fault each next provider request
-meets (the ``fake`` provider speaks the Anthropic format, ``fake-openai`` the OpenAI one);
+ones at its Chat Completions route, Responses and Gemini ones at theirs) for one scenario of
+its own, and restores the settings afterwards (``override_settings``). ``script()`` gives the
+fault each next provider request meets (the ``fake`` provider speaks the Anthropic format,
+``fake-openai`` the OpenAI one);
 ``run()`` creates a run and executes it here, returning a ``RunReport``: the recorded
 events, the attempts, the committed messages and what a client that received every frame shows.
 ``assert_recovered`` checks a report for the one thing recovery promises.
@@ -35,7 +36,16 @@ from .fake import SCENARIO_HEADER, FakeProviderServer, parse_script
 
 __all__ = ["FakeProvider", "RunReport", "assert_recovered"]
 
-_BUILT_IN = {"anthropic": "anthropic", "openai": "openai", "openai_chat": "openai"}
+# Built-in adapter -> the fake's wire format for it (every one the fake speaks).
+_BUILT_IN = {
+    "anthropic": "anthropic",
+    "openai": "openai",
+    "openai_chat": "openai",
+    "openai-responses": "openai-responses",
+    "gemini": "gemini",
+}
+# The fake's routes below its address: Anthropic's and Gemini's paths hold their own prefix.
+_ROUTE_PREFIX = {"anthropic": "", "gemini": ""}
 _counter = itertools.count(1)
 # Recovery settings that make a test fast: no real backoff between continuations.
 FAST = {"BACKOFF_SCALE": 0.0, "REQUEST_RETRY_BASE": 0.0, "BACKOFF_JITTER": 0.0}
@@ -154,12 +164,13 @@ class FakeProvider:
         return conf
 
     def provider_entry(self, wire: str = "anthropic", *, base: dict[str, Any] | None = None) -> dict[str, Any]:
-        """A ``PROVIDERS`` entry for this fake in ``wire`` format (``anthropic``/``openai``),
-        keeping ``base``'s other keys (its adapter, extra headers, strategy overrides...)."""
+        """A ``PROVIDERS`` entry for this fake in ``wire`` format (``anthropic``, ``openai``,
+        ``openai-responses``, ``gemini``), keeping ``base``'s other keys (its adapter, extra
+        headers, strategy overrides...)."""
         entry = {k: v for k, v in (base or {}).items() if k not in ("API_KEY_ENV", "BASE_URL", "API_KEY")}
         entry.setdefault("ADAPTER", wire)
         entry["EXTRA_HEADERS"] = {**(entry.get("EXTRA_HEADERS") or {}), SCENARIO_HEADER: self.scenario}
-        entry["BASE_URL"] = self.server.base_url if wire == "anthropic" else f"{self.server.base_url}/v1"
+        entry["BASE_URL"] = self.server.base_url + _ROUTE_PREFIX.get(wire, "/v1")
         entry["API_KEY"] = "fake-key"
         return entry
 
