@@ -278,7 +278,7 @@ def _failover_problems(failover: Any, providers: Mapping[str, Any]) -> list[str]
         return []
     if not isinstance(failover, Mapping):
         return [
-            f"{where} must be None or a dict of wire format ('anthropic', 'openai', 'responses') "
+            f"{where} must be None or a dict of wire format ('anthropic', 'openai', 'responses', 'gemini') "
             "-> {'PROVIDER', 'MODEL'}."
         ]
     problems = []

@@ -217,3 +217,8 @@ def test_an_unknown_adapter_is_reported_with_the_known_ones(adapter: object) -> 
     bad = {"PROVIDERS": {"x": {"ADAPTER": adapter, "BASE_URL": "https://x"}}}
     with pytest.raises(ImproperlyConfigured, match="ADAPTER"), override_settings(STREAMRECOVER=bad):
         app_settings.provider_config("x")
+
+
+def test_a_failover_that_is_no_dict_is_told_every_wire_format_it_may_name() -> None:
+    (problem,) = validate({"PROXY_FAILOVER": ["anthropic"]})
+    assert "'anthropic', 'openai', 'responses', 'gemini'" in problem

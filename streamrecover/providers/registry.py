@@ -1,7 +1,8 @@
 """The one adapter registry: built-in wire formats by name, anything else by dotted path.
 
 A provider's ``ADAPTER`` setting (``ProviderConfig.name``) is either a registered name
-(``"anthropic"``, ``"openai"``, ``"gemini"``, or one added with ``register_adapter``) or the dotted path
+(``"anthropic"``, ``"openai"``, ``"openai-responses"``, ``"gemini"``, or one added with
+``register_adapter``) or the dotted path
 of a factory that takes a ``ProviderConfig`` and returns a ``ProviderAdapter``
 (``"myproject.adapters.GeminiAdapter"``), imported on first use. Settings validation asks
 this module, so whatever an adapter lookup accepts also passes validation, and an adapter that

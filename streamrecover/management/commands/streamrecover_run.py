@@ -29,8 +29,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--provider",
-            help="a provider name from STREAMRECOVER['PROVIDERS'] (built in: fake, anthropic, openai, gemini; "
-            "default: DEFAULT_PROVIDER)",
+            help="a provider name from STREAMRECOVER['PROVIDERS'] (built in: fake, anthropic, openai, "
+            "openai-responses, gemini; default: DEFAULT_PROVIDER)",
         )
         parser.add_argument("--base-url", help="provider base URL (default: from settings)")
         parser.add_argument("--api-key", help="API key (default: from settings or the environment)")
