@@ -1,5 +1,6 @@
-"""A custom ``ADAPTER``: one lacking members of ``ProviderAdapter`` is refused at start-up with
-each named, a complete one streams a run; docs/providers.md "Writing an adapter" lists every member."""
+"""A custom ``ADAPTER``: one lacking members of ``ProviderAdapter``, or with only some of
+``ResumableAdapter``'s, is refused at start-up with each named, a complete one streams a run;
+docs/providers.md "Writing an adapter" lists every member."""
 
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ from streamrecover.engine.contract import (
     ProviderConfig,
     ResumableAdapter,
     ResumableParser,
+    ResumePoint,
     Strategy,
     StreamParser,
     ThinkingRule,
+    resumes_natively,
 )
 from streamrecover.engine.errors import ProviderError
 from streamrecover.engine.events import ProviderErrorEvent
@@ -146,6 +149,47 @@ class ForwardingIncomplete(Forwarding):
         self.inner = Incomplete(config)
 
 
+class ResumeFlagOnly(Complete):
+    """Says it resumes natively, without the requests that would do it."""
+
+    native_resume = True
+
+
+class HalfResumable(Complete):
+    """Can re-attach to a response (``native_resume`` set in ``__init__``) but not stop one."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        super().__init__(config)
+        self.native_resume = config.native_resume
+
+    def resume_request(self, point: ResumePoint) -> HTTPRequest:
+        return HTTPRequest("GET", f"https://mine.invalid/responses/{point.response_id}", {}, {})
+
+
+class Resumable(HalfResumable):
+    """Every member of ``ResumableAdapter``."""
+
+    def cancel_request(self, response_id: str) -> HTTPRequest:
+        return HTTPRequest("POST", f"https://mine.invalid/responses/{response_id}/cancel", {}, {})
+
+
+class IncompleteHalfResumable(Incomplete):
+    """Lacks members of both protocols."""
+
+    native_resume = False
+
+
+class ForwardingHalfResumable(Forwarding):
+    """Forwards to an adapter with only some of ``ResumableAdapter``'s members."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.inner = HalfResumable(config)
+
+
+def half_resumable_factory(config):
+    return HalfResumable(config)
+
+
 def annotated_factory(config: ProviderConfig) -> Incomplete:
     return Incomplete(config)
 
@@ -219,6 +263,38 @@ def test_an_adapter_that_shows_only_when_built_is_refused_before_any_request(fac
     assert SECRET not in str(raised.value)
     for complete in ("Complete", "Routed", "Assigned", "Forwarding"):
         assert get_adapter(replace(config, name=f"{HERE}.{complete}")) is not None
+
+
+RESUMABLE_LACKS = {
+    "ResumeFlagOnly": "resume_request, cancel_request of ResumableAdapter (streamrecover.engine.contract): "
+    "it has native_resume,",
+    "HalfResumable": "cancel_request of ResumableAdapter (streamrecover.engine.contract): "
+    "it has native_resume, resume_request,",
+}
+
+
+def test_validation_refuses_an_adapter_with_only_some_members_of_resumable_adapter() -> None:
+    """Before, such an adapter passed and was taken for one that does not resume natively: its
+    ``NATIVE_RESUME`` did nothing, or a break failed on the member it lacks."""
+    for adapter, lacks in RESUMABLE_LACKS.items():
+        (problem,) = _problems(f"{HERE}.{adapter}")
+        assert f"provider adapter '{HERE}.{adapter}' lacks {lacks} and an adapter has all" in problem
+        assert "of ResumableAdapter's members or none; see docs/providers.md 'Writing an adapter'." in problem
+    (both,) = _problems(f"{HERE}.IncompleteHalfResumable")
+    assert f"lacks {LACKING} of ProviderAdapter and resume_request, cancel_request of ResumableAdapter" in both
+    for whole in ("Complete", "Routed", "Resumable"):  # none of its members, or all
+        assert _problems(f"{HERE}.{whole}") == []
+    assert _problems("openai-responses") == []
+
+
+@pytest.mark.parametrize("factory", ["HalfResumable", "half_resumable_factory", "ForwardingHalfResumable"])
+def test_get_adapter_refuses_an_adapter_with_only_some_members_of_resumable_adapter(factory: str) -> None:
+    config = ProviderConfig(name=f"{HERE}.{factory}", base_url="https://mine.invalid", native_resume=True)
+    lacks = f"provider adapter '{HERE}.{factory}' lacks {RESUMABLE_LACKS['HalfResumable']}"
+    with pytest.raises(ValueError, match=re.escape(lacks)):
+        get_adapter(config)
+    assert resumes_natively(get_adapter(replace(config, name=f"{HERE}.Resumable")))
+    assert get_adapter(replace(config, name="openai-responses")) is not None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,7 +6,8 @@ A provider's ``ADAPTER`` setting (``ProviderConfig.name``) is either a registere
 of a factory that takes a ``ProviderConfig`` and returns a ``ProviderAdapter``
 (``"myproject.adapters.GeminiAdapter"``), imported on first use. Settings validation asks
 this module, so whatever an adapter lookup accepts also passes validation, and an adapter that
-lacks members of ``ProviderAdapter`` is reported there rather than mid-run. Django-free.
+lacks members of ``ProviderAdapter`` (or has some of ``ResumableAdapter``'s but not all) is
+reported there rather than mid-run. Django-free.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from ..engine.contract import ProviderAdapter, ProviderConfig, is_protocol_class, protocol_members
+from ..engine.contract import ProviderAdapter, ProviderConfig, ResumableAdapter, is_protocol_class, protocol_members
 from .anthropic import AnthropicAdapter
 from .gemini import GeminiAdapter
 from .openai_chat import OpenAIChatAdapter
@@ -27,6 +28,7 @@ from .openai_responses import OpenAIResponsesAdapter
 __all__ = [
     "ADAPTERS",
     "ADAPTER_MEMBERS",
+    "RESUMABLE_MEMBERS",
     "AdapterFactory",
     "adapter_factory",
     "adapter_problem",
@@ -47,6 +49,9 @@ ADAPTERS: dict[str, AdapterFactory] = {
 
 # What every adapter must have; the docs list them (docs/providers.md, "Writing an adapter").
 ADAPTER_MEMBERS = protocol_members(ProviderAdapter)
+# Optional, but all of them or none: an adapter with some is not resumable to the engine (a
+# ``native_resume`` without ``resume_request`` would be ignored, or fail at a stream's break).
+RESUMABLE_MEMBERS = protocol_members(ResumableAdapter)
 
 
 def register_adapter(name: str, factory: AdapterFactory) -> None:
@@ -78,10 +83,22 @@ def adapter_factory(name: str) -> AdapterFactory:
     return cast(AdapterFactory, found)
 
 
-def _lacks(name: str, missing: Sequence[str]) -> str:
+def _partial(missing: Sequence[str]) -> list[str]:
+    """``missing``, the members of ``ResumableAdapter`` an adapter lacks, where it has the others;
+    nothing where it has none of them (an adapter that does not resume natively)."""
+    return list(missing) if len(missing) < len(RESUMABLE_MEMBERS) else []
+
+
+def _lacks(name: str, missing: Sequence[str], partial: Sequence[str] = ()) -> str:
+    parts = [f"{', '.join(missing)} of ProviderAdapter"] if missing else []
+    why = ""
+    if partial:
+        parts.append(f"{', '.join(partial)} of ResumableAdapter")
+        having = ", ".join(member for member in RESUMABLE_MEMBERS if member not in partial)
+        why = f"it has {having}, and an adapter has all of ResumableAdapter's members or none; "
     return (
-        f"provider adapter {name!r} lacks {', '.join(missing)} of ProviderAdapter (streamrecover.engine.contract): "
-        "see docs/providers.md 'Writing an adapter'"
+        f"provider adapter {name!r} lacks {' and '.join(parts)} (streamrecover.engine.contract): "
+        f"{why}see docs/providers.md 'Writing an adapter'"
     )
 
 
@@ -110,9 +127,9 @@ def _built_class(factory: object) -> type | None:
     return built if isinstance(built, type) and not is_protocol_class(built) else None
 
 
-def missing_members(factory: object) -> list[str]:
-    """The members of ``ProviderAdapter`` that ``factory``'s adapters lack, as far as its class
-    shows without building one (validation calls no factory: it may open clients, read files).
+def missing_members(factory: object, protocol: type = ProviderAdapter) -> list[str]:
+    """The members of ``protocol`` that ``factory``'s adapters lack, as far as its class shows
+    without building one (validation calls no factory: it may open clients, read files).
 
     A member counts as there when the class (not a protocol it subclasses) has it, declares it
     (``name: str``) or assigns it in a method (``self.name = ...``); a class with ``__getattr__``
@@ -124,7 +141,7 @@ def missing_members(factory: object) -> list[str]:
         return []
     assigned: set[str] | None = None
     missing = []
-    for member in ADAPTER_MEMBERS:
+    for member in protocol_members(protocol):
         owner = next((base for base in cls.__mro__ if member in vars(base)), None)
         if owner is not None and not is_protocol_class(owner):
             continue
@@ -146,13 +163,14 @@ def adapter_problem(name: object) -> str | None:
     except ValueError as exc:
         return str(exc)
     missing = missing_members(factory)
-    return _lacks(name, missing) if missing else None
+    partial = _partial(missing_members(factory, ResumableAdapter))
+    return _lacks(name, missing, partial) if missing or partial else None
 
 
 _ABSENT = object()
 
-# Adapter classes with every member on the class: their instances need no check (a run, a proxied
-# request each build one; looking at every member of the instance costs ~60 µs).
+# Adapter classes whose instances need no check (``_complete``): a run, a proxied request each
+# build one, and looking at every member of the instance costs ~60 µs.
 _COMPLETE: set[type] = set()
 
 
@@ -162,23 +180,39 @@ def _has(adapter: Any, member: str) -> bool:
     return inspect.getattr_static(adapter, member, _ABSENT) is not _ABSENT or hasattr(adapter, member)
 
 
-def _lacking(adapter: Any) -> list[str]:
-    """The members of ``ProviderAdapter`` that ``adapter`` lacks."""
+def _complete(cls: type) -> bool:
+    """Whether every instance of ``cls`` is a whole adapter, as the class shows: each member of
+    ``ProviderAdapter`` on it, and ``ResumableAdapter``'s all defined by it or none there at all
+    (not declared, not assigned by a method, no ``__getattr__`` that could serve them)."""
+    if not all(hasattr(cls, member) for member in ADAPTER_MEMBERS):
+        return False
+    bases = [base for base in cls.__mro__ if not is_protocol_class(base)]
+    defined = [member for member in RESUMABLE_MEMBERS if any(member in vars(base) for base in bases)]
+    if len(defined) == len(RESUMABLE_MEMBERS):
+        return True
+    return not defined and len(missing_members(cls, ResumableAdapter)) == len(RESUMABLE_MEMBERS)
+
+
+def _lacking(adapter: Any) -> tuple[list[str], list[str]]:
+    """The members of ``ProviderAdapter`` that ``adapter`` lacks, and those of ``ResumableAdapter``
+    where it has only some."""
     cls = type(adapter)
     if cls in _COMPLETE:
-        return []
-    if all(hasattr(cls, member) for member in ADAPTER_MEMBERS):
+        return [], []
+    if _complete(cls):
         _COMPLETE.add(cls)
-        return []
-    return [member for member in ADAPTER_MEMBERS if not _has(adapter, member)]
+        return [], []
+    missing = [member for member in ADAPTER_MEMBERS if not _has(adapter, member)]
+    return missing, _partial([member for member in RESUMABLE_MEMBERS if not _has(adapter, member)])
 
 
 def get_adapter(config: ProviderConfig) -> ProviderAdapter:
     """The adapter for ``config.name``; a clear ``ValueError`` for a name nobody registered, or
-    for an adapter without every member of ``ProviderAdapter`` (before any request, rather than
-    an ``AttributeError`` mid-run), since either is a settings mistake best reported at start-up."""
+    for an adapter without every member of ``ProviderAdapter`` or with only some of
+    ``ResumableAdapter``'s (before any request, rather than an ``AttributeError`` mid-run or a
+    native resume silently not done), since either is a settings mistake best reported at start-up."""
     adapter = adapter_factory(config.name)(config)
-    missing = _lacking(adapter)
-    if missing:
-        raise ValueError(_lacks(config.name, missing))
+    missing, partial = _lacking(adapter)
+    if missing or partial:
+        raise ValueError(_lacks(config.name, missing, partial))
     return adapter
