@@ -23,9 +23,11 @@ $PY manage.py migrate --verbosity 0
 if [ "${1:-}" = "cli" ]; then
   # The command marks each break, continuation and recovery in the answer it streams to
   # stdout; the structured log lines (stderr, same terminal) would land in the middle of its
-  # words. LOG_LEVEL=INFO make demo-cli shows them too.
+  # words. LOG_LEVEL=INFO make demo-cli shows them too. streamrecover_demo_run is
+  # streamrecover_run holding the database's demo lock (shared) while the run executes: a make
+  # demo starting meanwhile leaves that run to this process.
   export LOG_LEVEL=${LOG_LEVEL:-ERROR}
-  exec $PY manage.py streamrecover_run --provider fake --model fake-claude \
+  exec $PY manage.py streamrecover_demo_run --provider fake --model fake-claude \
     --prompt "Tell me a story about a lighthouse keeper. [[words=160]]" \
     --fault "cut:bytes=2500" --fault "error:events=30,type=overloaded_error" --backoff-scale 0.5
 fi
@@ -36,8 +38,8 @@ export STREAMRECOVER_FAKE_EVENT_DELAY=${STREAMRECOVER_FAKE_EVENT_DELAY:-0.03}
 # Daphne's runserver: the ASGI app (HTTP + WebSockets) plus the static files, no autoreload
 # (runs execute in threads of this process). First it executes to their end the runs the last
 # server left mid-answer (stopped, killed: "running" with nobody on them), all at once unless
-# another demo server uses this database (then those older than STALE_AFTER_SECONDS: the other's
-# are alive). It prints the chat's address (and Daphne's banner) once it listens, not before.
+# another demo process uses this database (a server, a make demo-cli run: then those older than
+# STALE_AFTER_SECONDS, the other's are alive). It prints the chat's address (and Daphne's banner) once it listens, not before.
 # Daphne exits 0 when it cannot listen; this command exits 1 and says why, for a port taken since
 # the check above or held without answering it.
 exec $PY manage.py streamrecover_demo_serve --noreload "$HOST:$PORT"

@@ -10,6 +10,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -249,3 +250,47 @@ def test_a_second_demo_on_the_same_database_leaves_the_first_ones_run_to_it(tmp_
     assert claims == 1, (tmp_path / "2.log").read_text()  # the first server's claim, never taken from it
     assert worker.endswith(f":{first.process.pid}")  # demo.sh execs the server: its pid
     assert run_id not in (tmp_path / "2.log").read_text()
+
+
+def test_a_demo_started_beside_a_demo_cli_run_leaves_that_run_to_it(tmp_path: Path) -> None:
+    """``make demo-cli`` executes its run in its own process on the demo's SQLite database. A
+    ``make demo`` started while it streamed swept every run at once (no demo server held the lock),
+    the CLI's live run too: it took it over and executed it again before listening."""
+    port = free_port()
+    env = {
+        **base_env(
+            DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(tmp_path / "d.sqlite3")
+        ),
+        "DEMO_PORT": str(port),
+        "DEMO_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+        "STREAMRECOVER_FAKE_EVENT_DELAY": "0.2",  # a run that lasts while the demo server starts
+    }
+    manage("migrate", "--verbosity", "0", env=env)
+    cli = Service("make demo-cli", ["bash", "scripts/demo.sh", "cli"], env, tmp_path / "cli.log")
+    demo: Service | None = None
+    try:
+        deadline = time.monotonic() + 30
+        found = None
+        while found is None and time.monotonic() < deadline and cli.alive():
+            time.sleep(0.2)
+            with sqlite3.connect(tmp_path / "d.sqlite3") as db:
+                live = "SELECT id FROM streamrecover_run WHERE status IN ('running', 'recovering')"
+                found = db.execute(live).fetchone()
+        assert found is not None, cli.log()
+        demo = Service("make demo", ["bash", "scripts/demo.sh"], env, tmp_path / "demo.log")
+        wait_for_http(f"http://127.0.0.1:{port}/streamrecover/login/", demo)  # its sweep is over
+        with sqlite3.connect(tmp_path / "d.sqlite3") as db:
+            status, worker, claims = db.execute(
+                "SELECT status, worker, claims FROM streamrecover_run WHERE id = ?", found
+            ).fetchone()
+        still_streaming = cli.alive()
+    finally:
+        if demo is not None:
+            demo.stop()
+        cli.stop()
+    assert still_streaming, cli.log()  # else the check proves nothing: the run ended before the demo started
+    assert status in ("running", "recovering"), (tmp_path / "demo.log").read_text()
+    assert claims == 1, (tmp_path / "demo.log").read_text()  # the CLI's claim, never taken from it
+    assert worker.endswith(f":{cli.process.pid}")  # demo.sh execs the command: its pid
+    assert "executing" not in (tmp_path / "demo.log").read_text()

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import sys
 from collections.abc import Callable
 from io import StringIO
-from typing import IO, Any
+from typing import Any
 
 from daphne.management.commands.runserver import Command as RunserverCommand
 from daphne.server import Server
-from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import OutputWrapper
+
+from ... import lock
 
 
 class _Server(Server):
@@ -35,22 +35,6 @@ class _Server(Server):
         super().listen_error(failure)
 
 
-def _serving_alone() -> IO[str] | None:
-    """This SQLite database's demo lock, taken for as long as this process lives; None when another
-    demo server holds it (or the database is not one file of this machine)."""
-    database = settings.DATABASES["default"]
-    name = str(database.get("NAME") or "")
-    if database["ENGINE"] != "django.db.backends.sqlite3" or not name or name.startswith(("file:", ":memory:")):
-        return None
-    lock = open(f"{name}.demo-lock", "a")  # noqa: SIM115 (held open: the lock lasts as long as the file)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock.close()
-        return None
-    return lock
-
-
 class Command(RunserverCommand):
     help = (
         "Daphne's runserver (use --noreload) for make demo: first executes to their end the runs a stopped "
@@ -59,20 +43,21 @@ class Command(RunserverCommand):
     )
 
     stdout: OutputWrapper  # BaseCommand's (the Daphne command it comes through is untyped)
-    _lock: IO[str] | None = None
 
     def sweep(self) -> None:
         """Execute here, to their end, the runs nobody executes (their server stopped mid-answer).
 
         Runs execute in the threads of the demo server that started them; one that stopped left
-        its runs without a worker. When no other demo server uses this database, every run in it
-        is such a run: all are swept at once (``--seconds 0 --queued-seconds 0``). Another demo
-        server's runs are alive (another port, the same database): sweeping them at once would take
-        them from it mid-answer (its page would stop streaming, the run go on here). Then only the
-        runs whose heartbeat is older than ``STALE_AFTER_SECONDS`` are swept, as everywhere else.
+        its runs without a worker. When no other demo process uses this database (they hold its
+        demo lock: ``lock.hold``), every run in it is such a run: all are swept at once (``--seconds
+        0 --queued-seconds 0``). Another demo server's runs are alive (another port, the same
+        database), and so is a ``make demo-cli`` run: sweeping them at once would take them from
+        their process mid-answer (its page or terminal would stop streaming, the run go on here).
+        Then only the runs whose heartbeat is older than ``STALE_AFTER_SECONDS`` are swept, as
+        everywhere else.
         """
-        self._lock = _serving_alone()  # kept until the process exits: a demo starting later sees it
-        windows = ["--seconds", "0", "--queued-seconds", "0"] if self._lock is not None else []
+        alone = lock.hold(alone=True)  # kept until the process exits: a demo starting later sees it
+        windows = ["--seconds", "0", "--queued-seconds", "0"] if alone else []
         out = StringIO()
         call_command("streamrecover_sweep", *windows, stdout=out, stderr=sys.stderr)
         if out.getvalue().strip() != "0 runs to execute":
