@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from streamrecover.models import Attempt, Message, Run
+from streamrecover.models import Attempt, Message, Run, ToolCallResult
 from streamrecover.runs.checkpoints import REDIS_KEY_PREFIX
 from streamrecover.testing.client import comparable
 
@@ -150,11 +150,28 @@ def read_tool_log(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def load_tool_results(runs: dict[str, Run]) -> dict[tuple[str, str], float]:
+    """When each stored tool result was written (epoch seconds), by run id and call id."""
+    rows = ToolCallResult.objects.filter(run__in=list(runs.values())).values_list("run_id", "tool_call_id", "created")
+    return {(str(run_id), call_id): created.timestamp() for run_id, call_id, created in rows}
+
+
 def check_tools(
-    runs: dict[str, Run], threads: dict[str, list[dict[str, Any]]], executions: list[dict[str, Any]]
+    runs: dict[str, Run],
+    threads: dict[str, list[dict[str, Any]]],
+    executions: list[dict[str, Any]],
+    kills: list[tuple[float, str, int]],
+    stored: dict[tuple[str, str], float],
 ) -> Check:
-    """Each committed tool call was executed once: the tool's log has as many lines for a run
-    as the run's thread has tool calls."""
+    """Each committed tool call was executed once: the tool's log has as many lines for a call
+    (its arguments) as the run's thread has calls with them.
+
+    A repeat is a note, not a failure, in the window no store can close (the recovery notes'
+    "Tool calls"): the execution before it ended, then its worker was SIGKILLed (``kills``: the
+    process group's leader) before the result was stored: the call's stored result is newer than
+    the repeat's start, so no result existed when the next claim looked. A repeat while a result
+    was stored, or with no kill between the two, is a failure.
+    """
     check = Check("no tool executed twice")
     by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for line in executions:
@@ -162,18 +179,61 @@ def check_tools(
     unattributed = by_run.pop("None", [])
     if unattributed:
         check.notes.append(f"{len(unattributed)} executions carried no run id")
+    repeats_after_kills = 0
     for tag, run in runs.items():
-        calls = sum(1 for m in threads[tag] for b in m["content"] if b.get("type") == "tool_use")
+        calls: dict[str, list[str]] = defaultdict(list)  # the arguments, as JSON: the calls' ids
+        for message in threads[tag]:
+            for block in message["content"]:
+                if block.get("type") == "tool_use":
+                    calls[json.dumps(block.get("input"), sort_keys=True)].append(str(block.get("id")))
         lines = by_run.get(str(run.pk), [])
         if not calls and not lines:
             continue
         check.checked += 1
-        if len(lines) > max(calls, 1):
+        by_args: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for line in lines:
+            by_args[json.dumps(line.get("args"), sort_keys=True)].append(line)
+        failed = False
+        for args, made in by_args.items():
+            made.sort(key=lambda line: float(line["started"]))
+            ids = calls.get(args, [])
+            # a run that ended before committing its call may still have made it once
+            for before, repeat in zip(made, made[max(len(ids), 1) :], strict=False):
+                if _lost_before_stored(str(run.pk), ids, before, repeat, kills, stored):
+                    repeats_after_kills += 1
+                else:
+                    failed = True
+        if failed:
             pids = sorted({line["pid"] for line in lines})
+            count = sum(len(ids) for ids in calls.values())
             check.failures.append(
-                f"{tag} run {run.pk}: {len(lines)} executions for {calls} committed calls (processes {pids})"
+                f"{tag} run {run.pk}: {len(lines)} executions for {count} committed calls (processes {pids})"
             )
+    if repeats_after_kills:
+        check.notes.append(
+            f"{repeats_after_kills} calls made again: the worker that made one was killed after the call "
+            "ended, before its result was stored (what the call's idempotency key is for)"
+        )
     return check
+
+
+def _lost_before_stored(
+    run_id: str,
+    ids: list[str],
+    before: dict[str, Any],
+    repeat: dict[str, Any],
+    kills: list[tuple[float, str, int]],
+    stored: dict[tuple[str, str], float],
+) -> bool:
+    """True when ``before``'s worker was killed after that call started (it wrote its line, so
+    after it ended: the harness notes a kill just before sending it) and before ``repeat``
+    started, and the call's result was stored only after ``repeat`` started."""
+    killed = any(
+        pgid == before.get("pgid") and float(before["started"]) <= when <= float(repeat["started"])
+        for when, _, pgid in kills
+    )
+    written = [stored[(run_id, call_id)] for call_id in ids if (run_id, call_id) in stored]
+    return killed and bool(written) and min(written) > float(repeat["started"])
 
 
 def check_billing(runs: dict[str, Run], threads: dict[str, list[dict[str, Any]]], log: list[dict[str, Any]]) -> Check:

@@ -29,13 +29,17 @@ def report(
     fake_log = httpx.get(f"{stack.fake_url}/_fake/log", params={"scenario": "default"}, timeout=30).json()
     entries = fake_log["entries"]
     _save_evidence(stack, runs, threads, entries, outcome["watched"])
+    # when each worker was killed, and its process group (the tool's lines carry theirs)
+    (stack.workdir / "worker-kills.json").write_text(json.dumps(log.worker_kills))
     checkpoint_check = _checkpoints_after_sweeps(stack.redis_url)
     results = [
         checks.check_terminal(runs),
         checks.check_answers(runs, threads, expected),
         checks.check_clients(runs, threads, outcome["watched"]),
         checks.check_attempt_overlap(runs),
-        checks.check_tools(runs, threads, checks.read_tool_log(stack.tool_log)),
+        checks.check_tools(
+            runs, threads, checks.read_tool_log(stack.tool_log), log.worker_kills, checks.load_tool_results(runs)
+        ),
         checks.check_billing(runs, threads, entries),
         checkpoint_check,
     ]

@@ -37,6 +37,7 @@ def install_recording_tool(log_path: str | None, block: float = 0.0) -> None:
             "run_id": context.get("run_id"),
             "args": args,
             "pid": os.getpid(),
+            "pgid": os.getpgrp(),  # the worker's process group: what the harness kills
             "started": started,
             "ended": time.time(),
         }
