@@ -20,6 +20,19 @@ from .e2e_helpers import Service, base_env, free_port, manage, wait_for_http
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """What ``scripts/demo.sh`` runs with here: the browser tests' settings on a SQLite file of
+    ``tmp_path``, this interpreter, this checkout; ``extra`` on top (``DEMO_PORT``, ...)."""
+    return {
+        **base_env(
+            DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(tmp_path / "d.sqlite3")
+        ),
+        "DEMO_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+        **extra,
+    }
+
+
 def test_make_demo_on_a_port_in_use_says_so_and_fails_instead_of_printing_the_other_servers_address() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -41,14 +54,7 @@ def test_make_demo_fails_naming_the_port_when_the_server_cannot_listen_although_
     """The script's check connects to the port; a port taken after it (another demo started meanwhile)
     or held without answering passes it. Daphne then logged its listen failure and exited 0: the
     command "succeeded", having served nothing after printing the demo's address."""
-    env = {
-        **base_env(
-            DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(tmp_path / "d.sqlite3")
-        ),
-        "DEMO_HOST": "127.0.0.1",
-        "DEMO_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
-    }
+    env = _demo_env(tmp_path, DEMO_HOST="127.0.0.1")
     with socket.socket() as held:  # bound, not listening: connecting is refused, binding is not allowed
         held.bind(("127.0.0.1", 0))
         port = held.getsockname()[1]
@@ -104,15 +110,11 @@ def test_make_demo_shows_the_chat_address_once_the_server_listens_there(tmp_path
     """The script printed the address, then started Python and Daphne: for a second or more the
     address it invited the user to open refused connections (and never answered, had it been taken)."""
     port = free_port()
-    env = {
-        **base_env(
-            DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(tmp_path / "d.sqlite3")
-        ),
-        "DEMO_HOST": "127.0.0.1",
-        "DEMO_PORT": str(port),
-        "DEMO_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
-    }
+    env = _demo_env(
+        tmp_path,
+        DEMO_HOST="127.0.0.1",
+        DEMO_PORT=str(port),
+    )
     demo = subprocess.Popen(
         ["bash", "scripts/demo.sh"],
         cwd=REPO,
@@ -166,14 +168,7 @@ def test_make_demo_finishes_the_runs_the_last_server_left_mid_answer(tmp_path: P
     """Stopped mid-answer and started again, the demo showed that run "running" for ever: its thread
     died with the server and nothing else executes runs in the embedded mode."""
     port = free_port()
-    env = {
-        **base_env(
-            DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(tmp_path / "d.sqlite3")
-        ),
-        "DEMO_PORT": str(port),
-        "DEMO_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
-    }
+    env = _demo_env(tmp_path, DEMO_PORT=str(port))
     manage("migrate", "--verbosity", "0", env=env)
     manage("streamrecover_demo_user", env=env)
     made = subprocess.run(
@@ -221,14 +216,10 @@ def test_a_second_demo_on_the_same_database_leaves_the_first_ones_run_to_it(tmp_
     a stopped server left, the first server's too, mid-answer: it revoked its claim (that page's
     answer stopped) and executed it again in its own process."""
     first_port, second_port = free_port(), free_port()
-    env = {
-        **base_env(
-            DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(tmp_path / "d.sqlite3")
-        ),
-        "DEMO_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
-        "STREAMRECOVER_FAKE_EVENT_DELAY": "0.05",  # an answer that lasts while the second demo starts
-    }
+    env = _demo_env(
+        tmp_path,
+        STREAMRECOVER_FAKE_EVENT_DELAY="0.05",  # an answer that lasts while the second demo starts
+    )
     first = Service("make demo", ["bash", "scripts/demo.sh"], {**env, "DEMO_PORT": str(first_port)}, tmp_path / "1.log")
     second: Service | None = None
     try:
@@ -257,15 +248,11 @@ def test_a_demo_started_beside_a_demo_cli_run_leaves_that_run_to_it(tmp_path: Pa
     ``make demo`` started while it streamed swept every run at once (no demo server held the lock),
     the CLI's live run too: it took it over and executed it again before listening."""
     port = free_port()
-    env = {
-        **base_env(
-            DJANGO_SETTINGS_MODULE="tests.settings_browser", STREAMRECOVER_BROWSER_DB=str(tmp_path / "d.sqlite3")
-        ),
-        "DEMO_PORT": str(port),
-        "DEMO_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
-        "STREAMRECOVER_FAKE_EVENT_DELAY": "0.2",  # a run that lasts while the demo server starts
-    }
+    env = _demo_env(
+        tmp_path,
+        DEMO_PORT=str(port),
+        STREAMRECOVER_FAKE_EVENT_DELAY="0.2",  # a run that lasts while the demo server starts
+    )
     manage("migrate", "--verbosity", "0", env=env)
     cli = Service("make demo-cli", ["bash", "scripts/demo.sh", "cli"], env, tmp_path / "cli.log")
     demo: Service | None = None
