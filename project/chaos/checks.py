@@ -242,12 +242,20 @@ def check_billing(runs: dict[str, Run], threads: dict[str, list[dict[str, Any]]]
     that first billed it was lost with its worker (``_after_a_lost_claim``) before the text was
     stored, which a kill cannot avoid (a note)."""
     check = Check("no text billed twice")
+    rows = list(
+        Attempt.objects.filter(run__in=list(runs.values())).values_list(
+            "run_id", "index", "provider_request_id", "kind", "ended_at"
+        )
+    )
     attempts = {
-        request_id: (kind, ended_at is not None)
-        for request_id, kind, ended_at in Attempt.objects.filter(run__in=list(runs.values()))
-        .exclude(provider_request_id="")
-        .values_list("provider_request_id", "kind", "ended_at")
+        request_id: CallAttempt(str(run_id), index, kind, ended_at is not None)
+        for run_id, index, request_id, kind, ended_at in rows
+        if request_id
     }
+    claimed_at: dict[str, list[int]] = defaultdict(list)  # run id -> the attempts that began a new claim
+    for run_id, index, _, kind, _ in rows:
+        if kind == "resume":
+            claimed_at[str(run_id)].append(index)
     by_tag: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for entry in log:
         tag = _tag_of(entry.get("request"), runs)
@@ -270,7 +278,7 @@ def check_billing(runs: dict[str, Run], threads: dict[str, list[dict[str, Any]]]
                 if overlap <= 0:
                     continue
                 again = earlier["billed_text"][max(start, earlier_start) - earlier_start :][:overlap]
-                if _after_a_lost_claim(earlier, entry, attempts):
+                if _after_a_lost_claim(earlier, entry, attempts, claimed_at):
                     lost_to_kills += overlap
                 elif _held_back_by_the_joiner(earlier, entry):
                     held_back += overlap
@@ -310,15 +318,37 @@ def _held_back_by_the_joiner(earlier: dict[str, Any], later: dict[str, Any]) -> 
     )
 
 
-def _after_a_lost_claim(earlier: dict[str, Any], later: dict[str, Any], attempts: dict[str, tuple[str, bool]]) -> bool:
+@dataclass(frozen=True)
+class CallAttempt:
+    """The attempt row a provider request belongs to."""
+
+    run_id: str
+    index: int
+    kind: str
+    ended: bool
+
+
+def _after_a_lost_claim(
+    earlier: dict[str, Any],
+    later: dict[str, Any],
+    attempts: dict[str, CallAttempt],
+    claimed_at: dict[str, list[int]],
+) -> bool:
     """Whether text billed again was lost with a claim: the earlier response's worker died before
-    it ended the attempt (or recorded it), or the later request is a resume (a new claim after
-    the earlier worker died between receiving the text and storing it). A model that started
-    over (its prefix not recognised) is never explained by a kill."""
+    it ended the attempt (or recorded it), or a new claim (a ``resume`` attempt) began after the
+    earlier response's attempt and by the later one's: the earlier worker died between receiving
+    the text and storing it, and the later request is the new claim's first or one of its retries
+    (a 529 before the resumed stream started). A model that started over (its prefix not
+    recognised) is never explained by a kill."""
     if later.get("prefix_matched") is False:
         return False
-    _kind, ended = attempts.get(earlier["request_id"], ("", False))
-    return not ended or attempts.get(later["request_id"], ("", False))[0] == "resume"
+    first = attempts.get(earlier["request_id"])
+    if first is None or not first.ended:
+        return True
+    then = attempts.get(later["request_id"])
+    if then is None or then.run_id != first.run_id:
+        return False
+    return any(first.index < index <= then.index for index in claimed_at.get(first.run_id, []))
 
 
 def _tag_of(request: Any, runs: dict[str, Run]) -> str | None:
