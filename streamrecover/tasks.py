@@ -5,12 +5,13 @@ result backend is per thread, so storing one cost a Redis connection per worker 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
 from celery import shared_task
-from celery.signals import worker_process_shutdown, worker_shutdown
+from celery.signals import worker_process_shutdown, worker_shutdown, worker_shutting_down
 from django.db import close_old_connections
 
 from . import starter
@@ -22,7 +23,10 @@ from .runs.holder import holder
 from .runs.loop import run_on_shared_loop
 
 RUNNING = "running"  # what the task returns for a run it handed over, still streaming
-HANDED_BACK = "handed_back"  # what it returns when its process stayed full: the run's message is back in the queue
+HANDED_BACK = "handed_back"  # what it returns when its process stayed full (or shuts down): its message is queued again
+
+# How long a process shutting down waits before it offers the broker a run it refused again.
+_RETRY_SECONDS = 1.0
 
 log = structlog.get_logger("streamrecover")
 
@@ -38,8 +42,9 @@ def execute_run_task(self, run_id: str) -> str | None:
     run holds no pool slot, and a worker holds up to ``WORKER_MAX_RUNS`` runs whatever its
     pool. A process still full after ``WORKER_FULL_WAIT_SECONDS`` sends the task again (same
     run, same queue) and returns "handed_back": a worker with room takes it, rather than the
-    run waiting in a full worker that prefetched it. Called directly or eagerly, the task waits
-    for the run's end and returns its status."""
+    run waiting in a full worker that prefetched it. So does a process in a warm shutdown, at
+    once: it starts no run. Called directly or eagerly, the task waits for the run's end and
+    returns its status."""
     close_old_connections()
     try:
         if self.request.called_directly or self.request.is_eager:
@@ -50,9 +55,11 @@ def execute_run_task(self, run_id: str) -> str | None:
 
         limit, wait = app_settings.WORKER_MAX_RUNS, app_settings.WORKER_FULL_WAIT_SECONDS
         handover = holder.hand_over(start, limit, wait)
-        while handover is None:  # still full after ``wait``
+        while handover is None:  # still full after ``wait``, or shutting down
             if _hand_back(self, run_id):
                 return HANDED_BACK
+            if holder.closed:  # hand_over would return at once: try the broker again in a while
+                time.sleep(_RETRY_SECONDS)
             handover = holder.hand_over(start, limit, wait)  # the broker refused it: this thread keeps it
     finally:
         close_old_connections()
@@ -77,11 +84,22 @@ def _status(result: object) -> str | None:
     return result.status if isinstance(result, RunResult) else None
 
 
+@worker_shutting_down.connect(dispatch_uid="streamrecover.start_no_runs")
+def start_no_runs(**_: Any) -> None:
+    """From the first signal of a shutdown (in the worker's main process: ``solo`` and ``threads``
+    pools) the process starts no run: a task waiting for a place sends its run back to the queue
+    at once, for another worker, rather than start it in a place a held run frees, where the
+    shutdown would wait for it (or a cold one cut it short)."""
+    holder.close()
+
+
 @worker_shutdown.connect(dispatch_uid="streamrecover.drain_runs")
 @worker_process_shutdown.connect(dispatch_uid="streamrecover.drain_runs_of_child")
 def drain_runs(**_: Any) -> None:
     """A warm shutdown lets the runs this process holds end before it exits, as Celery lets a
-    running task end (a cold shutdown, or a kill, leaves them to the sweep and their checkpoints)."""
+    running task end (a cold shutdown, or a kill, leaves them to the sweep and their checkpoints);
+    it starts none meanwhile."""
+    holder.close()
     holder.drain()
 
 

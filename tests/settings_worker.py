@@ -39,3 +39,7 @@ STREAMRECOVER = {
     "STALE_AFTER_SECONDS": 2,
     "WORKER_MAX_RUNS": int(os.environ.get("STREAMRECOVER_WORKER_MAX_RUNS", "100")),
 }
+
+if "STREAMRECOVER_WORKER_FULL_WAIT_SECONDS" in os.environ:  # "none": as long as it takes
+    _full_wait = os.environ["STREAMRECOVER_WORKER_FULL_WAIT_SECONDS"]
+    STREAMRECOVER["WORKER_FULL_WAIT_SECONDS"] = None if _full_wait == "none" else float(_full_wait)

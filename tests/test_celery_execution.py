@@ -75,11 +75,14 @@ def celery_settings(slow_fake, settings):
 class Worker:
     """A real ``celery worker`` process on the test database."""
 
-    def __init__(self, name: str, fake_url: str, log_dir: Path, max_runs: int = 100) -> None:
+    def __init__(
+        self, name: str, fake_url: str, log_dir: Path, max_runs: int = 100, full_wait: float | None = 3.0
+    ) -> None:
         self.log_path = log_dir / f"{name}.log"
         env = {
             **os.environ,
             "STREAMRECOVER_WORKER_MAX_RUNS": str(max_runs),
+            "STREAMRECOVER_WORKER_FULL_WAIT_SECONDS": "none" if full_wait is None else str(full_wait),
             "DJANGO_SETTINGS_MODULE": "tests.settings_worker",
             "STREAMRECOVER_TEST_DB_NAME": connection.settings_dict["NAME"],
             "STREAMRECOVER_FAKE_URL": fake_url,
@@ -118,8 +121,8 @@ class Worker:
 def workers(slow_fake, tmp_path) -> Iterator[list[Worker]]:
     started: list[Worker] = []
 
-    def start(name: str, max_runs: int = 100) -> Worker:
-        worker = Worker(name, slow_fake.base_url, tmp_path, max_runs)
+    def start(name: str, max_runs: int = 100, full_wait: float | None = 3.0) -> Worker:
+        worker = Worker(name, slow_fake.base_url, tmp_path, max_runs, full_wait)
         started.append(worker)
         return worker
 
@@ -302,6 +305,41 @@ def test_a_warm_shutdown_lets_the_runs_it_holds_end(celery_settings, workers, sl
     assert run.claims == 1
     assert assistant_text(run) == reference_text(slow_fake, LONG)
     assert "worker_draining_runs" in worker.log()
+
+
+@pytest.mark.parametrize("full_wait", [3.0, None], ids=["default-wait", "wait-forever"])
+def test_a_warm_shutdown_hands_a_waiting_run_back_at_once_and_starts_none(
+    celery_settings, workers, slow_fake, full_wait
+):
+    """SIGTERM to a full worker while a run's task waits there for a place: the task sends the run
+    back to the queue at once (not after ``WORKER_FULL_WAIT_SECONDS``, nor, waiting for ever, take
+    the place the held run frees and start it in a process shutting down). The worker exits once
+    its held run ended, and another worker executes the waiting run, once."""
+    full = workers("w1", max_runs=1, full_wait=full_wait)
+    busy = _held_in_backoff(slow_fake, seconds=6)
+    prompt = "A short tale [[words=40]]"
+    waiting = lifecycle.create_run(prompt=prompt, provider="fake", model="fake-claude")
+    dispatch.enqueue_run(waiting)
+    wait_for(lambda: _received(full) >= 2, what="the full worker to take the second message")
+    full.process.terminate()
+    roomy = workers("w2")
+    assert full.process.wait(timeout=90) == 0, full.log()
+    busy.refresh_from_db()
+    assert (busy.status, busy.claims) == ("completed", 1), full.log()  # the held run ended first
+    assert busy.worker.endswith(str(full.process.pid))
+    # the waiting task returned within moments of the signal, its message queued again
+    handed_back = re.findall(r"execute_run\[[^\]]+\] succeeded in ([\d.]+)s: 'handed_back'", full.log())
+    assert handed_back, full.log()
+    assert all(float(seconds) < 2.0 for seconds in handed_back), handed_back
+    try:
+        wait_for(lambda: status_of(waiting.pk) in Run.TERMINAL_STATUSES, timeout=60, what="the waiting run to end")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{full.log()}\n{roomy.log()}") from exc
+    waiting.refresh_from_db()
+    assert waiting.status == "completed", roomy.log()
+    assert waiting.worker.endswith(str(roomy.process.pid)), full.log()  # not started by the worker shutting down
+    assert waiting.claims == 1
+    assert assistant_text(waiting) == reference_text(slow_fake, prompt)
 
 
 def _kill_worker_mid_stream(workers: Any, owner: Any = None) -> tuple[Run, RedisCheckpointStore, str]:

@@ -1,5 +1,6 @@
 """The worker's run holder: a hand-over returns at the claim, a full process waits for a place,
-an error before the claim reaches the task, and a drain waits for the runs held."""
+an error before the claim reaches the task, a drain waits for the runs held, and a closed holder
+starts none."""
 
 from __future__ import annotations
 
@@ -106,3 +107,34 @@ def test_a_hand_over_still_full_after_its_wait_starts_nothing() -> None:
     assert handover is not None
     assert started == ["run", "run"]
     assert holder.drain(timeout=10) is True
+
+
+def test_a_closed_holder_starts_nothing_and_ends_the_waits_at_once() -> None:
+    """A warm shutdown closes the holder: a hand-over waiting for a place (for ever) returns None
+    at once instead of taking the place the held run frees, one with room starts nothing, and
+    the run held goes on to its end."""
+    holder = RunHolder()
+    release = threading.Event()
+    started: list[str] = []
+
+    async def held(claimed: Callable[[], None]) -> str:
+        started.append("run")
+        claimed()
+        await asyncio.get_running_loop().run_in_executor(None, release.wait)
+        return "completed"
+
+    holder.hand_over(held, limit=1)
+    returned: list[object] = []
+    waiting = threading.Thread(target=lambda: returned.append(holder.hand_over(held, limit=1, wait=None)))
+    waiting.start()
+    time.sleep(0.3)
+    closed = time.monotonic()
+    holder.close()
+    waiting.join(timeout=10)
+    assert returned == [None]
+    assert time.monotonic() - closed < 0.5  # woken, not at its next look
+    assert holder.hand_over(held, limit=5) is None  # room, but closed
+    assert (started, holder.held) == (["run"], 1)
+    release.set()
+    assert holder.drain(timeout=10) is True
+    assert started == ["run"]

@@ -7,7 +7,8 @@ the run's claim, then returns: its message is acknowledged once the run is claim
 then on a dead worker's run is the sweep's to hand back (its heartbeat stops), as it always
 was. A task that finds no place within ``WORKER_FULL_WAIT_SECONDS`` starts nothing (``hand_over``
 returns None): its task sends its run back to the queue, for a worker with room. A warm shutdown
-waits for the runs the process holds (``drain``) before the process exits.
+starts no run (``close``: a task waiting for a place, or arriving later, gets None at once, and
+sends its run back) and waits for the runs the process holds (``drain``) before the process exits.
 """
 
 from __future__ import annotations
@@ -47,11 +48,27 @@ class RunHolder:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._held = 0
+        self._closed = False
 
     @property
     def held(self) -> int:
         """The runs this process holds now."""
         return self._held
+
+    @property
+    def closed(self) -> bool:
+        """Whether this process starts no more runs (a warm shutdown began)."""
+        return self._closed
+
+    def close(self) -> None:
+        """Start no more runs: a hand-over waiting for a place, and any later one, returns None at
+        once (its task sends its run back to the queue), since a place that frees up in a process
+        shutting down would start a run the shutdown then waits for, or cuts short."""
+        self._closed = True
+        # called in Celery's signal handler: the lock is reentrant (a main thread interrupted under it
+        # goes on) and other threads hold it for a few lines at most
+        with self._changed:
+            self._changed.notify_all()
 
     def hand_over(
         self,
@@ -62,15 +79,16 @@ class RunHolder:
         """Start ``start(claimed)`` on the loop once fewer than ``limit`` runs are held, and return
         when it calls ``claimed()`` (it holds its run now) or returns (it ends, or claimed nothing).
         None, with nothing started, when the process is still full after ``wait`` seconds (None:
-        wait as long as it takes).
+        wait as long as it takes), or at once when it is closed (``close``).
 
         An exception the coroutine raises before the hand-over returns is raised here; one it
         raises later is logged (nothing waits for it any more)."""
         deadline = None if wait is None else time.monotonic() + wait
         with self._changed:
-            while self._held >= max(1, limit):  # a full process: this task's thread waits, the broker keeps the rest
+            # a full process: this task's thread waits, the broker keeps the rest; a closed one starts nothing
+            while self._closed or self._held >= max(1, limit):
                 left = _WAKE_SECONDS if deadline is None else min(_WAKE_SECONDS, deadline - time.monotonic())
-                if left <= 0:
+                if self._closed or left <= 0:
                     return None
                 self._changed.wait(left)
             self._held += 1
