@@ -39,7 +39,7 @@ from streamrecover.engine.errors import ProviderError
 from streamrecover.engine.events import ProviderErrorEvent
 from streamrecover.models import Run
 from streamrecover.providers.anthropic import AnthropicAdapter, AnthropicStreamParser
-from streamrecover.providers.registry import ADAPTERS, get_adapter
+from streamrecover.providers.registry import ADAPTERS, get_adapter, register_adapter
 from streamrecover.testing.fake import FakeProviderServer
 
 SECRET = "sk-ant-api03-CUSTOM-ADAPTER-SECRET-0123456789"
@@ -295,6 +295,38 @@ def test_get_adapter_refuses_an_adapter_with_only_some_members_of_resumable_adap
         get_adapter(config)
     assert resumes_natively(get_adapter(replace(config, name=f"{HERE}.Resumable")))
     assert get_adapter(replace(config, name="openai-responses")) is not None
+
+
+def test_register_adapter_refuses_what_validation_would_and_keeps_the_registry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, ``register_adapter`` took anything, and the mistake showed only when a provider
+    named the adapter (or mid-run, for a factory whose class does not show)."""
+    monkeypatch.setattr("streamrecover.providers.registry.ADAPTERS", dict(ADAPTERS))
+    from streamrecover.providers import registry
+
+    before = dict(registry.ADAPTERS)
+    refused: dict[str, Any] = {
+        f"provider adapter 'mine' lacks {LACKING} of ProviderAdapter": Incomplete,
+        f"provider adapter 'mine' lacks {RESUMABLE_LACKS['HalfResumable']}": HalfResumable,
+        f"provider adapter 'mine' lacks {LACKING} of ProviderAdapter and resume_request": IncompleteHalfResumable,
+        "provider adapter 'mine': the factory 'not a factory' is not callable": "not a factory",
+    }
+    for says, factory in refused.items():
+        with pytest.raises(ValueError, match=re.escape(says)):
+            register_adapter("mine", factory)
+    for name in ("", None):
+        with pytest.raises(ValueError, match="an adapter's name is a non-empty string"):
+            register_adapter(name, Complete)  # type: ignore[arg-type]
+    assert before == registry.ADAPTERS
+    added = {"complete": Complete, "resumable": Resumable, "unseen": unannotated_factory}
+    for name, factory in added.items():
+        register_adapter(name, factory)
+    assert {**before, **added} == registry.ADAPTERS
+    assert _problems("complete") == []
+    assert _problems("resumable") == []
+    with pytest.raises(ValueError, match=f"provider adapter 'unseen' lacks {LACKING}"):  # shows only when built
+        get_adapter(ProviderConfig(name="unseen", base_url="https://mine.invalid"))
 
 
 @pytest.mark.django_db(transaction=True)

@@ -55,7 +55,21 @@ RESUMABLE_MEMBERS = protocol_members(ResumableAdapter)
 
 
 def register_adapter(name: str, factory: AdapterFactory) -> None:
-    """Add an adapter (a new wire format, a test double) under ``name`` without editing this module."""
+    """Add an adapter (a new wire format, a test double) under ``name`` without editing this module.
+
+    A ``ValueError`` instead, leaving the registry as it was, for a name that is empty or no
+    string, a factory that is not callable, or one whose class shows it lacks members of
+    ``ProviderAdapter`` or has only some of ``ResumableAdapter``'s: the mistake is reported
+    where it is made, not when a provider first names the adapter.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an adapter's name is a non-empty string, not {name!r}")
+    if not callable(factory):
+        raise ValueError(f"provider adapter {name!r}: the factory {factory!r} is not callable")
+    missing = missing_members(factory)
+    partial = _partial(missing_members(factory, ResumableAdapter))
+    if missing or partial:
+        raise ValueError(_lacks(name, missing, partial))
     ADAPTERS[name] = factory
 
 
