@@ -66,10 +66,9 @@ def register_adapter(name: str, factory: AdapterFactory) -> None:
         raise ValueError(f"an adapter's name is a non-empty string, not {name!r}")
     if not callable(factory):
         raise ValueError(f"provider adapter {name!r}: the factory {factory!r} is not callable")
-    missing = missing_members(factory)
-    partial = _partial(missing_members(factory, ResumableAdapter))
-    if missing or partial:
-        raise ValueError(_lacks(name, missing, partial))
+    problem = _members_problem(name, factory)
+    if problem is not None:
+        raise ValueError(problem)
     ADAPTERS[name] = factory
 
 
@@ -176,6 +175,11 @@ def adapter_problem(name: object) -> str | None:
         factory = adapter_factory(name)
     except ValueError as exc:
         return str(exc)
+    return _members_problem(name, factory)
+
+
+def _members_problem(name: str, factory: object) -> str | None:
+    """What members ``factory``'s class shows it lacks, in ``_lacks``'s words; ``None`` when none."""
     missing = missing_members(factory)
     partial = _partial(missing_members(factory, ResumableAdapter))
     return _lacks(name, missing, partial) if missing or partial else None
